@@ -1,0 +1,1 @@
+"""The Pulumi program (one ComponentResource per module) and the deployer-side CLI (`python -m infra`)."""

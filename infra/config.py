@@ -1,0 +1,261 @@
+"""Typed, validated stack configuration.
+
+Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
+`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. The same `parse` serves
+the real program (values from `pulumi.Config`, all strings) and the offline `plan` (values read from
+`Pulumi.<stack>.yaml`, YAML-typed), so both refuse exactly the same configs.
+"""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.skus import CATALOG, GpuSku
+
+PROJECT = "azure-dl-training"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+REGISTRY_SKUS = ("Basic", "Standard", "Premium")
+SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
+LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
+MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
+AZURE_RESERVED_IPS_PER_SUBNET = 5
+
+
+class ConfigError(Exception):
+    """A stack config value the program refuses; `str()` is the one line shown to the user."""
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"config key '{key}': {message}")
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: str  # string | integer | boolean | array (of strings)
+    default: Any
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    stack: str
+    team: str
+    location: str
+    address_space: ipaddress.IPv4Network
+    compute_subnet: ipaddress.IPv4Network
+    storage_subnet: ipaddress.IPv4Network
+    reserved_address_spaces: tuple[ipaddress.IPv4Network, ...]
+    allowed_ip_ranges: tuple[str, ...]
+    gpu_sku: str
+    min_nodes: int
+    max_nodes: int
+    sas_expiry_hours: int
+    retain_outputs: bool
+    log_retention_days: int
+    frameworks: tuple[str, ...]
+    registry_sku: str
+    image_tag: str
+
+    @property
+    def sku(self) -> GpuSku:
+        return CATALOG[self.gpu_sku]
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags on every taggable resource: who owns it and what made it."""
+        return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
+
+
+def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
+    declared = yaml.safe_load(project_file.read_text())["config"]
+    return {
+        name: ConfigKey(name, spec["type"], spec.get("default"), spec.get("description", ""))
+        for name, spec in declared.items()
+    }
+
+
+def _field_name(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _coerce(key: ConfigKey, value: Any) -> Any:
+    """Pulumi hands every value over as a string (arrays as JSON); stack files give YAML types."""
+    if key.type == "string":
+        if not isinstance(value, str):
+            raise ConfigError(key.name, f"expected a string, got {value!r}")
+        return value
+    if key.type == "integer":
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"-?\d+", str(value)):
+            raise ConfigError(key.name, f"expected a whole number, got {value!r}")
+        return int(value)
+    if key.type == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(key.name, f"expected true or false, got {value!r}")
+    if key.type == "array":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError(key.name, f"expected a list such as [a, b], got {value!r}") from None
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(key.name, f"expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(key.name, f"Pulumi.yaml declares unsupported type {key.type!r}")
+
+
+def _network(key: str, value: str) -> ipaddress.IPv4Network:
+    try:
+        return ipaddress.IPv4Network(value, strict=True)
+    except ValueError:
+        raise ConfigError(key, f"{value!r} is not an IPv4 CIDR with its host bits zero, like 10.10.0.0/16") from None
+
+
+def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None) -> StackConfig:
+    """Defaults from the schema, overridden by `values` (unqualified keys), then validated."""
+    schema = schema if schema is not None else load_schema()
+    for name in values:
+        if name not in schema:
+            close = difflib.get_close_matches(name, list(schema), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "Pulumi.yaml declares every key the program reads"
+            raise ConfigError(name, f"unknown key; {hint}")
+    merged = {name: _coerce(key, values.get(name, key.default)) for name, key in schema.items()}
+    raw = {_field_name(name): value for name, value in merged.items()}
+    missing = {f.name for f in fields(StackConfig)} - set(raw) - {"stack"}
+    if missing:
+        raise ConfigError(sorted(missing)[0], "not declared in Pulumi.yaml's config schema")
+
+    team = raw["team"]
+    if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
+        raise ConfigError("team", f"{team!r} must be 2-12 lowercase letters or digits, starting with a letter "
+                                  "(it goes into storage account and registry names)")
+    if not re.fullmatch(r"[a-z][a-z0-9]+", raw["location"]):
+        raise ConfigError("location", f"{raw['location']!r} is not an Azure region name such as westeurope or eastus")
+
+    vnet = _network("addressSpace", raw["address_space"])
+    if not vnet.is_private:
+        raise ConfigError("addressSpace", f"{vnet} is not a private range; use one inside 10.0.0.0/8, "
+                                          "172.16.0.0/12 or 192.168.0.0/16")
+    if vnet.prefixlen > 24:
+        raise ConfigError("addressSpace", f"{vnet} is too small for two subnets; use /24 or larger")
+    reserved = tuple(_network("reservedAddressSpaces", cidr) for cidr in raw["reserved_address_spaces"])
+    for other in reserved:
+        if vnet.overlaps(other):
+            raise ConfigError("addressSpace", f"{vnet} overlaps reserved {other}; pick a range that no other "
+                                              "team, hub or on-premises network uses")
+    subnets = {}
+    for key in ("computeSubnet", "storageSubnet"):
+        subnet = _network(key, raw[_field_name(key)])
+        if not subnet.subnet_of(vnet):
+            raise ConfigError(key, f"{subnet} is not inside addressSpace {vnet}")
+        subnets[key] = subnet
+    if subnets["computeSubnet"].overlaps(subnets["storageSubnet"]):
+        raise ConfigError("storageSubnet", f"{subnets['storageSubnet']} overlaps computeSubnet "
+                                           f"{subnets['computeSubnet']}; give each its own range")
+
+    allowed = raw["allowed_ip_ranges"]
+    for cidr in allowed:
+        try:
+            network = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("allowedIpRanges", f"{cidr!r} is not a public IPv4 address or CIDR") from None
+        if not network.is_global or network.prefixlen < 16:
+            raise ConfigError("allowedIpRanges", f"{cidr} must be a public range of /16 or smaller "
+                                                 "(the VNet is allowed already; private ranges do not apply)")
+
+    sku_name = raw["gpu_sku"]
+    sku = CATALOG.get(sku_name)
+    if sku is None:
+        raise ConfigError("gpuSku", f"unknown size {sku_name!r}; known sizes: {', '.join(sorted(CATALOG))}")
+    if sku.retired:
+        raise ConfigError("gpuSku", f"{sku_name} was retired on {sku.retired_on}; use {sku.successor}")
+
+    min_nodes, max_nodes = raw["min_nodes"], raw["max_nodes"]
+    if min_nodes < 0:
+        raise ConfigError("minNodes", f"{min_nodes} is negative; use 0 to pay nothing while idle")
+    if not 1 <= max_nodes <= MAX_NODES_LIMIT:
+        raise ConfigError("maxNodes", f"{max_nodes} must be between 1 and {MAX_NODES_LIMIT}")
+    if min_nodes > max_nodes:
+        raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
+    if max_nodes > 1 and not sku.infiniband:
+        ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
+        raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
+                                      f"Horovod needs RDMA: set maxNodes: 1 or use {ib_sizes}")
+    usable = subnets["computeSubnet"].num_addresses - AZURE_RESERVED_IPS_PER_SUBNET
+    if usable < max_nodes:
+        raise ConfigError("computeSubnet", f"{subnets['computeSubnet']} has {usable} usable addresses, fewer than "
+                                           f"maxNodes {max_nodes}; use a larger prefix")
+
+    low, high = SAS_EXPIRY_HOURS
+    if not low <= raw["sas_expiry_hours"] <= high:
+        raise ConfigError("sasExpiryHours", f"{raw['sas_expiry_hours']} is outside {low}-{high} hours")
+    low, high = LOG_RETENTION_DAYS
+    if not low <= raw["log_retention_days"] <= high:
+        raise ConfigError("logRetentionDays", f"{raw['log_retention_days']} is outside {low}-{high} days")
+
+    frameworks = raw["frameworks"]
+    if not frameworks:
+        raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(FRAMEWORKS)}")
+    for framework in frameworks:
+        if framework not in FRAMEWORKS:
+            raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(FRAMEWORKS)} "
+                                            "(keras runs in the tensorflow image)")
+    if len(set(frameworks)) != len(frameworks):
+        raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
+    if raw["registry_sku"] not in REGISTRY_SKUS:
+        raise ConfigError("registrySku", f"{raw['registry_sku']!r} is not one of {', '.join(REGISTRY_SKUS)}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", raw["image_tag"]):
+        raise ConfigError("imageTag", f"{raw['image_tag']!r} is not a valid Docker tag (letters, digits, _ . -)")
+
+    return StackConfig(
+        stack=stack, team=team, location=raw["location"], address_space=vnet,
+        compute_subnet=subnets["computeSubnet"], storage_subnet=subnets["storageSubnet"],
+        reserved_address_spaces=reserved, allowed_ip_ranges=allowed, gpu_sku=sku_name,
+        min_nodes=min_nodes, max_nodes=max_nodes, sas_expiry_hours=raw["sas_expiry_hours"],
+        retain_outputs=raw["retain_outputs"], log_retention_days=raw["log_retention_days"],
+        frameworks=frameworks, registry_sku=raw["registry_sku"], image_tag=raw["image_tag"],
+    )
+
+
+def stack_names(root: Path = REPO_ROOT) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The stack's own values for this project, unqualified; other namespaces (azure-native:...) are left out."""
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise ConfigError("--stack", f"no {path.name} in {root}; stacks here: {', '.join(stack_names(root)) or 'none'}")
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError("--stack", f"{path.name} is not valid YAML: {str(err).splitlines()[0]}") from None
+    prefix = f"{PROJECT}:"
+    return {k[len(prefix):]: v for k, v in (document.get("config") or {}).items() if k.startswith(prefix)}
+
+
+def from_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
+    return parse(stack, read_stack_file(stack, root), load_schema(root / "Pulumi.yaml"))
+
+
+def from_pulumi() -> StackConfig:
+    """The running program's config: the engine applies Pulumi.yaml defaults, we validate."""
+    import pulumi
+
+    config = pulumi.Config()
+    schema = load_schema()
+    values = {name: config.get(name) for name in schema}
+    return parse(pulumi.get_stack(), {k: v for k, v in values.items() if v is not None}, schema)

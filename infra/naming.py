@@ -1,0 +1,25 @@
+"""Names of the Azure resources whose names must be globally unique or predictable (pure functions).
+
+Storage accounts and registries share one global namespace and allow only lowercase letters and digits,
+so their names carry a short hash of (team, stack, location): stable across `pulumi up`, distinct
+between teams and stacks.
+"""
+from __future__ import annotations
+
+import hashlib
+
+
+def _suffix(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+
+
+def resource_group(team: str, stack: str) -> str:
+    return f"rg-dltrain-{team}-{stack}"
+
+
+def storage_account(team: str, stack: str, location: str) -> str:
+    return f"st{team}{_suffix('st', team, stack, location)}"  # <= 22 chars of [a-z0-9]
+
+
+def registry(team: str, stack: str, location: str) -> str:
+    return f"cr{team}{_suffix('cr', team, stack, location)}"

@@ -1,0 +1,100 @@
+"""Registry: ACR with one training image per framework, pulled by the cluster's managed identity.
+
+The admin user stays disabled. The cluster pulls with a user-assigned identity holding AcrPull; the
+images are pushed by a token scoped to their repositories, whose password is generated at deploy time
+and kept as a secret (infra/acr_token.py).
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import pulumi
+import pulumi_docker_build as docker_build
+from pulumi_azure_native import authorization, containerregistry, managedidentity
+
+from infra import naming
+from infra.acr_token import TokenPassword
+from infra.config import REPO_ROOT, StackConfig
+
+ACR_PULL_ROLE = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull
+DOCKERFILES = {"pytorch": "images/pytorch.Dockerfile", "tensorflow": "images/tensorflow.Dockerfile"}
+
+
+def push_scope(frameworks: tuple[str, ...]) -> list[str]:
+    """What the push token may do: read and write the framework repositories, nothing else."""
+    return [f"repositories/{fw}/content/{action}" for fw in frameworks for action in ("read", "write")]
+
+
+def token_expiry(now: datetime) -> str:
+    """First day of the month after next: 1-2 months out, and stable within a month so `up` does not
+    regenerate the password (and rebuild every image) on each run."""
+    month = now.month + 2
+    return datetime(now.year + (month - 1) // 12, (month - 1) % 12 + 1, 1).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class RegistryArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+    now: datetime
+
+
+class Registry(pulumi.ComponentResource):
+    def __init__(self, name: str, args: RegistryArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:registry:Registry", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+
+        self.registry = containerregistry.Registry(
+            f"{name}-acr", **common, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
+            sku=containerregistry.SkuArgs(name=cfg.registry_sku), admin_user_enabled=False, opts=child)
+
+        # The identity the GPU nodes pull images with (and, later, reach storage with).
+        self.pull_identity = managedidentity.UserAssignedIdentity(f"{name}-pull-id", **common, opts=child)
+        subscription = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        self.acr_pull = authorization.RoleAssignment(
+            f"{name}-acr-pull",
+            # Role assignment names are GUIDs; derive it so re-runs address the same assignment.
+            role_assignment_name=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cfg.team}/{cfg.stack}/acrpull")),
+            principal_id=self.pull_identity.principal_id,
+            principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
+            role_definition_id=subscription.subscription_id.apply(
+                lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{ACR_PULL_ROLE}"),
+            scope=self.registry.id, opts=child)
+
+        self.push_scope_map = containerregistry.ScopeMap(
+            f"{name}-push-scope", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
+            scope_map_name="training-image-push", actions=push_scope(cfg.frameworks),
+            description="Push the training images, nothing else", opts=child)
+        self.push_token = containerregistry.Token(
+            f"{name}-push-token", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
+            token_name="training-image-push", scope_map_id=self.push_scope_map.id,
+            status=containerregistry.TokenStatus.ENABLED, opts=child)
+        self.push_password = TokenPassword(
+            f"{name}-push-password", registry_id=self.registry.id, token_id=self.push_token.id,
+            expiry=token_expiry(args.now), opts=child)
+
+        login = docker_build.RegistryArgs(address=self.registry.login_server, username=self.push_token.name,
+                                          password=self.push_password.password)
+        self.images = {
+            framework: docker_build.Image(
+                f"{name}-{framework}-image",
+                context=docker_build.BuildContextArgs(location=str(REPO_ROOT)),
+                dockerfile=docker_build.DockerfileArgs(location=str(REPO_ROOT / DOCKERFILES[framework])),
+                platforms=[docker_build.Platform.LINUX_AMD64],
+                tags=[pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")],
+                registries=[login],
+                push=True,
+                build_on_preview=False,  # a preview (and a PR review) must not spend 20 minutes building CUDA images
+                opts=child)
+            for framework in cfg.frameworks
+        }
+        self.image_refs = {framework: image.ref for framework, image in self.images.items()}
+        self.register_outputs({
+            "login_server": self.registry.login_server,
+            "image_refs": self.image_refs,
+            "pull_identity_id": self.pull_identity.id,
+        })

@@ -1,0 +1,43 @@
+"""Catalog of the GPU VM sizes a stack may ask for.
+
+'r' in a size name means RDMA: an InfiniBand NIC, which multi-node Horovod (NCCL over IB) needs.
+Prices are approximate pay-as-you-go Linux list prices in USD per hour (East US, 2026); `plan` uses
+them for an order-of-magnitude estimate only, so check the Azure pricing page before budgeting.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuSku:
+    name: str
+    gpus: int  # GPUs per node: Horovod starts one process per GPU
+    gpu_model: str
+    infiniband: bool
+    price_per_hour: float
+    retired_on: str | None = None  # ISO date Azure retired the size
+    successor: str | None = None  # what to use instead of a retired size
+
+    @property
+    def retired(self) -> bool:
+        return self.retired_on is not None
+
+
+CATALOG: dict[str, GpuSku] = {
+    sku.name: sku
+    for sku in [
+        # NCv3 (V100): the reference architecture's sizes, retired on 2025-09-30.
+        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, "2025-09-30", "Standard_ND96asr_v4"),
+        GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, "2025-09-30", "Standard_NC24ads_A100_v4"),
+        GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, "2025-09-30", "Standard_NC24ads_A100_v4"),
+        # Single-node sizes, no InfiniBand: good for one-node jobs and trials.
+        GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53),
+        GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67),
+        GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98),
+        # InfiniBand sizes: 8 GPUs per node, NVLink inside, 200-400 Gb/s IB per GPU between nodes.
+        GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20),
+        GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77),
+        GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32),
+    ]
+}
