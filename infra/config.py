@@ -119,6 +119,8 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
 
 def _network(key: str, value: str) -> ipaddress.IPv4Network:
     try:
+        if "/" not in value:
+            raise ValueError(value)  # a bare address would silently become a /32
         return ipaddress.IPv4Network(value, strict=True)
     except ValueError:
         raise ConfigError(key, f"{value!r} is not an IPv4 CIDR with its host bits zero, like 10.10.0.0/16") from None

@@ -42,7 +42,7 @@ class Environment(pulumi.ComponentResource):
         self.network = Network(f"{name}-net", NetworkArgs(cfg, rg), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
             cfg, rg, subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id], now=now), child)
-        self.monitoring.watch_storage(f"{name}-data", self.storage.account.id)
+        self.monitoring.watch_storage("storage", self.storage.account.id)
         self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
 
         self.outputs = {

@@ -25,6 +25,7 @@ class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:monitoring:Monitoring", name, None, opts)
         cfg = args.config
+        self._name = name
         child = pulumi.ResourceOptions(parent=self)
         common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
 
@@ -39,9 +40,10 @@ class Monitoring(pulumi.ComponentResource):
             ingestion_mode=applicationinsights.IngestionMode.LOG_ANALYTICS, opts=child)
         self.register_outputs({"workspace_id": self.workspace.id, "app_insights_id": self.app_insights.id})
 
-    def watch_storage(self, name: str, account_id: pulumi.Input[str]) -> list[monitor.DiagnosticSetting]:
+    def watch_storage(self, label: str, account_id: pulumi.Input[str]) -> list[monitor.DiagnosticSetting]:
         """Send the account's metrics and its blob service's access logs to the workspace."""
         child = pulumi.ResourceOptions(parent=self)
+        name = f"{self._name}-{label}"
         return [
             monitor.DiagnosticSetting(
                 f"{name}-account-diag", resource_uri=account_id, workspace_id=self.workspace.id,

@@ -20,7 +20,8 @@ from pulumi.runtime.sync_await import _sync_await
 from infra.config import PROJECT, StackConfig
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
-MOCK_SAS_SIGNATURE = "sig=MOCK"  # what the mock's SAS tokens carry, so tests can find leaked ones
+MOCK_SAS_SIGNATURE = "sig=MOCK"
+MOCK_ACCOUNT_KEY = "MOCK-ACCOUNT-KEY-a2V5"  # what the mock's SAS tokens carry, so tests can find leaked ones
 
 
 @dataclass
@@ -32,6 +33,7 @@ class DeclaredResource:
     custom: bool
     inputs: dict[str, Any]
     state: dict[str, Any]
+    retain_on_delete: bool = False
 
 
 @dataclass
@@ -109,6 +111,9 @@ class AzureMocks(pulumi.runtime.Mocks):
 
     def call(self, args: pulumi.runtime.MockCallArgs):
         self.invocations.append(Invocation(args.token, dict(args.args)))
+        if args.token == "azure-native:storage:listStorageAccountKeys":
+            # Never called by the program; recognisable if it ever is and the key leaks somewhere.
+            return {"keys": [{"keyName": "key1", "value": MOCK_ACCOUNT_KEY, "permissions": "FULL"}]}
         if args.token == "azure-native:storage:listStorageAccountServiceSAS":
             a = args.args
             token = f"sv=2024-01-01&sr={a['resource']}&sp={a['permissions']}&spr={a['protocols']}&se={a['sharedAccessExpiryTime']}&{MOCK_SAS_SIGNATURE}"
@@ -133,7 +138,8 @@ class RecordingMonitor(mocks.MockMonitor):
             inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
             self.declared.append(DeclaredResource(
                 urn=response.urn, type=request.type, name=request.name, parent_urn=request.parent,
-                custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state)))
+                custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state),
+                retain_on_delete=bool(request.retainOnDelete)))
         return response
 
 

@@ -16,7 +16,7 @@ from pulumi_azure_native import authorization, containerregistry, managedidentit
 
 from infra import naming
 from infra.acr_token import TokenPassword
-from infra.config import REPO_ROOT, StackConfig
+from infra.config import StackConfig
 
 ACR_PULL_ROLE = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull
 DOCKERFILES = {"pytorch": "images/pytorch.Dockerfile", "tensorflow": "images/tensorflow.Dockerfile"}
@@ -82,8 +82,9 @@ class Registry(pulumi.ComponentResource):
         self.images = {
             framework: docker_build.Image(
                 f"{name}-{framework}-image",
-                context=docker_build.BuildContextArgs(location=str(REPO_ROOT)),
-                dockerfile=docker_build.DockerfileArgs(location=str(REPO_ROOT / DOCKERFILES[framework])),
+                # Paths relative to the project folder, where Pulumi runs the program.
+                context=docker_build.BuildContextArgs(location="."),
+                dockerfile=docker_build.DockerfileArgs(location=DOCKERFILES[framework]),
                 platforms=[docker_build.Platform.LINUX_AMD64],
                 tags=[pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")],
                 registries=[login],

@@ -1,0 +1,40 @@
+# PyTorch training image: CUDA, Open MPI with UCX and NCCL for InfiniBand, Horovod built with NCCL by
+# images/build_horovod.sh (the script `make setup` uses for .venv-torch), the training package inside.
+# Built and pushed by `pulumi up` (infra/registry.py) with the build context at the repository root.
+# Pins: training/requirements-torch.txt, the same file .venv-torch installs.
+FROM nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1
+
+# Python, a compiler for Horovod, Open MPI (built with UCX on Ubuntu) and the RDMA user-space libraries
+# that let UCX and NCCL use the InfiniBand NICs the HPC host image exposes.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      python3 python3-dev python3-venv g++ make cmake git openssh-client \
+      openmpi-bin libopenmpi-dev libucx0 ucx-utils \
+      rdma-core ibverbs-providers libibverbs1 librdmacm1 infiniband-diags \
+ && rm -rf /var/lib/apt/lists/*
+
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /opt/dltrain
+
+COPY training/requirements-torch.txt training/
+RUN pip install --no-cache-dir -r training/requirements-torch.txt
+
+COPY images/build_horovod.sh images/
+RUN images/build_horovod.sh --python python --framework pytorch --ops nccl --cache /tmp/wheels \
+ && rm -rf /tmp/wheels
+
+COPY training/ training/
+# NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces).
+ENV NCCL_IB_DISABLE=0 \
+    NCCL_DEBUG=WARN \
+    UCX_TLS=rc,sm,self \
+    OMPI_MCA_pml=ucx
+ENTRYPOINT []
+CMD ["python", "-m", "training", "--help"]

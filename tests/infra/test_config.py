@@ -1,0 +1,118 @@
+import ipaddress
+import itertools
+
+import pytest
+
+from infra import config
+from infra.config import ConfigError, parse
+from tests.infra.conftest import STACKS
+
+
+def test_repo_has_dev_and_a_second_team_stack():
+    assert "dev" in STACKS and len(STACKS) >= 2
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_stack_file_is_valid(stack):
+    cfg = config.from_stack_file(stack)
+    assert cfg.stack == stack and cfg.team
+
+
+def test_team_stacks_differ_where_teams_differ():
+    a, b = (config.from_stack_file(s) for s in STACKS[:2])
+    for attr in ("team", "location", "gpu_sku", "max_nodes", "address_space", "retain_outputs"):
+        assert getattr(a, attr) != getattr(b, attr), attr
+
+
+def test_team_address_spaces_do_not_overlap_so_they_can_be_peered():
+    spaces = {s: config.from_stack_file(s).address_space for s in STACKS}
+    for (s1, n1), (s2, n2) in itertools.combinations(spaces.items(), 2):
+        assert not n1.overlaps(n2), f"{s1} {n1} overlaps {s2} {n2}"
+
+
+def test_schema_declares_type_default_and_description_for_every_field():
+    schema = config.load_schema()
+    fields = {f.name for f in config.fields(config.StackConfig)} - {"stack"}
+    assert {config._field_name(k) for k in schema} == fields
+    for key in schema.values():
+        assert key.type in ("string", "integer", "boolean", "array"), key.name
+        assert key.default is not None, key.name
+        assert len(key.description) > 20, key.name
+
+
+def test_defaults_alone_make_a_valid_config():
+    cfg = parse("x", {})
+    assert cfg.team == "dev" and cfg.max_nodes == 2 and cfg.address_space == ipaddress.IPv4Network("10.10.0.0/16")
+
+
+def test_values_as_pulumi_passes_them_are_strings():
+    cfg = parse("x", {"maxNodes": "4", "retainOutputs": "true", "frameworks": '["pytorch"]'})
+    assert (cfg.max_nodes, cfg.retain_outputs, cfg.frameworks) == (4, True, ("pytorch",))
+
+
+BAD_CONFIGS = [
+    # (values, key named in the error, words of the fix)
+    ({"team": "Vision"}, "team", "lowercase"),
+    ({"team": "a"}, "team", "2-12"),
+    ({"team": "averyveryverylongteam"}, "team", "2-12"),
+    ({"location": "West Europe"}, "location", "region"),
+    ({"addressSpace": "10.10.0.0"}, "addressSpace", "CIDR"),
+    ({"addressSpace": "10.10.0.1/16"}, "addressSpace", "host bits"),
+    ({"addressSpace": "52.10.0.0/16"}, "addressSpace", "private"),
+    ({"addressSpace": "10.10.0.0/28"}, "addressSpace", "too small"),
+    ({"reservedAddressSpaces": ["10.10.128.0/17"]}, "addressSpace", "overlaps reserved"),
+    ({"reservedAddressSpaces": ["hub"]}, "reservedAddressSpaces", "CIDR"),
+    ({"computeSubnet": "10.11.0.0/20"}, "computeSubnet", "not inside"),
+    ({"storageSubnet": "192.168.0.0/24"}, "storageSubnet", "not inside"),
+    ({"storageSubnet": "10.10.8.0/24"}, "storageSubnet", "overlaps computeSubnet"),
+    ({"computeSubnet": "10.10.0.0/29", "maxNodes": 8}, "computeSubnet", "usable addresses"),
+    ({"allowedIpRanges": ["10.1.2.3/32"]}, "allowedIpRanges", "public"),
+    ({"allowedIpRanges": ["0.0.0.0/0"]}, "allowedIpRanges", "/16 or smaller"),
+    ({"gpuSku": "Standard_XYZ"}, "gpuSku", "known sizes"),
+    ({"gpuSku": "Standard_NC24rs_v3"}, "gpuSku", "use Standard_ND96asr_v4"),
+    ({"gpuSku": "Standard_NC6s_v3", "maxNodes": 1}, "gpuSku", "retired on 2025-09-30"),
+    ({"gpuSku": "Standard_NC24ads_A100_v4", "maxNodes": 2}, "maxNodes", "InfiniBand"),
+    ({"minNodes": -1}, "minNodes", "negative"),
+    ({"maxNodes": 0}, "maxNodes", "between 1"),
+    ({"maxNodes": 500}, "maxNodes", "between 1"),
+    ({"minNodes": 3, "maxNodes": 2}, "minNodes", "more than maxNodes"),
+    ({"maxNodes": "two"}, "maxNodes", "whole number"),
+    ({"maxNodes": True}, "maxNodes", "whole number"),
+    ({"sasExpiryHours": 0}, "sasExpiryHours", "1-720"),
+    ({"sasExpiryHours": 24 * 365}, "sasExpiryHours", "1-720"),
+    ({"logRetentionDays": 7}, "logRetentionDays", "30-730"),
+    ({"retainOutputs": "maybe"}, "retainOutputs", "true or false"),
+    ({"frameworks": []}, "frameworks", "at least one"),
+    ({"frameworks": ["keras"]}, "frameworks", "tensorflow image"),
+    ({"frameworks": ["pytorch", "pytorch"]}, "frameworks", "twice"),
+    ({"frameworks": "pytorch"}, "frameworks", "list"),
+    ({"registrySku": "Gold"}, "registrySku", "Premium"),
+    ({"imageTag": "v1:latest"}, "imageTag", "Docker tag"),
+    ({"team": 42}, "team", "string"),
+    ({"maxNode": 4}, "maxNode", "did you mean 'maxNodes'"),
+]
+
+
+@pytest.mark.parametrize("values,key,fix", BAD_CONFIGS, ids=[f"{k}-{i}" for i, (_, k, _) in enumerate(BAD_CONFIGS)])
+def test_bad_config_is_refused_naming_its_key_and_fix(values, key, fix):
+    with pytest.raises(ConfigError) as raised:
+        parse("x", values)
+    assert raised.value.key == key
+    message = str(raised.value)
+    assert f"'{key}'" in message and fix in message
+    assert "\n" not in message
+
+
+def test_missing_stack_file_names_the_stacks_there(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.a.yaml").write_text("config: {}\n")
+    with pytest.raises(ConfigError, match="no Pulumi.b.yaml .*stacks here: a"):
+        config.from_stack_file("b", tmp_path)
+
+
+def test_invalid_yaml_stack_file_is_one_line(tmp_path):
+    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.a.yaml").write_text("config:\n  x: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as raised:
+        config.from_stack_file("a", tmp_path)
+    assert "\n" not in str(raised.value)

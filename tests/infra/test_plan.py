@@ -1,0 +1,47 @@
+"""`python -m infra plan` as a reviewer runs it: a real subprocess, no Azure, no Pulumi CLI."""
+import shutil
+import subprocess
+import sys
+
+from infra.config import REPO_ROOT
+from infra.offline import MOCK_SAS_SIGNATURE
+
+
+def run_plan(*args):
+    return subprocess.run([sys.executable, "-m", "infra", "plan", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_plan_prints_tree_cost_and_verdicts_for_dev():
+    result = run_plan("--stack", "dev")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in ("dltrain:index:Environment", "├─ dltrain:network:Network", "azure-native:storage:StorageAccount",
+                     "networkRuleSet.defaultAction=Deny", "adminUserEnabled=false", "docker-build:index:Image",
+                     "at minNodes=0: 0.08 per hour", "at maxNodes=2: 54.48 per hour (16 GPUs)",
+                     "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]"):
+        assert expected in out, expected
+    assert "FAIL" not in out
+    assert MOCK_SAS_SIGNATURE not in out + result.stderr  # SAS values are never printed
+
+
+def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
+    shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path)
+    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  azure-dl-training:gpuSku: Standard_NC24rs_v3\n")
+    result = run_plan("--stack", "bad", "--project-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: Pulumi.bad.yaml: config key 'gpuSku': Standard_NC24rs_v3 was retired on 2025-09-30; "
+        "use Standard_ND96asr_v4"]
+
+
+def test_plan_unknown_stack_names_the_known_ones():
+    result = run_plan("--stack", "nope")
+    assert result.returncode == 2 and "stacks here: dev, vision" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_teaches_the_commands():
+    result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0 and "plan" in result.stdout and "Examples" in result.stdout
