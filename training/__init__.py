@@ -1,0 +1,1 @@
+"""What runs on the cluster and locally: `python -m training COMMAND` (train, synth-data, benchmark)."""

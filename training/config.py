@@ -1,0 +1,147 @@
+"""Training configuration: defaults here, an optional YAML file over them, flags over both.
+
+One dataclass for every framework; each field's help text is its `--help` line. Validation that needs no
+framework happens here, so a bad value fails in a second, before any model is built.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from training.errors import UsageError
+
+FRAMEWORKS = ("pytorch", "tensorflow", "keras")
+DIST_BACKENDS = ("horovod", "ddp")
+PRECISIONS = ("fp32", "bf16", "fp16")
+SCHEDULES = ("cosine", "step")
+
+
+def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    # What and where
+    framework: str = _opt("pytorch", "framework and its training loop", FRAMEWORKS)
+    dist: str = _opt("horovod", "distribution: horovod (launch with horovodrun) or ddp (launch with torchrun; "
+                                "pytorch only)", DIST_BACKENDS)
+    data: str = _opt("synthetic", "'synthetic' (random tensors made on the device, like Horovod's benchmark) or "
+                                  "an ImageNet-layout folder: train/<class>/*.JPEG, optional val/<class>/*.JPEG")
+    output_dir: str = _opt("out", "metrics.jsonl, summary.json, TensorBoard events, checkpoints/, model export")
+    # Model and data
+    num_classes: int = _opt(1000, "classes of the ResNet50 head (a folder dataset must have this many or fewer)")
+    image_size: int = _opt(224, "training crop size in pixels")
+    batch_size: int = _opt(32, "images per worker per step; the global batch is this x world size")
+    workers: int = _opt(4, "data-loading processes per worker (folder data)")
+    max_bad_images: float = _opt(0.01, "fraction of unreadable images tolerated before training refuses to start")
+    # Optimisation (Goyal et al. 2017)
+    base_lr: float = _opt(0.1, "learning rate per 256 images; the peak LR is base_lr x global batch / 256")
+    warmup_steps: int = _opt(-1, "linear warmup steps from base_lr to the peak (-1: 5%% of the run)")
+    lr_schedule: str = _opt("cosine", "decay after warmup", SCHEDULES)
+    momentum: float = _opt(0.9, "SGD momentum")
+    weight_decay: float = _opt(1e-4, "L2 weight decay")
+    label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy loss")
+    # Speed
+    precision: str = _opt("fp32", "compute precision (autocast; fp16 adds loss scaling)", PRECISIONS)
+    channels_last: bool = _opt(False, "NHWC memory format (faster convolutions on tensor cores and CPU)")
+    compile: bool = _opt(False, "torch.compile the model (pytorch)")
+    fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
+    # Length and cadence
+    epochs: float = _opt(1.0, "passes over the training data (ignored when --steps is set)")
+    steps: int = _opt(0, "optimizer steps to run in total (0: use --epochs)")
+    log_every: int = _opt(10, "steps between metrics.jsonl records and progress lines")
+    checkpoint_every: int = _opt(500, "steps between checkpoints (one is always written at the end)")
+    keep_checkpoints: int = _opt(3, "checkpoints kept; older ones are deleted")
+    resume: str = _opt("none", "'auto' continues from the newest valid checkpoint in output_dir, or a checkpoint path")
+    seed: int = _opt(42, "seed of weights, synthetic data and augmentation")
+    export: bool = _opt(True, "export the final model (ONNX for pytorch) from rank 0")
+
+    def validate(self) -> None:
+        positive = ("num_classes", "image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.image_size < 32:
+            raise UsageError(f"--image-size {self.image_size} is too small for ResNet50; use 32 or more")
+        if self.steps < 0 or self.epochs <= 0:
+            raise UsageError("--steps must be >= 0 and --epochs > 0")
+        if self.workers < 0:
+            raise UsageError(f"--workers must be >= 0, got {self.workers}")
+        if not 0 <= self.max_bad_images < 1:
+            raise UsageError(f"--max-bad-images must be a fraction in [0, 1), got {self.max_bad_images}")
+        if self.base_lr <= 0:
+            raise UsageError(f"--base-lr must be positive, got {self.base_lr}")
+        if self.dist == "ddp" and self.framework != "pytorch":
+            raise UsageError(f"--dist ddp applies to pytorch only; launch --framework {self.framework} with horovodrun")
+        if self.compile and self.framework != "pytorch":
+            raise UsageError(f"--compile applies to pytorch only (tensorflow has --xla)")
+        if self.framework != "pytorch":
+            raise UsageError(f"--framework {self.framework} is not available yet: only pytorch is implemented")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not the whole usage block
+        self.exit(2, f"error: {message} (see `python -m training {self.prog.split()[-1]} --help`)\n")
+
+
+def build_parser(prog: str = "python -m training train", description: str = "") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, help="YAML file of defaults (keys: the flag names with _ or -); "
+                                                    "flags given on the command line win")
+    for f in fields(TrainConfig):
+        help_text = f"{f.metadata['help']} (default: {f.default})"
+        if f.type == "bool":
+            parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
+        else:
+            kind = {"int": int, "float": float, "str": str}[f.type]
+            parser.add_argument(_flag(f.name), type=kind, default=f.default, choices=f.metadata["choices"],
+                                help=help_text)
+    return parser
+
+
+def _from_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text()) or {}
+    except OSError as err:
+        raise UsageError(f"--config {path}: {err.strerror}") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"--config {path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(loaded, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option: value")
+    names = {f.name for f in fields(TrainConfig)}
+    values = {str(k).replace("-", "_"): v for k, v in loaded.items()}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise UsageError(f"--config {path}: unknown option {unknown[0]!r}")
+    return values
+
+
+def parse_args(argv: list[str], description: str = "") -> TrainConfig:
+    parser = build_parser(description=description)
+    known, _ = parser.parse_known_args(argv)
+    if known.config:
+        defaults = _from_yaml(known.config)
+        parser.set_defaults(**defaults)
+        # YAML values go through the same type and choice checks as flags.
+        for action in parser._actions:
+            if action.dest in defaults and action.choices and defaults[action.dest] not in action.choices:
+                raise UsageError(f"--config {known.config}: {action.dest} must be one of {', '.join(action.choices)}")
+    args = vars(parser.parse_args(argv))
+    args.pop("config")
+    cfg = TrainConfig(**args)
+    cfg.validate()
+    return cfg
+
+
+def as_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return asdict(cfg)
