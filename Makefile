@@ -7,7 +7,7 @@ PYTHON ?= python3
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
-setup: .venv/.installed  ## make the environments (.venv: deployer + tests)
+setup: .venv/.installed .venv-torch/.installed  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch training)
 
 # The deployer: Pulumi program, infra CLI, data upload/stage, test tools. No ML framework.
 .venv/.installed: requirements.txt requirements-dev.txt
@@ -15,14 +15,31 @@ setup: .venv/.installed  ## make the environments (.venv: deployer + tests)
 	.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	touch $@
 
-demo: setup  ## the main job, locally: plan the dev stack offline
+# PyTorch training: torch + torchvision pinned in training/requirements-torch.txt (the image installs the same
+# file), Horovod built from source by the script the image uses too; the wheel is cached in .cache/wheels.
+.venv-torch/.installed: training/requirements-torch.txt requirements-dev.txt images/build_horovod.sh
+	$(PYTHON) -m venv .venv-torch
+	.venv-torch/bin/pip install --quiet --disable-pip-version-check -r training/requirements-torch.txt -r requirements-dev.txt
+	bash images/build_horovod.sh --python .venv-torch/bin/python --framework pytorch --ops gloo
+	touch $@
+
+DEMO := demo-out
+demo: setup  ## the main job, locally: plan the dev stack, make a JPEG dataset, train on it with 2 Horovod ranks, export ONNX
 	.venv/bin/python -m infra plan --stack dev
+	rm -rf $(DEMO)
+	.venv-torch/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
+	.venv-torch/bin/horovodrun --gloo -np 2 -H localhost:2 .venv-torch/bin/python -m training train \
+	    --data $(DEMO)/dataset --num-classes 4 --image-size 64 --batch-size 8 --steps 40 --log-every 5 \
+	    --checkpoint-every 20 --workers 1 --base-lr 0.4 --output-dir $(DEMO)/run
+	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
+	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
 
 plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
-test: setup  ## the whole test suite
-	.venv/bin/python -m pytest tests
+test: setup  ## the whole test suite: infra and images in .venv, training in .venv-torch (real Horovod ranks)
+	.venv/bin/python -m pytest tests/infra tests/test_images.py
+	.venv-torch/bin/python -m pytest tests/training
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
 	rm -rf .venv .venv-torch .venv-tf .pytest_cache

@@ -58,6 +58,8 @@ class TrainConfig:
     log_every: int = _opt(10, "steps between metrics.jsonl records and progress lines")
     checkpoint_every: int = _opt(500, "steps between checkpoints (one is always written at the end)")
     keep_checkpoints: int = _opt(3, "checkpoints kept; older ones are deleted")
+    stop_at_step: int = _opt(0, "end this run at this step with a checkpoint, as a preemption would (0: run to "
+                                "the end); a later --resume auto continues the same LR schedule")
     resume: str = _opt("none", "'auto' continues from the newest valid checkpoint in output_dir, or a checkpoint path")
     seed: int = _opt(42, "seed of weights, synthetic data and augmentation")
     export: bool = _opt(True, "export the final model (ONNX for pytorch) from rank 0")
@@ -69,8 +71,8 @@ class TrainConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.image_size < 32:
             raise UsageError(f"--image-size {self.image_size} is too small for ResNet50; use 32 or more")
-        if self.steps < 0 or self.epochs <= 0:
-            raise UsageError("--steps must be >= 0 and --epochs > 0")
+        if self.steps < 0 or self.epochs <= 0 or self.stop_at_step < 0:
+            raise UsageError("--steps and --stop-at-step must be >= 0, --epochs > 0")
         if self.workers < 0:
             raise UsageError(f"--workers must be >= 0, got {self.workers}")
         if not 0 <= self.max_bad_images < 1:

@@ -25,12 +25,15 @@ class Horovod:
         hvd = self.hvd
         # Horovod: average gradients across ranks during backward; optionally send them as fp16.
         compression = hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none
+        # (DistributedOptimizer builds a new optimizer: load a checkpoint's optimizer state after this.)
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compression)
-        # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or resumed).
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
+
+    def sync_initial_state(self, model, optimizer) -> None:
+        # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or resumed).
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def step(self, optimizer, scaler) -> None:
         if scaler is None:
@@ -81,6 +84,9 @@ class Ddp:
 
             ddp_model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return ddp_model, optimizer
+
+    def sync_initial_state(self, model, optimizer) -> None:
+        pass  # DDP broadcast rank 0's parameters when it wrapped the model; every rank loaded the same checkpoint
 
     def step(self, optimizer, scaler) -> None:
         if scaler is None:

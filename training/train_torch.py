@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -88,7 +89,14 @@ def _evaluate(model, loader, device, dist, channels_last: bool) -> float:
     return correct / total if total else 0.0
 
 
-def run(cfg: TrainConfig) -> dict:
+@dataclass
+class Trained:
+    summary: dict
+    model: torch.nn.Module  # this rank's copy, unwrapped
+    rank: int
+
+
+def run(cfg: TrainConfig) -> Trained:
     dist = distributed.init(cfg.dist)
     is_rank0 = dist.rank == 0  # only rank 0 writes files and prints progress
     out = Path(cfg.output_dir)
@@ -108,6 +116,7 @@ def run(cfg: TrainConfig) -> dict:
     data = (SyntheticData(cfg, global_batch, device, dist.rank) if cfg.data == "synthetic"
             else FolderData(Path(cfg.data), cfg, dist.rank, dist.size, pin_memory=cuda))
     total_steps = cfg.steps or max(1, math.ceil(cfg.epochs * data.steps_per_epoch))
+    stop_at = min(total_steps, cfg.stop_at_step or total_steps)
     warmup = cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, total_steps // 20)
     peak = peak_lr(cfg.base_lr, global_batch)
 
@@ -115,18 +124,19 @@ def run(cfg: TrainConfig) -> dict:
     optimizer = torch.optim.SGD(model.parameters(), lr=peak, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     scaler = torch.amp.GradScaler(device.type) if cfg.precision == "fp16" else None
     step = 0
+    model, optimizer = dist.wrap(model, optimizer, cfg.fp16_allreduce)
     # Rank 0 picks the checkpoint (it is the one that writes them); every rank reads that same file.
     resume_from = dist.broadcast_object(str(_resume_path(cfg, ckpt_dir) or "") if is_rank0 else None)
     if resume_from:
         state = _load(Path(resume_from))
-        model.load_state_dict(state["model"])
+        getattr(model, "module", model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         if scaler and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
         step = state["step"]
         if is_rank0:
             print(f"resumed from {resume_from} at step {step}", flush=True)
-    model, optimizer = dist.wrap(model, optimizer, cfg.fp16_allreduce)
+    dist.sync_initial_state(model, optimizer)
     train_model = torch.compile(model) if cfg.compile else model
     autocast = (torch.autocast(device.type, dtype=AUTOCAST_DTYPES[cfg.precision])
                 if cfg.precision in AUTOCAST_DTYPES else contextlib.nullcontext())
@@ -145,7 +155,7 @@ def run(cfg: TrainConfig) -> dict:
     start_step, started = step, time.perf_counter()
     window_start, window_step = started, step
     model.train()
-    while step < total_steps:
+    while step < stop_at:
         epoch, offset = divmod(step, data.steps_per_epoch)
         for images, labels in data.epoch_batches(epoch, offset):
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
@@ -162,7 +172,7 @@ def run(cfg: TrainConfig) -> dict:
             dist.step(optimizer, scaler)
             step += 1
 
-            if step % cfg.log_every == 0 or step == total_steps:
+            if step % cfg.log_every == 0 or step == stop_at:
                 loss_value = dist.mean(loss.item())  # Horovod/DDP: the loss averaged over all ranks
                 now = time.perf_counter()
                 rate = (step - window_step) * global_batch / (now - window_start)
@@ -176,10 +186,10 @@ def run(cfg: TrainConfig) -> dict:
                     writer.add_scalar("train/img_per_sec", rate, step)
                     print(f"step {step}/{total_steps}  epoch {step / data.steps_per_epoch:.2f}  loss {loss_value:.4f}  "
                           f"lr {lr:.4g}  {rate:.1f} img/s", flush=True)
-            if is_rank0 and (step % cfg.checkpoint_every == 0 or step == total_steps):
+            if is_rank0 and (step % cfg.checkpoint_every == 0 or step == stop_at):
                 checkpoint.save(ckpt_dir, step, _checkpoint_state(model, optimizer, scaler, step, cfg), torch.save,
                                 cfg.keep_checkpoints)
-            if step >= total_steps:
+            if step >= stop_at:
                 break
 
     wall = time.perf_counter() - started
@@ -194,19 +204,22 @@ def run(cfg: TrainConfig) -> dict:
     if is_rank0:
         writer.close()
         log.close()
-        if cfg.export:
+        if cfg.export and step == total_steps:  # a preempted run (--stop-at-step) exports nothing
             from training.export_onnx import export_checked
 
             result["onnx"] = str(export_checked(getattr(model, "module", model), out, cfg.image_size, device))
         metrics.write_json_atomic(out / "summary.json", result)
     dist.shutdown()
-    return result
+    return Trained(result, getattr(model, "module", model), dist.rank)
 
 
 def main(cfg: TrainConfig) -> int:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-    result = run(cfg)
-    if result and os.environ.get("HOROVOD_RANK", os.environ.get("RANK", "0")) == "0":
-        print(f"done: {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on {result['world_size']} "
-              f"worker(s), final loss {result['final_loss']:.4f}; outputs in {cfg.output_dir}", file=sys.stdout)
+    trained = run(cfg)
+    result = trained.summary
+    if trained.rank == 0:
+        print(f"done: step {result['steps']}, {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on "
+              f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
+              + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
+              + f"; outputs in {cfg.output_dir}", file=sys.stdout)
     return 0

@@ -1,0 +1,46 @@
+"""Pure parts of training: LR schedule, throughput statistics, checkpoint files."""
+import pytest
+
+from training import checkpoint, metrics
+from training.schedule import lr_at, peak_lr
+
+
+def test_peak_lr_scales_with_global_batch():
+    assert peak_lr(0.1, 256) == pytest.approx(0.1)
+    assert peak_lr(0.1, 8192) == pytest.approx(3.2)
+
+
+def test_warmup_is_linear_then_cosine_decays_to_zero():
+    kw = dict(peak=3.2, total_steps=100, warmup_steps=10, schedule="cosine", base_lr=0.1)
+    assert lr_at(0, **kw) == pytest.approx(0.1)
+    assert lr_at(5, **kw) == pytest.approx(0.1 + 3.1 * 0.5)
+    assert lr_at(10, **kw) == pytest.approx(3.2)
+    assert lr_at(55, **kw) == pytest.approx(1.6)
+    assert lr_at(100, **kw) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_step_schedule_drops_tenfold_at_30_60_80_percent():
+    kw = dict(peak=1.0, total_steps=100, warmup_steps=0, schedule="step", base_lr=0.1)
+    assert [lr_at(s, **kw) for s in (29, 30, 60, 80)] == pytest.approx([1.0, 0.1, 0.01, 0.001])
+
+
+def test_mean_ci_is_196_sigma():
+    mean, ci = metrics.mean_ci([10.0, 20.0])
+    assert mean == 15.0 and ci == pytest.approx(1.96 * 5.0)
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    saved = []
+    for step in (1, 2, 3, 4):
+        checkpoint.save(tmp_path, step, {"s": step}, lambda state, p: p.write_text(str(state["s"])), keep=2)
+        saved.append(step)
+    assert [p.name for p in checkpoint.listed(tmp_path)] == ["ckpt-00000003.pt", "ckpt-00000004.pt"]
+    assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / "ckpt-00000004.pt").write_text("garbage")
+
+    def load(path):
+        if not path.read_text().isdigit():
+            raise ValueError("corrupt")
+        return int(path.read_text())
+
+    assert checkpoint.newest_valid(tmp_path, load) == (tmp_path / "ckpt-00000003.pt", 3)
