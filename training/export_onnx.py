@@ -35,6 +35,9 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int, device) -
         expected = model(sample).float().cpu().numpy()
     session = onnxruntime.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     got = session.run(["logits"], {"images": sample.cpu().numpy()})[0]
+    if not np.isfinite(expected).all():
+        tmp.unlink(missing_ok=True)
+        raise OnnxMismatch("the trained model gives non-finite logits (training diverged); lower --base-lr")
     if not np.allclose(got, expected, atol=TOLERANCE, rtol=TOLERANCE):
         tmp.unlink(missing_ok=True)
         raise OnnxMismatch(f"ONNX logits differ from PyTorch by up to {np.abs(got - expected).max():.2e}")
