@@ -44,7 +44,9 @@ def _build_model(cfg: TrainConfig, device):
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
     model = torchvision.models.resnet50(num_classes=cfg.num_classes).to(device)
-    if cfg.channels_last:
+    # Horovod 0.28 allreduces only NCHW-contiguous tensors, so under Horovod the weights (and so their
+    # gradients) stay NCHW and only the activations go channels-last; DDP takes channels-last weights.
+    if cfg.channels_last and cfg.dist == "ddp":
         model = model.to(memory_format=torch.channels_last)
     return model
 
