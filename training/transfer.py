@@ -1,0 +1,215 @@
+"""What upload and stage share: container URLs and credentials, SAS redaction, retries, errors, progress.
+
+Access is a SAS carried in the container URL, or Azure AD (DefaultAzureCredential) when the URL has none.
+Account keys are refused. SAS values are secrets: everything this module prints goes through `redact`.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+from training.errors import UsageError
+
+BLOCK_SIZE = 4 * 1024 * 1024  # blob blocks and download ranges: memory per worker stays near this
+READ_SIZE = 1024 * 1024
+MAX_ATTEMPTS = 6  # per file, for transient errors (connection lost, timeouts, 5xx, throttling)
+_SAS = re.compile(r"([?&])(sig|se|sp|sv|sr|st|spr|skoid|sktid|skt|ske|sks|skv|srt|ss)=[^&\s'\"]*", re.I)
+_KEYISH = re.compile(r"AccountKey=|SharedKey|SharedAccessKey", re.I)
+T = TypeVar("T")
+
+
+class PermanentError(Exception):
+    """A failure retrying cannot fix (permissions, expiry, missing container): stops the whole transfer."""
+
+
+def redact(text: str) -> str:
+    """Remove SAS parameters from any URL in `text`."""
+    return _SAS.sub(lambda m: f"{m.group(1)}{m.group(2)}=REDACTED" if m.group(2).lower() == "sig" else "", text)
+
+
+@dataclass(frozen=True)
+class ContainerTarget:
+    url: str  # as given, possibly with a SAS
+    account_url: str
+    container: str
+    has_sas: bool
+
+    @staticmethod
+    def parse(url: str, name: str = "CONTAINER_URL") -> "ContainerTarget":
+        if _KEYISH.search(url):
+            raise UsageError(f"{name}: account keys are never accepted; pass a container URL with a SAS "
+                             "(`pulumi stack output sas --show-secrets`) or none to use Azure AD")
+        parsed = urlparse(url)
+        if parsed.scheme not in ("https", "http") or not parsed.netloc:
+            raise UsageError(f"{name}: {redact(url)!r} is not a container URL like "
+                             "https://ACCOUNT.blob.core.windows.net/CONTAINER?SAS")
+        parts = [p for p in parsed.path.split("/") if p]
+        # Emulator/IP-style URLs carry the account in the path: http://127.0.0.1:10000/ACCOUNT/CONTAINER
+        ip_style = parsed.hostname and (parsed.hostname[0].isdigit() or parsed.hostname == "localhost")
+        need = 2 if ip_style else 1
+        if len(parts) != need:
+            raise UsageError(f"{name}: {redact(url)!r} must name exactly one container")
+        if parsed.scheme == "http" and not ip_style:
+            raise UsageError(f"{name}: use https (http is accepted only for a local emulator)")
+        account_url = f"{parsed.scheme}://{parsed.netloc}" + (f"/{parts[0]}" if ip_style else "")
+        return ContainerTarget(url, account_url, parts[-1], "sig=" in parsed.query)
+
+    def client(self, workers: int):
+        from azure.storage.blob import ContainerClient
+
+        options = dict(max_block_size=BLOCK_SIZE, max_single_put_size=BLOCK_SIZE, max_chunk_get_size=BLOCK_SIZE,
+                       max_single_get_size=BLOCK_SIZE, connection_timeout=20, read_timeout=60,
+                       retry_total=2,  # the SDK's own retries stay short; ours (per file, with backoff) do the rest
+                       connection_pool_maxsize=max(10, workers * 2))
+        if self.has_sas:
+            return ContainerClient.from_container_url(self.url, **options)
+        from azure.identity import DefaultAzureCredential
+
+        return ContainerClient(self.account_url, self.container, credential=DefaultAzureCredential(), **options)
+
+    @property
+    def display(self) -> str:
+        return f"{self.account_url}/{self.container}" + (" (SAS)" if self.has_sas else " (Azure AD)")
+
+
+def md5_file(path: Path) -> bytes:
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        while chunk := f.read(READ_SIZE):
+            digest.update(chunk)
+    return digest.digest()
+
+
+def b64(digest: bytes | bytearray | None) -> str:
+    return base64.b64encode(bytes(digest)).decode() if digest else "-"
+
+
+def classify(err: BaseException, operation: str) -> BaseException:
+    """Turn a storage error into PermanentError (with the fix) or leave it transient (returned as is)."""
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+
+    if isinstance(err, PermanentError):
+        return err
+    status = getattr(err, "status_code", None)
+    code = getattr(err, "error_code", None) or ""
+    message = str(getattr(err, "message", "") or err)
+    if isinstance(err, ClientAuthenticationError) or status == 403:
+        if "expir" in message.lower() or "Signed expiry time" in message:
+            return PermanentError("the SAS has expired; get a fresh one (`pulumi up` renews the stack's SAS)")
+        if code == "AuthorizationPermissionMismatch" or "permission" in message.lower():
+            return PermanentError(f"the SAS does not allow {operation}: upload needs create+write (cw) on the "
+                                  "container, stage needs read+list (rl)")
+        if code.startswith("AuthorizationResourceType") or code == "AuthorizationFailure":
+            return PermanentError(f"access denied for {operation} ({code}): check the SAS scope and the storage "
+                                  "firewall (your IP in allowedIpRanges)")
+        return PermanentError(f"authentication failed for {operation} ({code or status}): the SAS or Azure AD "
+                              "identity is not valid for this container")
+    if isinstance(err, ResourceNotFoundError) or status == 404:
+        if code == "ContainerNotFound":
+            return PermanentError("the container does not exist (check the URL; `pulumi up` creates data, "
+                                  "scripts and outputs)")
+        return PermanentError(f"not found during {operation} ({code or status})")
+    if isinstance(err, HttpResponseError) and status is not None and 400 <= status < 500 and status not in (408, 429):
+        return PermanentError(f"{operation} refused with HTTP {status} ({code}): {redact(message.splitlines()[0])}")
+    return err
+
+
+@dataclass
+class Stats:
+    files: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    retried: int = 0
+    failed: int = 0
+    started: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, *, files=0, bytes=0, skipped=0, retried=0, failed=0) -> None:
+        with self.lock:
+            self.files += files
+            self.bytes += bytes
+            self.skipped += skipped
+            self.retried += retried
+            self.failed += failed
+
+    def line(self, verb: str) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        done = self.files + self.skipped
+        return (f"{verb}: {done} files ({self.bytes / 1e6:.1f} MB moved) in {elapsed:.1f} s: {self.files} transferred, "
+                f"{self.skipped} skipped, {self.retried} retried, {self.failed} failed; "
+                f"{done / elapsed:.0f} files/s, {self.bytes / 1e6 / elapsed:.1f} MB/s")
+
+
+class Progress:
+    """A live line on a terminal; a plain line every `interval` seconds otherwise (logs, CI, Batch stdout)."""
+
+    def __init__(self, verb: str, stats: Stats, interval: float = 5.0, stream=None):
+        self.verb, self.stats, self.stream = verb, stats, stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.interval = 0.2 if self.tty else interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._emit()
+
+    def _emit(self) -> None:
+        text = self.stats.line(self.verb)
+        self.stream.write(f"\r{text}\033[K" if self.tty else text + "\n")
+        self.stream.flush()
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        if self.tty:
+            self.stream.write("\r\033[K")
+
+
+def with_retries(operation: str, stats: Stats, attempt: Callable[[], T]) -> T:
+    """Run `attempt`; on a transient error wait (exponential backoff with jitter) and try again."""
+    for tries in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return attempt()
+        except Exception as err:  # noqa: BLE001 - sorted into permanent and transient below
+            classified = classify(err, operation)
+            if isinstance(classified, PermanentError) or tries == MAX_ATTEMPTS:
+                raise classified from None
+            stats.add(retried=1)
+            time.sleep(min(30.0, 0.5 * 2 ** (tries - 1)) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+def run_bounded(items: Iterable[Any], work: Callable[[Any], None], workers: int) -> None:
+    """Apply `work` to each item on `workers` threads, holding at most 2 x workers items in flight, so memory
+    does not grow with the number of items; the first permanent error cancels the rest and is raised."""
+    pending: set[Future] = set()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for item in items:
+                pending.add(pool.submit(work, item))
+                if len(pending) >= 2 * workers:
+                    done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        future.result()
+            for future in pending:
+                future.result()
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
