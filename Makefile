@@ -7,7 +7,14 @@ PYTHON ?= python3
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
-setup: .venv/.installed .venv-torch/.installed  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch training)
+AZURITE_VERSION := 3.37.0
+setup: .venv/.installed .venv-torch/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch training, Azurite)
+
+# Azurite, the Azure Storage emulator (npm), for the demo and the data-path tests.
+.cache/azurite/.installed-$(AZURITE_VERSION):
+	mkdir -p .cache/azurite
+	npm install --prefix .cache/azurite --no-audit --no-fund --silent azurite@$(AZURITE_VERSION)
+	touch $@
 
 # The deployer: Pulumi program, infra CLI, data upload/stage, test tools. No ML framework.
 .venv/.installed: requirements.txt requirements-dev.txt
@@ -24,12 +31,13 @@ setup: .venv/.installed .venv-torch/.installed  ## make the environments (.venv:
 	touch $@
 
 DEMO := demo-out
-demo: setup  ## the main job, locally: plan the dev stack, make a JPEG dataset, train on it with 2 Horovod ranks, export ONNX
+demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX
 	.venv/bin/python -m infra plan --stack dev
 	rm -rf $(DEMO)
 	.venv-torch/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
+	.venv/bin/python -m training data-demo $(DEMO)/dataset $(DEMO)/nfs
 	.venv-torch/bin/horovodrun --gloo -np 2 -H localhost:2 .venv-torch/bin/python -m training train \
-	    --data $(DEMO)/dataset --num-classes 4 --image-size 64 --batch-size 8 --steps 40 --log-every 5 \
+	    --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 --log-every 5 \
 	    --checkpoint-every 20 --workers 1 --base-lr 0.4 --output-dir $(DEMO)/run
 	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
 	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
@@ -38,7 +46,7 @@ plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
 test: setup  ## the whole test suite: infra and images in .venv, training in .venv-torch (real Horovod ranks)
-	.venv/bin/python -m pytest tests/infra tests/test_images.py
+	.venv/bin/python -m pytest tests/infra tests/data tests/test_images.py
 	.venv-torch/bin/python -m pytest tests/training
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)

@@ -17,7 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
+from datetime import datetime, timezone
+from urllib.parse import parse_qs, urlparse
 
 from training.errors import UsageError
 
@@ -63,6 +64,17 @@ class ContainerTarget:
         if parsed.scheme == "http" and not ip_style:
             raise UsageError(f"{name}: use https (http is accepted only for a local emulator)")
         account_url = f"{parsed.scheme}://{parsed.netloc}" + (f"/{parts[0]}" if ip_style else "")
+        expiry = parse_qs(parsed.query).get("se", [None])[0]
+        if expiry:
+            try:
+                expires = datetime.fromisoformat(expiry.replace("Z", "+00:00"))
+            except ValueError:
+                raise UsageError(f"{name}: the SAS expiry se={expiry!r} is not a date") from None
+            if expires.tzinfo is None:
+                expires = expires.replace(tzinfo=timezone.utc)
+            if expires <= datetime.now(timezone.utc):
+                raise UsageError(f"{name}: the SAS expired at {expiry}; get a fresh one "
+                                 "(`pulumi up` renews the stack's SAS)")
         return ContainerTarget(url, account_url, parts[-1], "sig=" in parsed.query)
 
     def client(self, workers: int):
@@ -103,6 +115,7 @@ def classify(err: BaseException, operation: str) -> BaseException:
         return err
     status = getattr(err, "status_code", None)
     code = getattr(err, "error_code", None) or ""
+    code = str(getattr(code, "value", code))  # the SDK gives a StorageErrorCode enum
     message = str(getattr(err, "message", "") or err)
     if isinstance(err, ClientAuthenticationError) or status == 403:
         if "expir" in message.lower() or "Signed expiry time" in message:
