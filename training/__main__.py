@@ -7,6 +7,7 @@ Commands:
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
   stage        copy a blob container onto NFS or local disk (optionally extracting tarballs), verified, resumable
   data-demo    the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
+  stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
 
 Examples:
   python -m training synth-data --out /tmp/ds --classes 4 --per-class 32 --size 64
@@ -37,10 +38,11 @@ def main(argv: list[str]) -> int:
             from training.synth_data import main as synth_main
 
             return synth_main(rest)
-        if command in ("upload", "stage", "data-demo"):
+        if command in ("upload", "stage", "data-demo", "stage-benchmark"):
             import importlib
 
-            module = {"upload": "training.upload", "stage": "training.stage", "data-demo": "training.data_demo"}
+            module = {"upload": "training.upload", "stage": "training.stage", "data-demo": "training.data_demo",
+                      "stage-benchmark": "training.stage_benchmark"}
             return importlib.import_module(module[command]).main(rest)
         if command == "benchmark":
             from training.benchmark import main as bench_main
@@ -49,7 +51,7 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"error: unknown command {command!r}; commands: train, synth-data, benchmark, upload, stage, data-demo (see --help)", file=sys.stderr)
+    print(f"error: unknown command {command!r}; commands: train, synth-data, benchmark, upload, stage, data-demo, stage-benchmark (see --help)", file=sys.stderr)
     return 2
 
 
