@@ -38,7 +38,7 @@ demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azuri
 	.venv/bin/python -m training data-demo $(DEMO)/dataset $(DEMO)/nfs
 	.venv-torch/bin/horovodrun --gloo -np 2 -H localhost:2 .venv-torch/bin/python -m training train \
 	    --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 --log-every 5 \
-	    --checkpoint-every 20 --workers 1 --base-lr 0.4 --output-dir $(DEMO)/run
+	    --checkpoint-every 20 --workers 1 --output-dir $(DEMO)/run
 	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
 	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
 
