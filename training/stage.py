@@ -151,12 +151,7 @@ def main(argv: list[str]) -> int:
     except OSError as err:
         raise UsageError(f"DEST {args.dest}: not writable ({err.strerror})") from None
     print(f"stage: {target.display}{' prefix ' + args.prefix if args.prefix else ''} -> {args.dest}", file=sys.stderr)
-    try:
+    with transfer.stopping_cleanly("stage"):
         stats = stage(target, args.dest, args.prefix, args.workers, args.extract)
-    except (transfer.PermanentError, Corrupt) as err:
-        raise UsageError(f"stage stopped: {err}") from None
-    except Exception as err:  # noqa: BLE001 - transient errors that outlived every retry
-        raise UsageError(f"stage stopped after {transfer.MAX_ATTEMPTS} attempts: "
-                         f"{transfer.redact(str(err).splitlines()[0] if str(err) else type(err).__name__)}") from None
     print(stats.line("stage"))
     return 0

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,18 @@ T = TypeVar("T")
 
 class PermanentError(Exception):
     """A failure retrying cannot fix (permissions, expiry, missing container): stops the whole transfer."""
+
+
+@contextmanager
+def stopping_cleanly(verb: str):
+    """Turn whatever ends a transfer early into the one-line UsageError the CLI prints (SAS redacted)."""
+    try:
+        yield
+    except PermanentError as err:
+        raise UsageError(f"{verb} stopped: {err}") from None
+    except Exception as err:  # noqa: BLE001 - transient errors that outlived every retry
+        detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UsageError(f"{verb} stopped after {MAX_ATTEMPTS} attempts: {redact(detail)}") from None
 
 
 def redact(text: str) -> str:

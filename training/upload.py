@@ -97,12 +97,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("--workers must be at least 1")
     target = transfer.ContainerTarget.parse(args.container_url)
     print(f"upload: {args.src} -> {target.display}{' prefix ' + args.prefix if args.prefix else ''}", file=sys.stderr)
-    try:
+    with transfer.stopping_cleanly("upload"):
         stats = upload(args.src, target, args.prefix, args.workers)
-    except transfer.PermanentError as err:
-        raise UsageError(f"upload stopped: {err}") from None
-    except Exception as err:  # noqa: BLE001 - transient errors that outlived every retry
-        raise UsageError(f"upload stopped after {transfer.MAX_ATTEMPTS} attempts: "
-                         f"{transfer.redact(str(err).splitlines()[0] if str(err) else type(err).__name__)}") from None
     print(stats.line("upload"))
     return 0
