@@ -6,8 +6,7 @@ framework happens here, so a bad value fails in a second, before any model is bu
 from __future__ import annotations
 
 import argparse
-import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +81,7 @@ class TrainConfig:
         if self.dist == "ddp" and self.framework != "pytorch":
             raise UsageError(f"--dist ddp applies to pytorch only; launch --framework {self.framework} with horovodrun")
         if self.compile and self.framework != "pytorch":
-            raise UsageError(f"--compile applies to pytorch only (tensorflow has --xla)")
+            raise UsageError("--compile applies to pytorch only (tensorflow has --xla)")
         if self.framework != "pytorch":
             raise UsageError(f"--framework {self.framework} is not available yet: only pytorch is implemented")
 

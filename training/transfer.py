@@ -13,12 +13,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
-from datetime import datetime, timezone
 from urllib.parse import parse_qs, urlparse
 
 from training.errors import UsageError

@@ -1,6 +1,4 @@
-import base64
 import hashlib
-import io
 import re
 import signal
 import tarfile

@@ -1,7 +1,6 @@
 """Training tests run the real thing in .venv-torch: horovodrun with 2 Gloo ranks on CPU, torchrun for DDP."""
 import os
 import subprocess
-import sys
 
 import pytest
 
