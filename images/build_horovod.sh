@@ -3,8 +3,9 @@
 #
 # One script for both places Horovod is built: the local training environments
 # (`make setup`, Gloo on CPU) and the GPU images (NCCL + MPI). Why a source build:
-# Horovod 0.28.1 (its last release) compiles with C++14, while torch 2.14 needs
-# C++20, so every `set(CMAKE_CXX_STANDARD ..)` is raised to 20 before building.
+# Horovod 0.28.1 (its last release) compiles with C++14/17, while torch 2.14 needs
+# C++20, so for PyTorch every `set(CMAKE_CXX_STANDARD ..)` is raised to 20 before
+# building. TensorFlow 2.15 builds with the sdist's own standard (C++17).
 #
 # Usage:
 #   images/build_horovod.sh --python .venv-torch/bin/python --framework pytorch --ops gloo
@@ -59,8 +60,10 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
   tar -xzf "$work"/horovod-$HOROVOD_VERSION.tar.gz -C "$work"
   src="$work/horovod-$HOROVOD_VERSION"
   # The build fix: C++20 everywhere the sdist pins a standard (torch >= 2.14 headers need it).
-  grep -rl --include=CMakeLists.txt 'set(CMAKE_CXX_STANDARD' "$src" \
-    | xargs sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 20)/'
+  if [ "$framework" = pytorch ]; then
+    grep -rl --include=CMakeLists.txt 'set(CMAKE_CXX_STANDARD' "$src" \
+      | xargs sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 20)/'
+  fi
   cuda_root=${CUDA_HOME:-/usr/local/cuda}
   env CUDA_HOME="$cuda_root" CUDAToolkit_ROOT="$cuda_root" MAKEFLAGS="-j$(nproc)" \
       "${fw_flags[@]}" "${ops_flags[@]}" \

@@ -15,7 +15,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-dev python3-venv g++ make cmake git openssh-client \
+      python3 python3-dev python3-venv g++ make cmake git openssh-client openssh-server \
       openmpi-bin libopenmpi-dev libucx0 ucx-utils \
       rdma-core ibverbs-providers libibverbs1 librdmacm1 infiniband-diags \
  && rm -rf /var/lib/apt/lists/*

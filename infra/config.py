@@ -11,6 +11,7 @@ import difflib
 import ipaddress
 import json
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,12 +19,18 @@ from typing import Any
 
 import yaml
 
-from infra.skus import CATALOG, GpuSku
+from infra.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 PROJECT = "azure-dl-training"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 FRAMEWORKS = ("pytorch", "tensorflow")
+TRAINING_FRAMEWORKS = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # -> image
+NFS_KINDS = ("vm", "azure-files")
+NFS_DISK_COUNT = (1, 16)
+NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
+TRAINING_RETRIES = (0, 10)
+JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
 REGISTRY_SKUS = ("Basic", "Standard", "Premium")
 SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
 LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
@@ -66,10 +73,25 @@ class StackConfig:
     frameworks: tuple[str, ...]
     registry_sku: str
     image_tag: str
+    nfs_kind: str
+    nfs_vm_size: str
+    nfs_disk_count: int
+    nfs_disk_size_gb: int
+    data_local_cache: bool
+    low_priority: bool
+    training_launch_on_up: bool
+    training_framework: str
+    training_args: tuple[str, ...]
+    training_retries: int
 
     @property
     def sku(self) -> GpuSku:
         return CATALOG[self.gpu_sku]
+
+    @property
+    def training_image(self) -> str:
+        """The image (one per framework) the training job runs in."""
+        return TRAINING_FRAMEWORKS[self.training_framework]
 
     @property
     def tags(self) -> dict[str, str]:
@@ -222,6 +244,38 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", raw["image_tag"]):
         raise ConfigError("imageTag", f"{raw['image_tag']!r} is not a valid Docker tag (letters, digits, _ . -)")
 
+    if raw["nfs_kind"] not in NFS_KINDS:
+        raise ConfigError("nfsKind", f"{raw['nfs_kind']!r} is not one of {', '.join(NFS_KINDS)}")
+    if raw["nfs_vm_size"] not in NFS_VM_SIZES:
+        raise ConfigError("nfsVmSize", f"unknown size {raw['nfs_vm_size']!r}; known sizes: {', '.join(NFS_VM_SIZES)}")
+    if raw["data_local_cache"] and raw["nfs_kind"] == "azure-files":
+        raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after the "
+                                            "nodes start, so there is nothing to cache yet; use nfsKind: vm")
+    low, high = NFS_DISK_COUNT
+    if not low <= raw["nfs_disk_count"] <= high:
+        raise ConfigError("nfsDiskCount", f"{raw['nfs_disk_count']} is outside {low}-{high}")
+    low, high = NFS_DISK_SIZE_GB[raw["nfs_kind"]]
+    if not low <= raw["nfs_disk_size_gb"] <= high:
+        raise ConfigError("nfsDiskSizeGb", f"{raw['nfs_disk_size_gb']} GiB is outside {low}-{high} for nfsKind "
+                                           f"{raw['nfs_kind']}")
+    framework = raw["training_framework"]
+    if framework not in TRAINING_FRAMEWORKS:
+        raise ConfigError("trainingFramework", f"{framework!r} is not one of {', '.join(TRAINING_FRAMEWORKS)}")
+    if TRAINING_FRAMEWORKS[framework] not in frameworks:
+        raise ConfigError("trainingFramework", f"{framework} runs in the {TRAINING_FRAMEWORKS[framework]} image, "
+                                               f"which frameworks {list(frameworks)} does not build; add it there")
+    try:
+        training_args = tuple(shlex.split(raw["training_args"]))
+    except ValueError as err:
+        raise ConfigError("trainingArgs", f"cannot be split like a shell command line ({err})") from None
+    for arg in training_args:
+        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
+            raise ConfigError("trainingArgs", f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
+                                              "(trainingFramework picks the framework)")
+    low, high = TRAINING_RETRIES
+    if not low <= raw["training_retries"] <= high:
+        raise ConfigError("trainingRetries", f"{raw['training_retries']} is outside {low}-{high}")
+
     return StackConfig(
         stack=stack, team=team, location=raw["location"], address_space=vnet,
         compute_subnet=subnets["computeSubnet"], storage_subnet=subnets["storageSubnet"],
@@ -229,6 +283,10 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         min_nodes=min_nodes, max_nodes=max_nodes, sas_expiry_hours=raw["sas_expiry_hours"],
         retain_outputs=raw["retain_outputs"], log_retention_days=raw["log_retention_days"],
         frameworks=frameworks, registry_sku=raw["registry_sku"], image_tag=raw["image_tag"],
+        nfs_kind=raw["nfs_kind"], nfs_vm_size=raw["nfs_vm_size"], nfs_disk_count=raw["nfs_disk_count"],
+        nfs_disk_size_gb=raw["nfs_disk_size_gb"], data_local_cache=raw["data_local_cache"],
+        low_priority=raw["low_priority"], training_launch_on_up=raw["training_launch_on_up"],
+        training_framework=framework, training_args=training_args, training_retries=raw["training_retries"],
     )
 
 

@@ -1,7 +1,8 @@
 """Environment: one team's whole training environment, the root of the resource tree.
 
 Order follows the data path: resource group -> monitoring -> network -> storage (+SAS) -> registry and
-images. Later components (NFS server, GPU pool, training job) hang off the same root.
+images -> NFS file server (staged from storage) -> Batch account and GPU pool (mounting NFS, pulling the
+images) -> the training job, launched once the pool exists (unless trainingLaunchOnUp is false).
 """
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from datetime import datetime, timezone
 import pulumi
 from pulumi_azure_native import resources
 
-from infra import naming
+from infra import jobspec, naming
+from infra.cluster import Cluster, ClusterArgs
 from infra.config import StackConfig
 from infra.monitoring import Monitoring, MonitoringArgs
 from infra.network import Network, NetworkArgs
+from infra.nfs import NfsArgs, NfsServer
 from infra.registry import Registry, RegistryArgs
 from infra.storage import Storage, StorageArgs
+from infra.training_job import TrainingJob
 
 
 @dataclass
@@ -44,6 +48,31 @@ class Environment(pulumi.ComponentResource):
             cfg, rg, subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id], now=now), child)
         self.monitoring.watch_storage("storage", self.storage.account.id)
         self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
+        sas_url = {container: pulumi.Output.secret(pulumi.Output.concat(url, "?", self.storage.sas[container]))
+                   for container, url in self.storage.container_urls.items()}
+        self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
+            cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
+            compute_subnet_id=self.network.compute_subnet.id, data_url=sas_url["data"],
+            scripts_url=sas_url["scripts"]), pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
+        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
+            registry_server=self.registry.registry.login_server, image_refs=self.registry.image_refs,
+            pull_identity_id=self.registry.pull_identity.id, nfs_source=self.nfs.mount_source,
+            nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
+        self.monitoring.watch_batch("batch", self.cluster.account.id)
+        self.job = None
+        if cfg.training_launch_on_up:
+            self.job = TrainingJob(f"{name}-job", self.cluster.endpoint, {
+                "stack": cfg.stack, "pool_id": self.cluster.pool.name, "nodes": cfg.max_nodes,
+                "gpus_per_node": cfg.sku.gpus, "infiniband": cfg.sku.infiniband,
+                "framework": cfg.training_framework, "image": self.registry.image_refs[cfg.training_image],
+                "registry_server": self.registry.registry.login_server,
+                "pull_identity_id": self.registry.pull_identity.id, "train_args": list(cfg.training_args),
+                "retries": cfg.training_retries, "local_cache": cfg.data_local_cache,
+                "scripts_url": sas_url["scripts"], "outputs_url": sas_url["outputs"],
+                # azure-files has no server of its own to stage the data: the job does it, once.
+                "data_url": sas_url["data"] if cfg.nfs_kind == "azure-files" else "",
+            }, pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts]))
 
         self.outputs = {
             "resourceGroupName": rg,
@@ -60,6 +89,12 @@ class Environment(pulumi.ComponentResource):
             "pullIdentityClientId": self.registry.pull_identity.client_id,
             "logAnalyticsWorkspaceId": self.monitoring.workspace.id,
             "appInsightsId": self.monitoring.app_insights.id,
+            "nfsKind": cfg.nfs_kind,
+            "nfsMountSource": self.nfs.mount_source,
+            "batchAccountName": self.cluster.account.name,
+            "batchAccountEndpoint": self.cluster.endpoint,
+            "poolId": self.cluster.pool.name,
+            "trainingJobId": self.job.job_id if self.job else "",
         }
         self.register_outputs(self.outputs)
 

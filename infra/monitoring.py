@@ -13,6 +13,8 @@ from pulumi_azure_native import applicationinsights, monitor, operationalinsight
 from infra.config import StackConfig
 
 BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
+# Batch: service logs (pool resizes, task starts and ends), audit (who changed what) and metrics (nodes).
+BATCH_LOG_CATEGORIES = ("ServiceLogs", "AuditLog")
 
 
 @dataclass
@@ -54,3 +56,11 @@ class Monitoring(pulumi.ComponentResource):
                 logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in BLOB_LOG_CATEGORIES],
                 metrics=[monitor.DiagnosticsMetricSettingsArgs(category="Transaction", enabled=True)], opts=child),
         ]
+
+    def watch_batch(self, label: str, account_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the Batch account's service logs, audit log and metrics (node counts, tasks) to the workspace."""
+        return monitor.DiagnosticSetting(
+            f"{self._name}-{label}-diag", resource_uri=account_id, workspace_id=self.workspace.id,
+            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in BATCH_LOG_CATEGORIES],
+            metrics=[monitor.DiagnosticsMetricSettingsArgs(category="AllMetrics", enabled=True)],
+            opts=pulumi.ResourceOptions(parent=self))

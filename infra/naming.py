@@ -23,3 +23,11 @@ def storage_account(team: str, stack: str, location: str) -> str:
 
 def registry(team: str, stack: str, location: str) -> str:
     return f"cr{team}{_suffix('cr', team, stack, location)}"
+
+
+def nfs_storage_account(team: str, stack: str, location: str) -> str:
+    return f"nfs{team}{_suffix('nfs', team, stack, location)}"  # <= 23 chars of [a-z0-9]
+
+
+def batch_account(team: str, stack: str, location: str) -> str:
+    return f"ba{team}{_suffix('ba', team, stack, location)}"  # 3-24 lowercase letters and digits

@@ -8,6 +8,7 @@ would compute (ids, names, endpoints): they stand in for the engine, not for our
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -69,6 +70,9 @@ OWN_NAME_KEYS = {
     "azure-native:containerregistry:ScopeMap": "scopeMapName",
     "azure-native:containerregistry:Token": "tokenName",
     "azure-native:authorization:RoleAssignment": "roleAssignmentName",
+    "azure-native:batch:BatchAccount": "accountName",
+    "azure-native:batch:Pool": "poolName",
+    "azure-native:compute:VirtualMachine": "vmName",
 }
 
 
@@ -84,6 +88,7 @@ class AzureMocks(pulumi.runtime.Mocks):
 
     def __init__(self) -> None:
         self.invocations: list[Invocation] = []
+        self._subnets: dict[str, str] = {}  # subnet ID -> its CIDR, to give NICs addresses inside it
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
@@ -93,6 +98,12 @@ class AzureMocks(pulumi.runtime.Mocks):
         state = {**inputs, "name": name}
         if args.typ.startswith("azure-native:"):
             state["id"] = _arm_id(args.typ, name)
+        identity = state.get("identity")
+        if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
+            # Inputs list the identity IDs; Azure answers with a map of ID -> principal.
+            state["identity"] = {**identity, "userAssignedIdentities": {
+                i: {"principalId": f"principal-{i}", "clientId": f"client-{i}"}
+                for i in identity["userAssignedIdentities"]}}
         if args.typ == "azure-native:storage:StorageAccount":
             state["primaryEndpoints"] = {"blob": f"https://{name}.blob.core.windows.net/",
                                          "file": f"https://{name}.file.core.windows.net/"}
@@ -105,6 +116,20 @@ class AzureMocks(pulumi.runtime.Mocks):
         elif args.typ == "docker-build:index:Image":
             tag = inputs["tags"][0]
             state.update(ref=f"{tag}@sha256:{'0' * 64}", digest=f"sha256:{'0' * 64}")
+        elif args.typ == "azure-native:network:Subnet":
+            self._subnets[state["id"]] = inputs.get("addressPrefix", "")
+        elif args.typ == "azure-native:network:NetworkInterface":
+            # Azure gives a NIC the first free address of its subnet: .4 (the first four are reserved).
+            for config in state.get("ipConfigurations") or []:
+                prefix = self._subnets.get((config.get("subnet") or {}).get("id"), "")
+                if prefix:
+                    config["privateIPAddress"] = str(ipaddress.IPv4Network(prefix)[4])
+        elif args.typ == "azure-native:batch:BatchAccount":
+            state["accountEndpoint"] = f"{name}.{inputs.get('location')}.batch.azure.com"
+        elif args.typ == "pulumi-python:dynamic:Resource" and "batch_endpoint" in inputs:
+            from infra import jobspec, training_job
+
+            state["job_id"] = jobspec.job_id(training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource":
             state.update(username="training-image-push", password="mock-token-password")
         return (state.get("id") or f"{args.name}-id"), state

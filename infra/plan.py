@@ -26,7 +26,20 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     "azure-native:operationalinsights:Workspace": ("retentionInDays",),
     "azure-native:monitor:DiagnosticSetting": ("logs.category",),
     "docker-build:index:Image": ("dockerfile.location", "tags", "push", "buildOnPreview"),
+    "azure-native:network:NetworkInterface": ("ipConfigurations.privateIPAllocationMethod",),
+    "azure-native:compute:VirtualMachine": ("vmName", "hardwareProfile.vmSize", "storageProfile.dataDisks.diskSizeGB",
+                                            "osProfile.linuxConfiguration.disablePasswordAuthentication"),
+    "azure-native:storage:Blob": ("blobName",),
+    "azure-native:batch:BatchAccount": ("accountName", "allowedAuthenticationModes",
+                                        "networkProfile.accountAccess.defaultAction"),
+    "azure-native:batch:Pool": ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
+                                "networkConfiguration.publicIPAddressConfiguration.provision",
+                                "mountConfiguration.nfsMountConfiguration.source",
+                                "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
+    # The training job (dynamic resource): the ACR token password shares the type but has none of these.
+    "pulumi-python:dynamic:Resource": ("job_id", "framework", "nodes", "gpus_per_node", "retries"),
 }
+COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
 
 
 def _get(props: Any, path: str) -> Any:
@@ -61,9 +74,20 @@ def _tree(evaluation: Evaluation) -> list[str]:
                          if (value := _get(resource.inputs, path)) is not None)
         lines.append(f"{prefix}{connector}{resource.type}  {resource.name}" + (f"  {props}" if props else ""))
         kids = sorted(children[resource.urn], key=lambda r: (r.custom, r.type, r.name))
-        for i, kid in enumerate(kids):
-            last = i == len(kids) - 1
+        by_type = defaultdict(list)
+        for kid in kids:
+            by_type[kid.type].append(kid)
+        shown: list = []
+        for kid in kids:
+            siblings = by_type[kid.type]
+            if len(siblings) <= COLLAPSE_AFTER or kid is siblings[0]:
+                shown.append(kid)
+        for i, kid in enumerate(shown):
+            last = i == len(shown) - 1
             show(kid, prefix + continuation, "└─ " if last else "├─ ", "   " if last else "│  ")
+            more = len(by_type[kid.type]) - 1
+            if more >= COLLAPSE_AFTER:
+                lines.append(f"{prefix}{continuation}{'   ' if last else '│  '}   (and {more} more {kid.type})")
 
     for root in roots:
         show(root, "  ", "", "")
@@ -108,12 +132,19 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     lines += _tree(evaluation)
     lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
-              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {sku.price_per_hour:.2f} per node"]
+              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
+              + (f" (low-priority, ~{cost.LOW_PRIORITY_FACTOR:.0%} of {sku.price_per_hour:.2f}; varies)"
+                 if cfg.low_priority else "")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",
               f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
               f"({cfg.max_nodes * sku.gpus} GPUs)"]
     results = verdicts(evaluation)
+    job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {sku.gpus} GPUs, "
+            f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
+           else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                 f"{cfg.stack}`"])
+    lines += ["", "Training job"] + job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
     lines += ["", "Stack outputs"] + [
         f"  {key}: [secret]" if key in evaluation.secret_outputs else f"  {key}: {_format(value)}"

@@ -38,9 +38,13 @@ class Check:
 
 
 def _storage_https(props: Props) -> str | None:
-    if props.get("enableHttpsTrafficOnly") is not True:
-        return "enableHttpsTrafficOnly must be true"
-    return None
+    if props.get("enableHttpsTrafficOnly") is True:
+        return None
+    # NFS 4.1 on Azure Files has no TLS and needs secure transfer off; acceptable only for a FileStorage
+    # account that takes no shared keys and admits nothing but the VNet.
+    nfs_only = (props.get("kind") == "FileStorage" and props.get("allowSharedKeyAccess") is False
+                and (props.get("networkRuleSet") or {}).get("defaultAction") == "Deny")
+    return None if nfs_only else "enableHttpsTrafficOnly must be true (or: a FileStorage NFS account, no shared keys, VNet only)"
 
 
 def _storage_tls(props: Props) -> str | None:
@@ -99,6 +103,35 @@ def _nic_no_public_ip(props: Props) -> str | None:
     return None
 
 
+def _vm_no_password(props: Props) -> str | None:
+    linux = ((props.get("osProfile") or {}).get("linuxConfiguration") or {})
+    if linux.get("disablePasswordAuthentication") is not True:
+        return "osProfile.linuxConfiguration.disablePasswordAuthentication must be true"
+    if (props.get("osProfile") or {}).get("adminPassword"):
+        return "osProfile.adminPassword is set; VMs get no password"
+    return None
+
+
+def _batch_account_locked(props: Props) -> str | None:
+    modes = props.get("allowedAuthenticationModes") or []
+    if modes != ["AAD"]:
+        return f"allowedAuthenticationModes is {modes!r}; it must be ['AAD'] (no shared keys)"
+    access = ((props.get("networkProfile") or {}).get("accountAccess") or {})
+    if props.get("publicNetworkAccess") != "Disabled" and access.get("defaultAction") != "Deny":
+        return "networkProfile.accountAccess.defaultAction must be Deny (admit allowedIpRanges only)"
+    return None
+
+
+def _pool_private(props: Props) -> str | None:
+    network = props.get("networkConfiguration") or {}
+    if not network.get("subnetId"):
+        return "networkConfiguration.subnetId is missing: nodes must join the compute subnet"
+    provision = (network.get("publicIPAddressConfiguration") or {}).get("provision")
+    if provision != "NoPublicIPAddresses":
+        return f"publicIPAddressConfiguration.provision is {provision!r}; it must be NoPublicIPAddresses"
+    return None
+
+
 def _team_tag(props: Props) -> str | None:
     if "tags" in props and not (props.get("tags") or {}).get("team"):
         return "tags must include 'team' (who owns and pays for it)"
@@ -124,6 +157,12 @@ RESOURCE_CHECKS: list[Check] = [
           "azure-native:network:NetworkSecurityGroup", _nsg_denies_internet),
     Check("nic-no-public-ip", "Network interfaces (NFS server, nodes) have no public IP.",
           "azure-native:network:NetworkInterface", _nic_no_public_ip),
+    Check("vm-no-password-login", "VMs allow no password login (keys or Entra ID only).",
+          "azure-native:compute:VirtualMachine", _vm_no_password),
+    Check("batch-account-aad-only", "The Batch account takes Azure AD only and admits listed IPs only.",
+          "azure-native:batch:BatchAccount", _batch_account_locked),
+    Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.",
+          "azure-native:batch:Pool", _pool_private),
 ]
 # Applies to every Azure resource type; checked on whatever carries a `tags` input.
 TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", "azure-native:*", _team_tag)

@@ -41,3 +41,14 @@ CATALOG: dict[str, GpuSku] = {
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32),
     ]
 }
+
+# VM sizes offered for the NFS file server: USD per hour (East US, 2026). Network bandwidth is what feeds
+# the GPU nodes, so general-purpose sizes with 12.5+ Gb/s are listed.
+NFS_VM_SIZES: dict[str, float] = {
+    "Standard_D8s_v5": 0.384,  # 12.5 Gb/s
+    "Standard_D16s_v5": 0.768,  # 12.5 Gb/s
+    "Standard_D32s_v5": 1.536,  # 16 Gb/s
+    "Standard_D64s_v5": 3.072,  # 30 Gb/s
+    "Standard_E16s_v5": 1.008,  # 12.5 Gb/s, more page cache for hot files
+    "Standard_L16s_v3": 1.248,  # local NVMe as well
+}

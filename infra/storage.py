@@ -14,13 +14,20 @@ import pulumi
 from pulumi_azure_native import storage
 
 from infra import naming
-from infra.config import StackConfig
+from infra.config import REPO_ROOT, StackConfig
+from infra.jobspec import SCRIPTS_PREFIX
 
 # Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
 # writes (it can neither read back nor delete what other runs wrote).
 SAS_PERMISSIONS: dict[str, str] = {"data": "rl", "scripts": "rl", "outputs": "cw"}
 RESULTS_SHARE = "results"
 RESULTS_SHARE_QUOTA_GIB = 1024
+TRAINING_PACKAGE = REPO_ROOT / "training"
+
+
+def training_scripts() -> list:
+    """The training package's modules, uploaded to `scripts`: jobs and the NFS server run these."""
+    return sorted(TRAINING_PACKAGE.glob("*.py"))
 
 
 def sas_expiry(now: datetime, hours: int) -> str:
@@ -84,6 +91,15 @@ class Storage(pulumi.ComponentResource):
         self.results_share = storage.FileShare(
             f"{name}-{RESULTS_SHARE}", share_name=RESULTS_SHARE, account_name=self.account.name,
             resource_group_name=args.resource_group_name, share_quota=RESULTS_SHARE_QUOTA_GIB, opts=child)
+
+        # The training scripts in `scripts`: a job fetches the current ones, so a fix needs no image rebuild.
+        self.scripts = [
+            storage.Blob(f"{name}-script-{path.stem}", account_name=self.account.name,
+                         container_name=self.containers["scripts"].name, resource_group_name=args.resource_group_name,
+                         blob_name=SCRIPTS_PREFIX + path.name, source=pulumi.FileAsset(str(path)),
+                         type=storage.BlobType.BLOCK, content_type="text/x-python", opts=child)
+            for path in training_scripts()
+        ]
 
         self.container_urls = {
             container: pulumi.Output.concat(self.account.primary_endpoints.blob, c.name)

@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("container_url", metavar="CONTAINER_URL",
                         help="https://ACCOUNT.blob.core.windows.net/CONTAINER with a read+list SAS, or without one "
-                             "to use Azure AD")
+                             "to use Azure AD; or env:VAR to read it from the "
+                             "environment variable VAR (keeps the SAS out of `ps`)")
     parser.add_argument("dest", type=Path, metavar="DEST", help="local folder (NFS share or node-local disk)")
     parser.add_argument("--prefix", default="", help="only blobs under this prefix, written without it")
     parser.add_argument("--workers", type=int, default=32, help="parallel transfers (default: 32)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import random
 import re
 import sys
@@ -61,6 +62,12 @@ class ContainerTarget:
 
     @staticmethod
     def parse(url: str, name: str = "CONTAINER_URL") -> "ContainerTarget":
+        """`url`, or `env:VAR` to read it from the environment: arguments show in `ps`, a SAS must not."""
+        if url.startswith("env:"):
+            variable = url[len("env:"):]
+            if not os.environ.get(variable):
+                raise UsageError(f"{name}: {url} names the environment variable {variable}, which is not set")
+            name, url = f"{name} (from ${variable})", os.environ[variable]
         if _KEYISH.search(url):
             raise UsageError(f"{name}: account keys are never accepted; pass a container URL with a SAS "
                              "(`pulumi stack output sas --show-secrets`) or none to use Azure AD")

@@ -87,7 +87,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("src", type=Path, help="a file or a folder (its tree is kept under the prefix)")
     parser.add_argument("container_url", metavar="CONTAINER_URL",
                         help="https://ACCOUNT.blob.core.windows.net/CONTAINER, with a SAS (create+write, plus read "
-                             "to skip files already there) or without one to use Azure AD")
+                             "to skip files already there) or without one to use Azure AD; or env:VAR to read it from the "
+                             "environment variable VAR (keeps the SAS out of `ps`)")
     parser.add_argument("--prefix", default="", help="blob name prefix, e.g. imagenet/ (default: none)")
     parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
     args = parser.parse_args(argv)

@@ -147,17 +147,19 @@ def test_token_password_expiry_is_stable_within_a_month():
     assert registry.token_expiry(NOW.replace(month=12)) == "2027-02-01T00:00:00Z"
 
 
-def test_monitoring_workspace_app_insights_and_storage_diagnostics(ev):
+def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
     workspace = ev.one("azure-native:operationalinsights:Workspace")
     assert workspace.inputs["retentionInDays"] == ev.config.log_retention_days
     insights = ev.one("azure-native:applicationinsights:Component")
     assert insights.inputs["workspaceResourceId"] == workspace.state["id"]
     account_id = ev.one("azure-native:storage:StorageAccount").state["id"]
     settings = {d.inputs["resourceUri"]: d.inputs for d in ev.of_type("azure-native:monitor:DiagnosticSetting")}
-    assert set(settings) == {account_id, f"{account_id}/blobServices/default"}
+    batch_id = ev.one("azure-native:batch:BatchAccount").state["id"]
+    assert set(settings) == {account_id, f"{account_id}/blobServices/default", batch_id}
     assert all(s["workspaceId"] == workspace.state["id"] for s in settings.values())
     blob_logs = {log["category"] for log in settings[f"{account_id}/blobServices/default"]["logs"]}
     assert blob_logs == {"StorageRead", "StorageWrite", "StorageDelete"}
+    assert {log["category"] for log in settings[batch_id]["logs"]} == {"ServiceLogs", "AuditLog"}
 
 
 def test_every_taggable_resource_carries_the_team_tag(ev):

@@ -18,7 +18,12 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
     out = result.stdout
     for expected in ("dltrain:index:Environment", "├─ dltrain:network:Network", "azure-native:storage:StorageAccount",
                      "networkRuleSet.defaultAction=Deny", "adminUserEnabled=false", "docker-build:index:Image",
-                     "at minNodes=0: 0.08 per hour", "at maxNodes=2: 54.48 per hour (16 GPUs)",
+                     "at minNodes=0: 1.25 per hour", "at maxNodes=2: 55.65 per hour (16 GPUs)",
+                     "├─ dltrain:nfs:NfsServer", "azure-native:compute:VirtualMachine", "NFS server VM (Standard_D16s_v5)",
+                     "azure-native:batch:Pool", "provision=NoPublicIPAddresses", "interNodeCommunication=Enabled",
+                     "mountConfiguration.nfsMountConfiguration.source=10.10.16.4:/data",
+                     "dltrain-dev-job  framework=pytorch nodes=2 gpus_per_node=8",
+                     "launched on `pulumi up`: pytorch on 2 node(s) x 8 GPUs", "PASS batch-pool-private",
                      "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]"):
         assert expected in out, expected
     assert "FAIL" not in out

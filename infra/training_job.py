@@ -1,0 +1,76 @@
+"""TrainingJob: the post-deploy training run, as a Pulumi dynamic resource over the Batch data plane.
+
+create submits the job (infra/jobspec.py builds it, as for `python -m infra submit`); a change of what
+the training depends on (framework, arguments, nodes, image...) submits a new job and then deletes the
+old one; delete terminates and deletes the job (its outputs stay in the `outputs` container and on NFS).
+A renewed SAS alone changes nothing. Batch is reached through `infra.batch.BatchService`, which the tests
+replace with a fake.
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
+
+from infra import jobspec
+from infra.batch import AzureBatch, BatchService
+
+INPUT_FIELDS = [f.name for f in fields(jobspec.JobInputs)]
+
+
+def inputs_from(props: dict[str, Any]) -> jobspec.JobInputs:
+    values = {name: props[name] for name in INPUT_FIELDS if name in props}
+    values["train_args"] = tuple(values.get("train_args") or ())
+    values["nodes"], values["gpus_per_node"], values["retries"] = (
+        int(values["nodes"]), int(values["gpus_per_node"]), int(values["retries"]))  # the engine sends floats
+    return jobspec.JobInputs(**values)
+
+
+class TrainingJobProvider(ResourceProvider):
+    def __init__(self, service: BatchService | None = None):
+        self._service = service
+
+    def _batch(self, props: dict[str, Any]) -> BatchService:
+        return self._service or AzureBatch(props["batch_endpoint"])
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        inputs = inputs_from(props)
+        job = jobspec.job_id(inputs)
+        self._batch(props).submit(jobspec.job_spec(inputs, job), jobspec.task_spec(inputs, job))
+        return CreateResult(id_=job, outs={**props, "job_id": job})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        changed = [name for name in INPUT_FIELDS
+                   if name not in jobspec.SECRET_FIELDS and _norm(olds.get(name)) != _norm(news.get(name))]
+        if olds.get("batch_endpoint") != news.get("batch_endpoint"):
+            changed.append("batch_endpoint")
+        # Create the new job first: the old one keeps its nodes until the new one is queued.
+        return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        self._batch(props).delete(id_)
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+class TrainingJob(pulumi.dynamic.Resource):
+    job_id: pulumi.Output[str]
+
+    def __init__(self, name: str, batch_endpoint: pulumi.Input[str], inputs: dict[str, pulumi.Input[Any]],
+                 opts: pulumi.ResourceOptions | None = None):
+        """`inputs`: one value per `jobspec.JobInputs` field (Outputs allowed)."""
+        missing = set(INPUT_FIELDS) - set(inputs) - {"data_url"}
+        if missing:
+            raise ValueError(f"TrainingJob {name}: missing inputs {sorted(missing)}")
+        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+            additional_secret_outputs=list(jobspec.SECRET_FIELDS)))
+        super().__init__(TrainingJobProvider(), name,
+                         {"batch_endpoint": batch_endpoint, "data_url": "", **inputs, "job_id": None}, opts)
