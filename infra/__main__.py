@@ -1,11 +1,22 @@
 """Deployer-side command line: `python -m infra COMMAND --help`.
 
 Commands:
-  plan    what a stack would deploy, its cost per hour and its security verdicts, offline (no Azure access)
+  plan      what a stack would deploy, its cost per hour and its security verdicts, offline (no Azure access)
+  submit    start a training job on a deployed stack's GPU pool
+  status    state of a job (default: the stack's newest)
+  logs      a job's stdout (or --stderr); --follow streams it until the task ends
+  download  a finished job's logs, metrics, summary and model from the outputs container
+  cancel    stop a running job (its outputs so far stay)
+
+The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
+and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
 
 Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
+  python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
+  python -m infra logs --stack dev --follow
+  python -m infra download --stack dev --dest results/
 """
 from __future__ import annotations
 
@@ -36,7 +47,54 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if secure else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def _job_verb(args: argparse.Namespace, batch_factory) -> int:
+    import shlex
+
+    from infra import config, jobs
+
+    try:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        outputs = jobs.load_outputs(args.stack, args.outputs)
+        if args.command == "download":
+            job = args.job
+            if not job:
+                job = jobs.resolve_job(batch_factory(outputs["batchAccountEndpoint"]), args.stack, None)
+            print(jobs.download(outputs["containerUrls"]["outputs"], job, args.dest))
+            print(f"outputs of {job} in {args.dest / job}")
+            return 0
+        service = batch_factory(outputs["batchAccountEndpoint"])
+        if args.command == "submit":
+            train_args = tuple(shlex.split(args.args)) if args.args is not None else None
+            if train_args:
+                config.parse(args.stack, {"trainingArgs": args.args})  # same refusals as the stack config
+            inputs = jobs.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+            jobs.submit(service, inputs, jobs.now_utc(), sys.stdout)
+            return 0
+        job = jobs.resolve_job(service, args.stack, args.job)
+        if args.command == "status":
+            print("\n".join(jobs.status(service, job).lines()))
+        elif args.command == "logs":
+            jobs.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
+        elif args.command == "cancel":
+            jobs.cancel(service, job)
+            print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
+        return 0
+    except config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except jobs.JobError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _azure_batch(endpoint: str):
+    from infra.batch import AzureBatch
+
+    return AzureBatch(endpoint)
+
+
+def main(argv: list[str] | None = None, batch_factory=_azure_batch) -> int:
+    """`batch_factory(endpoint) -> BatchService`: the tests pass a fake; everyone else gets Azure Batch."""
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -49,6 +107,34 @@ def main(argv: list[str] | None = None) -> int:
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
+
+    verbs = {
+        "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
+        "status": "show a job's state, exit code and retries",
+        "logs": "print a job's stdout (or --stderr); --follow streams it until the task ends",
+        "download": "fetch a job's logs and run folder (metrics, summary, TensorBoard, model) from `outputs`",
+        "cancel": "stop a job's task; outputs written so far stay",
+    }
+    for verb, help_text in verbs.items():
+        sub = commands.add_parser(verb, help=help_text, description=help_text)
+        sub.add_argument("--stack", default="dev", help="stack name (default: dev)")
+        sub.add_argument("--outputs", type=Path, default=None,
+                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+        sub.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+        if verb == "submit":
+            sub.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"),
+                             help="default: the stack's trainingFramework")
+            sub.add_argument("--nodes", type=int, help="nodes for this job (default: maxNodes)")
+            sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. \"--epochs 1\"")
+        else:
+            sub.add_argument("--job", help="job ID (default: the stack's newest job)")
+        if verb == "logs":
+            sub.add_argument("--follow", action="store_true", help="keep printing until the task ends")
+            sub.add_argument("--stderr", action="store_true", help="stderr.txt instead of stdout.txt")
+        if verb == "download":
+            sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
+                                                                                "results/); files land in DEST/JOB")
+        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory))
     args = parser.parse_args(argv)
     return args.run(args)
 
