@@ -35,6 +35,9 @@ class DeclaredResource:
     inputs: dict[str, Any]
     state: dict[str, Any]
     retain_on_delete: bool = False
+    replace_on_changes: list[str] = field(default_factory=list)
+    ignore_changes: list[str] = field(default_factory=list)
+    additional_secret_outputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -164,7 +167,9 @@ class RecordingMonitor(mocks.MockMonitor):
             self.declared.append(DeclaredResource(
                 urn=response.urn, type=request.type, name=request.name, parent_urn=request.parent,
                 custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state),
-                retain_on_delete=bool(request.retainOnDelete)))
+                retain_on_delete=bool(request.retainOnDelete),
+                replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
+                additional_secret_outputs=list(request.additionalSecretOutputs)))
         return response
 
 

@@ -90,6 +90,19 @@ BAD_CONFIGS = [
     ({"imageTag": "v1:latest"}, "imageTag", "Docker tag"),
     ({"team": 42}, "team", "string"),
     ({"maxNode": 4}, "maxNode", "did you mean 'maxNodes'"),
+    ({"nfsKind": "nas"}, "nfsKind", "azure-files"),
+    ({"nfsVmSize": "Standard_B1s"}, "nfsVmSize", "known sizes"),
+    ({"nfsDiskCount": 0}, "nfsDiskCount", "1-16"),
+    ({"nfsDiskSizeGb": 8000}, "nfsDiskSizeGb", "32-4096"),
+    ({"nfsKind": "azure-files", "nfsDiskSizeGb": 50}, "nfsDiskSizeGb", "100-102400"),
+    ({"nfsKind": "azure-files", "dataLocalCache": True}, "dataLocalCache", "nfsKind vm"),
+    ({"trainingFramework": "jax"}, "trainingFramework", "keras"),
+    ({"frameworks": ["pytorch"], "trainingFramework": "keras"}, "trainingFramework", "add it there"),
+    ({"trainingArgs": "--epochs 1 --data /tmp"}, "trainingArgs", "set by the job"),
+    ({"trainingArgs": "--output-dir=/x"}, "trainingArgs", "set by the job"),
+    ({"trainingArgs": "--epochs 'unterminated"}, "trainingArgs", "shell command line"),
+    ({"trainingRetries": 11}, "trainingRetries", "0-10"),
+    ({"trainingLaunchOnUp": "later"}, "trainingLaunchOnUp", "true or false"),
 ]
 
 

@@ -1,0 +1,30 @@
+"""`python -m infra download`: a job's outputs from the outputs container (here Azurite), verified."""
+import json
+
+from infra.__main__ import main
+from tests.data.conftest import cli, make_tree, tree
+from tests.infra.fake_batch import FakeBatch
+from tests.infra.test_jobs import OUTPUTS
+
+
+def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, capsys):
+    src = make_tree(tmp_path / "src", files=6)
+    write = azurite.container_url(container, "racwl")
+    assert cli("upload", src, write, "--prefix", "train-dev-abc/run/").returncode == 0
+    assert cli("upload", src / "d0", write, "--prefix", "train-dev-other/run/").returncode == 0
+    outputs = {**OUTPUTS, "containerUrls": {**OUTPUTS["containerUrls"], "outputs": azurite.container_url(container, "rl")}}
+    outputs_file = tmp_path / "outputs.json"
+    outputs_file.write_text(json.dumps(outputs))
+    dest = tmp_path / "results"
+    code = main(["download", "--stack", "dev", "--outputs", str(outputs_file), "--job", "train-dev-abc",
+                 "--dest", str(dest)], batch_factory=lambda endpoint: FakeBatch())
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert tree(dest / "train-dev-abc" / "run") == tree(src)
+    assert not (dest / "train-dev-other").exists()
+    assert "sig=" not in out + err
+
+    code = main(["download", "--stack", "dev", "--outputs", str(outputs_file), "--job", "train-dev-none",
+                 "--dest", str(dest)], batch_factory=lambda endpoint: FakeBatch())
+    _, err = capsys.readouterr()
+    assert code == 1 and "no outputs for train-dev-none yet" in err

@@ -1,0 +1,132 @@
+"""NFS server, Batch account, GPU pool and the TrainingJob resource, as the program declares them (mocks)."""
+import base64
+import dataclasses
+
+import pytest
+
+from infra import config, jobspec, nfs, offline
+from infra.cluster import REPLACE_ON_CHANGES
+from tests.infra.conftest import NOW, evaluation_for
+
+POOL = "azure-native:batch:Pool"
+
+
+def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips(ev):
+    pool = ev.one(POOL).inputs
+    sku = ev.config.sku
+    assert pool["vmSize"] == ev.config.gpu_sku and sku.infiniband
+    assert pool["interNodeCommunication"] == "Enabled"
+    assert pool["taskSlotsPerNode"] == 1
+    network = pool["networkConfiguration"]
+    assert network["subnetId"] == ev.outputs["computeSubnetId"]
+    assert network["publicIPAddressConfiguration"] == {"provision": "NoPublicIPAddresses"}
+    vm = pool["deploymentConfiguration"]["virtualMachineConfiguration"]
+    assert vm["imageReference"]["offer"] == "ubuntu-hpc"  # InfiniBand and GPU drivers come with the image
+
+
+def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
+    pool = ev.one(POOL).inputs
+    identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity").state["id"]
+    containers = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"]
+    assert containers["type"] == "DockerCompatible"
+    assert set(containers["containerImageNames"]) == set(ev.outputs["imageRefs"].values())
+    [registry] = containers["containerRegistries"]
+    assert registry == {"registryServer": ev.outputs["registryLoginServer"],
+                        "identityReference": {"resourceId": identity_id}}
+    assert pool["identity"]["userAssignedIdentities"] == [identity_id]
+
+
+def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
+    pool = ev.one(POOL).inputs
+    [mount] = pool["mountConfiguration"]
+    assert mount["nfsMountConfiguration"]["source"] == ev.outputs["nfsMountSource"]
+    assert mount["nfsMountConfiguration"]["relativeMountPath"] == jobspec.NFS_MOUNT
+    formula = pool["scaleSettings"]["autoScale"]["formula"]
+    assert f"$target = $tasks > 0 ? {ev.config.max_nodes} : {ev.config.min_nodes};" in formula
+    assert "$NodeDeallocationOption = taskcompletion;" in formula
+    assert "fixedScale" not in pool["scaleSettings"]
+
+
+def test_pool_is_replaced_when_azure_cannot_update_a_property(ev):
+    pool = ev.one(POOL)
+    assert {"vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
+            "mountConfiguration"} <= set(REPLACE_ON_CHANGES)
+    assert pool.replace_on_changes == REPLACE_ON_CHANGES
+
+
+def test_batch_account_takes_azure_ad_only_and_denies_by_default(ev):
+    account = ev.one("azure-native:batch:BatchAccount").inputs
+    assert account["allowedAuthenticationModes"] == ["AAD"]
+    access = account["networkProfile"]["accountAccess"]
+    assert access["defaultAction"] == "Deny"
+    assert [rule["value"] for rule in access.get("ipRules", [])] == list(ev.config.allowed_ip_ranges)
+
+
+def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
+    vm = ev.one("azure-native:compute:VirtualMachine")
+    nic = ev.one("azure-native:network:NetworkInterface").inputs
+    assert nic["ipConfigurations"][0]["subnet"]["id"] == ev.outputs["storageSubnetId"]
+    assert "publicIPAddress" not in nic["ipConfigurations"][0]
+    linux = vm.inputs["osProfile"]["linuxConfiguration"]
+    assert linux["disablePasswordAuthentication"] is True and "adminPassword" not in vm.inputs["osProfile"]
+    assert len(vm.inputs["storageProfile"]["dataDisks"]) == ev.config.nfs_disk_count
+    assert vm.ignore_changes == ["osProfile"]  # a new throwaway key or SAS must not replace the data server
+    script = nfs.cloud_init(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
+    exports = [line.strip() for line in script.splitlines() if "/etc/exports.d/" in line and "echo" in line]
+    assert exports == [f'echo "/data {ev.config.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
+                       '> /etc/exports.d/dltrain.exports']
+    assert f"--raid-devices={ev.config.nfs_disk_count}" in script
+    assert "python -m training stage env:DATA_CONTAINER_URL /data/imagenet" in script
+    assert "touch /data/imagenet/.staged" in script
+
+
+def test_cloud_init_keeps_the_sas_in_a_root_only_file_not_in_the_script():
+    data = base64.b64decode(nfs.custom_data("10.10.0.0/20", 1, "https://a/data?sig=DATASIG",
+                                            "https://a/scripts?sig=SCRIPTSIG")).decode()
+    script = nfs.cloud_init("10.10.0.0/20", 1)
+    assert "sig=" not in script
+    env_part = data[data.index("/etc/dltrain/stage.env"):]
+    assert "permissions: '0600'" in env_part and "sig=DATASIG" in env_part and "sig=SCRIPTSIG" in env_part
+    assert "mdadm --create" not in script  # one disk: no RAID
+
+
+def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys():
+    cfg = dataclasses.replace(config.from_stack_file("dev"), nfs_kind="azure-files", nfs_disk_size_gb=1024)
+    ev = offline.evaluate(cfg, now=NOW)
+    assert not ev.of_type("azure-native:compute:VirtualMachine")
+    account = ev.one("azure-native:storage:StorageAccount", "nfs").inputs
+    assert account["kind"] == "FileStorage" and account["allowSharedKeyAccess"] is False
+    assert account["networkRuleSet"]["defaultAction"] == "Deny"
+    share = ev.one("azure-native:storage:FileShare", "nfs").inputs
+    assert share["enabledProtocols"] == "NFS" and share["shareQuota"] == 1024
+    assert ev.outputs["nfsMountSource"].endswith(".file.core.windows.net:/" + account["accountName"] + "/data")
+    from infra import plan
+
+    text, secure = plan.render(ev)
+    assert secure, text  # https-only is waived for the NFS account only because it is keyless and VNet-only
+
+
+def test_training_job_is_launched_on_up_with_secret_sas_urls(ev):
+    job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
+    assert job.inputs["nodes"] == ev.config.max_nodes and job.inputs["gpus_per_node"] == ev.config.sku.gpus
+    assert job.inputs["image"] == ev.outputs["imageRefs"][ev.config.training_image]
+    assert job.inputs["pool_id"] == ev.outputs["poolId"]
+    assert set(jobspec.SECRET_FIELDS) <= set(job.additional_secret_outputs)
+    assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
+
+
+def test_launch_on_up_false_deploys_the_pool_without_a_job():
+    cfg = dataclasses.replace(config.from_stack_file("dev"), training_launch_on_up=False)
+    ev = offline.evaluate(cfg, now=NOW)
+    assert ev.one(POOL)
+    assert not [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs]
+    assert ev.outputs["trainingJobId"] == ""
+
+
+@pytest.mark.parametrize("stack", ["dev"])
+def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
+    ev = evaluation_for(stack)
+    from infra import security
+
+    assert not {i.token for i in ev.invocations} & security.KEY_RETURNING_FUNCTIONS
+    assert offline.MOCK_ACCOUNT_KEY not in repr(ev.outputs)

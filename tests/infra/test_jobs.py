@@ -1,0 +1,148 @@
+"""The TrainingJob dynamic provider and the `python -m infra` job verbs, against the one fake Batch client."""
+import dataclasses
+import io
+import json
+
+import pytest
+
+from infra import config, jobs, jobspec
+from infra.__main__ import main
+from infra.training_job import INPUT_FIELDS, TrainingJobProvider
+from tests.infra.fake_batch import FakeBatch
+from tests.infra.test_jobspec import inputs
+
+OUTPUTS = {
+    "batchAccountEndpoint": "badev.westeurope.batch.azure.com", "poolId": "gpu",
+    "imageRefs": {"pytorch": "cr.azurecr.io/pytorch:latest@sha256:00",
+                  "tensorflow": "cr.azurecr.io/tensorflow:latest@sha256:00"},
+    "registryLoginServer": "cr.azurecr.io", "pullIdentityId": "/subscriptions/s/.../pull",
+    "containerUrls": {c: f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "outputs")},
+    "sas": {"data": "sp=rl&sig=DATASIG", "scripts": "sp=rl&sig=SCRIPTSIG", "outputs": "sp=cw&sig=OUTSIG"},
+}
+
+
+def props(**changes):
+    return {"batch_endpoint": "badev.westeurope.batch.azure.com", **dataclasses.asdict(inputs(**changes))}
+
+
+def test_create_submits_the_job_and_its_task():
+    batch = FakeBatch()
+    result = TrainingJobProvider(batch).create(props())
+    job = jobspec.job_id(inputs())
+    assert result.id == job and result.outs["job_id"] == job
+    assert batch.calls == [("submit", job)]
+    assert batch.tasks[job]["multiInstanceSettings"]["numberOfInstances"] == 2
+
+
+def test_diff_replaces_on_training_changes_only():
+    provider = TrainingJobProvider(FakeBatch())
+    old = {**props(), "train_args": ["--epochs", "90"], "nodes": 2.0}  # as the engine hands state back
+    assert provider.diff("j", old, props()).changes is False
+    assert provider.diff("j", old, props(scripts_url="https://renewed?sig=NEW")).changes is False
+    diff = provider.diff("j", old, props(train_args=("--epochs", "1")))
+    assert diff.changes and diff.replaces == ["train_args"] and diff.delete_before_replace is False
+    assert provider.diff("j", old, props(framework="keras")).replaces == ["framework"]
+
+
+def test_delete_terminates_and_deletes_and_tolerates_a_gone_job():
+    batch = FakeBatch()
+    provider = TrainingJobProvider(batch)
+    created = provider.create(props())
+    provider.delete(created.id, created.outs)
+    provider.delete(created.id, created.outs)
+    assert batch.calls[1:] == [("delete", created.id), ("delete", created.id)] and not batch.jobs
+
+
+def test_provider_inputs_cover_every_job_input():
+    assert set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(jobspec.JobInputs)}
+
+
+@pytest.fixture
+def outputs_file(tmp_path):
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(OUTPUTS))
+    return path
+
+
+def run(argv, batch, capsys):
+    code = main(argv, batch_factory=lambda endpoint: batch)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_submit_builds_the_job_from_config_and_outputs(outputs_file, capsys):
+    batch = FakeBatch()
+    code, out, err = run(["submit", "--stack", "dev", "--outputs", str(outputs_file), "--framework", "keras",
+                          "--nodes", "1", "--args", "--epochs 1"], batch, capsys)
+    assert code == 0, err
+    [job] = batch.jobs
+    task = batch.tasks[job]
+    assert job.startswith("train-dev-") and f"submitted {job}: keras on 1 node(s) x 8 GPUs" in out
+    assert task["containerSettings"]["imageName"] == OUTPUTS["imageRefs"]["tensorflow"]
+    assert task["multiInstanceSettings"]["numberOfInstances"] == 1
+    assert "--framework keras" in task["commandLine"] and "--epochs 1" in task["commandLine"]
+    assert task["outputFiles"][0]["destination"]["container"]["containerUrl"].endswith("?sp=cw&sig=OUTSIG")
+    assert "SIG" not in out + err  # SAS values never printed
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--nodes", "9"], "maxNodes=2"),
+    (["--args", "--data /elsewhere"], "set by the job"),
+])
+def test_submit_refuses_bad_requests_with_one_line(outputs_file, capsys, argv, message):
+    batch = FakeBatch()
+    code, out, err = run(["submit", "--stack", "dev", "--outputs", str(outputs_file), *argv], batch, capsys)
+    assert code != 0 and message in err and err.count("\n") == 1 and not batch.jobs
+
+
+def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
+    batch = FakeBatch()
+    spec = jobs.job_inputs(config.from_stack_file("dev"), OUTPUTS)
+    old = jobs.submit(batch, spec, jobs.now_utc().replace(year=2025), io.StringIO())
+    new = jobs.submit(batch, spec, jobs.now_utc(), io.StringIO())
+    batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "startTime": "t0", "endTime": "t1"}
+    code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
+    assert code == 0 and f"job {new}: active" in out and "exit code 0, retried 1 time(s)" in out
+
+    # --follow prints what the task appends until it completes.
+    log = b"step 10 loss 6.1\nstep 20 loss 5.2\ndone\n"
+    batch.files[(new, "stdout.txt")] = log[:17]
+    states = iter(["running", "running", "completed"])
+
+    def sleep(_):
+        batch.files[(new, "stdout.txt")] = log  # the task wrote more meanwhile
+
+    original = batch.get_task
+    batch.get_task = lambda job, task: {**original(job, task), "state": next(states)}
+    printed = io.StringIO()
+    jobs.logs(batch, new, "stdout", True, printed, sleep=sleep)
+    assert printed.getvalue() == log.decode()
+    reads = [c for c in batch.calls if c[0] == "read"]
+    assert [c[3] for c in reads] == [0, 17, 39]  # each read starts where the last ended; stops once completed
+
+    code, out, _ = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", old], batch, capsys)
+    assert code == 0 and ("terminate", old) in batch.calls
+    code, _, err = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", "nope"], batch, capsys)
+    assert code == 1 and "job nope not found" in err
+
+
+def test_verbs_without_jobs_or_outputs_fail_clearly(outputs_file, tmp_path, capsys):
+    code, _, err = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], FakeBatch(), capsys)
+    assert code == 1 and "has no training jobs" in err and "python -m infra submit" in err
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"poolId": "gpu"}))
+    code, _, err = run(["status", "--stack", "dev", "--outputs", str(partial)], FakeBatch(), capsys)
+    assert code == 1 and "stack outputs lack batchAccountEndpoint" in err
+
+
+def test_outputs_come_from_the_pulumi_cli_when_no_file_is_given():
+    seen = []
+
+    def fake_run(command, **kwargs):
+        seen.append(command)
+        import subprocess
+
+        return subprocess.CompletedProcess(command, 0, json.dumps(OUTPUTS), "")
+
+    assert jobs.load_outputs("dev", None, run=fake_run) == OUTPUTS
+    assert seen == [["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "dev"]]
