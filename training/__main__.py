@@ -32,8 +32,10 @@ def main(argv: list[str]) -> int:
             from training.config import parse_args
 
             cfg = parse_args(rest, description=__doc__)
-            from training.train_torch import main as train_main
-
+            if cfg.framework == "pytorch":
+                from training.train_torch import main as train_main
+            else:
+                from training.train_tf import main as train_main
             return train_main(cfg)
         if command == "synth-data":
             from training.synth_data import main as synth_main

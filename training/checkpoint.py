@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PATTERN = re.compile(r"ckpt-(\d{8})\.pt$")
+PATTERN = re.compile(r"ckpt-(\d{8})\.(pt|tfckpt)$")  # .pt: PyTorch, .tfckpt: TensorFlow/Keras (pickled arrays)
 
 
-def path_for(directory: Path, step: int) -> Path:
-    return directory / f"ckpt-{step:08d}.pt"
+def path_for(directory: Path, step: int, suffix: str = ".pt") -> Path:
+    return directory / f"ckpt-{step:08d}{suffix}"
 
 
 def listed(directory: Path) -> list[Path]:
@@ -27,9 +27,10 @@ def listed(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if PATTERN.match(p.name))
 
 
-def save(directory: Path, step: int, state: Any, save_fn: Callable[[Any, Path], None], keep: int) -> Path:
+def save(directory: Path, step: int, state: Any, save_fn: Callable[[Any, Path], None], keep: int,
+         suffix: str = ".pt") -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    final = path_for(directory, step)
+    final = path_for(directory, step, suffix)
     tmp = final.with_suffix(".tmp")
     save_fn(state, tmp)
     with open(tmp, "rb") as f:

@@ -50,6 +50,7 @@ class TrainConfig:
     precision: str = _opt("fp32", "compute precision (autocast; fp16 adds loss scaling)", PRECISIONS)
     channels_last: bool = _opt(False, "NHWC memory format (faster convolutions on tensor cores and CPU)")
     compile: bool = _opt(False, "torch.compile the model (pytorch)")
+    xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
     # Length and cadence
     epochs: float = _opt(1.0, "passes over the training data (ignored when --steps is set)")
@@ -82,8 +83,13 @@ class TrainConfig:
             raise UsageError(f"--dist ddp applies to pytorch only; launch --framework {self.framework} with horovodrun")
         if self.compile and self.framework != "pytorch":
             raise UsageError("--compile applies to pytorch only (tensorflow has --xla)")
-        if self.framework != "pytorch":
-            raise UsageError(f"--framework {self.framework} is not available yet: only pytorch is implemented")
+        if self.xla and self.framework != "tensorflow":
+            raise UsageError(f"--xla applies to --framework tensorflow only ({self.framework}: "
+                             + ("use --compile" if self.framework == "pytorch" else
+                                "Keras fit would compile Horovod's allreduce into the step, which XLA cannot run")
+                             + ")")
+        if self.channels_last and self.framework != "pytorch":
+            raise UsageError(f"--channels-last applies to pytorch only ({self.framework} is channels-last already)")
 
 
 def _flag(name: str) -> str:
