@@ -8,7 +8,7 @@ help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
 AZURITE_VERSION := 3.37.0
-setup: .venv/.installed .venv-torch/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch training, Azurite)
+setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch, .venv-tf: TensorFlow/Keras, Azurite)
 
 # Azurite, the Azure Storage emulator (npm), for the demo and the data-path tests.
 .cache/azurite/.installed-$(AZURITE_VERSION):
@@ -30,6 +30,14 @@ setup: .venv/.installed .venv-torch/.installed .cache/azurite/.installed-$(AZURI
 	bash images/build_horovod.sh --python .venv-torch/bin/python --framework pytorch --ops gloo
 	touch $@
 
+# TensorFlow/Keras training: tensorflow-cpu 2.15.1 (Keras 2; the GPU image reads requirements-tf-gpu.txt) and
+# Horovod built for TensorFlow by the same script.
+.venv-tf/.installed: training/requirements-tf.txt training/requirements-tf-cpu.txt requirements-dev.txt images/build_horovod.sh
+	$(PYTHON) -m venv .venv-tf
+	.venv-tf/bin/pip install --quiet --disable-pip-version-check -r training/requirements-tf-cpu.txt -r requirements-dev.txt
+	bash images/build_horovod.sh --python .venv-tf/bin/python --framework tensorflow --ops gloo
+	touch $@
+
 DEMO := demo-out
 demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX
 	.venv/bin/python -m infra plan --stack dev
@@ -45,9 +53,10 @@ demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azuri
 plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
-test: setup  ## the whole test suite: infra and images in .venv, training in .venv-torch (real Horovod ranks)
+test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks)
 	.venv/bin/python -m pytest tests/infra tests/data tests/test_images.py
 	.venv-torch/bin/python -m pytest tests/training
+	.venv-tf/bin/python -m pytest tests/training_tf
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
 	rm -rf .venv .venv-torch .venv-tf .pytest_cache

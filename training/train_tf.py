@@ -19,6 +19,7 @@ import pickle
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from training import checkpoint, metrics
@@ -127,8 +128,10 @@ def _build(tf, cfg: TrainConfig):
     tf.keras.utils.set_random_seed(cfg.seed)  # the same initial weights on every rank and every run
     model = tf.keras.applications.ResNet50(weights=None, classes=cfg.num_classes, classifier_activation=None,
                                            input_shape=(cfg.image_size, cfg.image_size, 3))
-    # Legacy SGD: the optimizer Horovod 0.28 wraps reliably under TF 2.15 (Keras 2).
-    optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
+    # Legacy SGD: the optimizer Horovod 0.28 wraps reliably under TF 2.15 (Keras 2). The LR is a variable we
+    # assign each step (training/schedule.py); a float set later would not reach the traced step.
+    learning_rate = tf.Variable(cfg.base_lr, trainable=False, dtype=tf.float32, name="learning_rate")
+    optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=cfg.momentum)
     if cfg.framework == "keras":
         import horovod.tensorflow.keras as hvd_keras
 
@@ -136,16 +139,18 @@ def _build(tf, cfg: TrainConfig):
         optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)
     if cfg.precision == "fp16":  # loss scaling around the (distributed) optimizer
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
-    return model, optimizer
+    return model, optimizer, learning_rate
 
 
 def _loss_fn(tf, cfg: TrainConfig, model):
     xent = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
 
+    kernels = [w for w in model.trainable_weights if len(w.shape) > 1]  # conv and dense kernels
+
     def loss(labels, logits):
-        # Decay on every weight, as torch.optim.SGD(weight_decay=) does: the gradient of wd/2 * ||w||^2.
+        # L2 decay on the kernels (not BatchNorm or biases): the gradient of wd/2 * ||w||^2.
         decay = 0.5 * cfg.weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w, tf.float32)))
-                                                  for w in model.trainable_weights])
+                                                  for w in kernels])
         return xent(labels, tf.cast(logits, tf.float32)) + decay
     return loss
 
@@ -258,7 +263,14 @@ def _export(tf, model, out: Path, image_size: int) -> dict:
     return exported
 
 
-def run(cfg: TrainConfig) -> dict:
+@dataclass
+class Trained:
+    summary: dict
+    model: object  # this rank's tf.keras.Model
+    rank: int
+
+
+def run(cfg: TrainConfig) -> Trained:
     out = Path(cfg.output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -275,7 +287,7 @@ def run(cfg: TrainConfig) -> dict:
     schedule = dict(peak=peak, total_steps=total_steps, warmup_steps=warmup, schedule=cfg.lr_schedule,
                     base_lr=cfg.base_lr)
 
-    model, optimizer = _build(tf, cfg)
+    model, optimizer, learning_rate = _build(tf, cfg)
     ckpt_dir = out / "checkpoints"
     resume_from = hvd.broadcast_object(str(_resume_path(cfg, ckpt_dir) or "") if rank0 else None,
                                        root_rank=0, name="resume_from")
@@ -301,11 +313,11 @@ def run(cfg: TrainConfig) -> dict:
 
     if step < stop_at:
         if cfg.framework == "keras":
-            step = _fit(tf, hvd, cfg, model, optimizer, loss_fn, data.stream(step), step, stop_at, schedule,
-                        reporter, save_checkpoint)
+            step = _fit(tf, hvd, cfg, model, optimizer, learning_rate, loss_fn, data.stream(step), step, stop_at,
+                        schedule, reporter, save_checkpoint)
         else:
-            step = _custom_loop(tf, hvd, cfg, model, optimizer, loss_fn, data.stream(step), step, stop_at,
-                                schedule, reporter, save_checkpoint, compression, first=not resume_from)
+            step = _custom_loop(tf, hvd, cfg, model, optimizer, learning_rate, loss_fn, data.stream(step), step,
+                                stop_at, schedule, reporter, save_checkpoint, compression, first=not resume_from)
     wall = time.perf_counter() - started
     top1 = _evaluate(tf, hvd, model, data.validation())
     steady = reporter.rates[1:] if len(reporter.rates) > 1 else reporter.rates
@@ -320,11 +332,10 @@ def run(cfg: TrainConfig) -> dict:
         if cfg.export and step == total_steps:
             result.update(_export(tf, model, out, cfg.image_size))
         metrics.write_json_atomic(out / "summary.json", result)
-    result["rank"] = hvd.rank()
-    return result
+    return Trained(result, model, hvd.rank())
 
 
-def _custom_loop(tf, hvd, cfg, model, optimizer, loss_fn, stream, step, stop_at, schedule, reporter,
+def _custom_loop(tf, hvd, cfg, model, optimizer, learning_rate, loss_fn, stream, step, stop_at, schedule, reporter,
                  save_checkpoint, compression, first: bool) -> int:
     forward = tf.function(lambda images: model(images, training=True), jit_compile=cfg.xla)
     scaled = cfg.precision == "fp16"
@@ -343,7 +354,7 @@ def _custom_loop(tf, hvd, cfg, model, optimizer, loss_fn, stream, step, stop_at,
 
     broadcast = first
     for images, labels in stream:
-        optimizer.learning_rate = lr_at(step, **schedule)  # a variable once created: the traced step reads it
+        learning_rate.assign(lr_at(step, **schedule))
         loss = train_step(images, labels)
         if broadcast:
             # After the first step the optimizer's slots exist: start every rank from rank 0's state.
@@ -359,14 +370,14 @@ def _custom_loop(tf, hvd, cfg, model, optimizer, loss_fn, stream, step, stop_at,
     return step
 
 
-def _fit(tf, hvd, cfg, model, optimizer, loss_fn, stream, step, stop_at, schedule, reporter, save_checkpoint) -> int:
+def _fit(tf, hvd, cfg, model, optimizer, learning_rate, loss_fn, stream, step, stop_at, schedule, reporter, save_checkpoint) -> int:
     position = {"step": step}
 
     class Schedule(tf.keras.callbacks.Callback):
         """Per-step LR (training/schedule.py), logging, checkpoints, and the stop at stop_at."""
 
         def on_train_batch_begin(self, batch, logs=None):
-            self.model.optimizer.learning_rate = lr_at(position["step"], **schedule)
+            learning_rate.assign(lr_at(position["step"], **schedule))
 
         def on_train_batch_end(self, batch, logs=None):
             position["step"] += 1
@@ -405,8 +416,9 @@ def _evaluate(tf, hvd, model, validation) -> float | None:
 
 
 def main(cfg: TrainConfig) -> int:
-    result = run(cfg)
-    if result["rank"] == 0:
+    trained = run(cfg)
+    result = trained.summary
+    if trained.rank == 0:
         print(f"done: step {result['steps']}, {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on "
               f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
               + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
