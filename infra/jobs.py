@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from infra import jobspec
 from infra.batch import BatchService, JobNotFound
-from infra.config import StackConfig
+from infra.config import TRAINING_FRAMEWORKS, StackConfig
 
 REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
                     "containerUrls", "sas")
@@ -62,7 +62,7 @@ def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None 
                train_args: tuple[str, ...] | None = None) -> jobspec.JobInputs:
     """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
     framework = framework or cfg.training_framework
-    image = {"keras": "tensorflow"}.get(framework, framework)
+    image = TRAINING_FRAMEWORKS[framework]
     if image not in outputs["imageRefs"]:
         raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
                        f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
@@ -118,12 +118,16 @@ class Status:
                 f"  started: {self.started or '-'}   ended: {self.ended or '-'}"]
 
 
+def _not_found(job: str) -> JobError:
+    return JobError(f"job {job} not found (see `python -m infra status` for the newest)")
+
+
 def status(service: BatchService, job: str) -> Status:
     try:
         job_info = service.get_job(job)
         task = service.get_task(job, jobspec.TASK_ID)
     except JobNotFound:
-        raise JobError(f"job {job} not found (see `python -m infra status` for the newest)") from None
+        raise _not_found(job) from None
     execution = task.get("executionInfo") or {}
     return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
@@ -135,7 +139,10 @@ def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO
     """Print the task's stdout or stderr; with follow, keep printing what it appends until the task ends."""
     path, offset = f"{stream}.txt", 0
     while True:
-        state = status(service, job).task_state  # read first: text written before completion is then all there
+        try:  # the state first: text written before completion is then all there
+            state = service.get_task(job, jobspec.TASK_ID).get("state")
+        except JobNotFound:
+            raise _not_found(job) from None
         data = service.read_task_file(job, jobspec.TASK_ID, path, offset)
         if data:
             out.write(data.decode("utf-8", errors="replace"))

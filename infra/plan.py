@@ -37,7 +37,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
                                 "mountConfiguration.nfsMountConfiguration.source",
                                 "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
     # The training job (dynamic resource): the ACR token password shares the type but has none of these.
-    "pulumi-python:dynamic:Resource": ("job_id", "framework", "nodes", "gpus_per_node", "retries"),
+    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpus_per_node", "retries"),
 }
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
 

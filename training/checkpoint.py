@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.errors import UsageError
+
 PATTERN = re.compile(r"ckpt-(\d{8})\.(pt|tfckpt)$")  # .pt: PyTorch, .tfckpt: TensorFlow/Keras (pickled arrays)
 
 
@@ -49,3 +51,16 @@ def newest_valid(directory: Path, load_fn: Callable[[Path], Any]) -> tuple[Path,
             print(f"warning: skipping unreadable checkpoint {candidate.name}: {type(err).__name__}: {err}",
                   file=sys.stderr)
     return None
+
+
+def resume_path(resume: str, directory: Path, load_fn: Callable[[Path], Any]) -> Path | None:
+    """What --resume names: none, the newest valid checkpoint in `directory` (auto), or a file."""
+    if resume == "none":
+        return None
+    if resume == "auto":
+        found = newest_valid(directory, load_fn)
+        return found[0] if found else None
+    path = Path(resume)
+    if not path.is_file():
+        raise UsageError(f"--resume {path}: no such checkpoint file (or use 'auto' / 'none')")
+    return path

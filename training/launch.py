@@ -103,5 +103,5 @@ def main(argv: list[str]) -> int:
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:
         return 0
-    os.execv(command[0], command) if os.path.isabs(command[0]) else os.execvp(command[0], command)
+    os.execvp(command[0], command)  # a path with a slash is used as is, a bare name is looked up on PATH
     return 0  # not reached: exec replaces this process, so signals reach horovodrun directly

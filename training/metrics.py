@@ -7,6 +7,19 @@ import os
 from pathlib import Path
 from typing import Any
 
+from training.errors import UsageError
+
+
+def prepare_output_dir(out: Path) -> None:
+    """Create --output-dir and prove it writable before any training starts."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"--output-dir {out}: not writable ({err.strerror})") from None
+
 
 def mean_ci(samples: list[float]) -> tuple[float, float]:
     """Mean and 1.96 sigma (the Horovod benchmarks' 95% interval) of throughput samples."""

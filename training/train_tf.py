@@ -172,19 +172,7 @@ def _load(path: Path) -> dict:
     return state
 
 
-def _resume_path(cfg: TrainConfig, ckpt_dir: Path) -> Path | None:
-    if cfg.resume == "none":
-        return None
-    if cfg.resume == "auto":
-        found = checkpoint.newest_valid(ckpt_dir, _load)
-        return found[0] if found else None
-    path = Path(cfg.resume)
-    if not path.is_file():
-        raise UsageError(f"--resume {path}: no such checkpoint file (or use 'auto' / 'none')")
-    return path
-
-
-def _restore(tf, model, optimizer, state: dict) -> None:
+def _restore(model, optimizer, state: dict) -> None:
     model.set_weights(state["model"])
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     inner._create_all_weights(model.trainable_variables)  # slots exist only after a step otherwise
@@ -272,10 +260,7 @@ class Trained:
 
 def run(cfg: TrainConfig) -> Trained:
     out = Path(cfg.output_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"--output-dir {out}: not writable ({err.strerror})") from None
+    metrics.prepare_output_dir(out)
     tf, hvd = _setup(cfg)
     rank0 = hvd.rank() == 0
     data = Data(tf, cfg, hvd.rank(), hvd.size())
@@ -289,13 +274,13 @@ def run(cfg: TrainConfig) -> Trained:
 
     model, optimizer, learning_rate = _build(tf, cfg)
     ckpt_dir = out / "checkpoints"
-    resume_from = hvd.broadcast_object(str(_resume_path(cfg, ckpt_dir) or "") if rank0 else None,
+    resume_from = hvd.broadcast_object(str(checkpoint.resume_path(cfg.resume, ckpt_dir, _load) or "") if rank0 else None,
                                        root_rank=0, name="resume_from")
     step = 0
     compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
     if resume_from:
         state = _load(Path(resume_from))
-        _restore(tf, model, optimizer, state)
+        _restore(model, optimizer, state)
         step = state["step"]
         if rank0:
             print(f"resumed from {resume_from} at step {step}", flush=True)

@@ -23,20 +23,9 @@ import torch.nn.functional as F
 from training import checkpoint, distributed, metrics
 from training.config import TrainConfig, as_dict
 from training.data_torch import FolderData, SyntheticData
-from training.errors import UsageError
 from training.schedule import lr_at, peak_lr
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def _prepare_output(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-test-{os.getpid()}"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as err:
-        raise UsageError(f"--output-dir {out}: not writable ({err.strerror})") from None
 
 
 def _build_model(cfg: TrainConfig, device):
@@ -62,18 +51,6 @@ def _load(path: Path) -> dict:
     if not {"step", "model", "optimizer"} <= set(state):
         raise ValueError("not a training checkpoint")
     return state
-
-
-def _resume_path(cfg: TrainConfig, ckpt_dir: Path) -> Path | None:
-    if cfg.resume == "none":
-        return None
-    if cfg.resume == "auto":
-        found = checkpoint.newest_valid(ckpt_dir, _load)
-        return found[0] if found else None
-    path = Path(cfg.resume)
-    if not path.is_file():
-        raise UsageError(f"--resume {path}: no such checkpoint file (or use 'auto' / 'none')")
-    return path
 
 
 def _evaluate(model, loader, device, dist, channels_last: bool) -> float:
@@ -103,7 +80,7 @@ def run(cfg: TrainConfig) -> Trained:
     is_rank0 = dist.rank == 0  # only rank 0 writes files and prints progress
     out = Path(cfg.output_dir)
     ckpt_dir = out / "checkpoints"
-    _prepare_output(out)
+    metrics.prepare_output_dir(out)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", dist.local_rank) if cuda else torch.device("cpu")
     if cuda:
@@ -128,7 +105,7 @@ def run(cfg: TrainConfig) -> Trained:
     step = 0
     model, optimizer = dist.wrap(model, optimizer, cfg.fp16_allreduce)
     # Rank 0 picks the checkpoint (it is the one that writes them); every rank reads that same file.
-    resume_from = dist.broadcast_object(str(_resume_path(cfg, ckpt_dir) or "") if is_rank0 else None)
+    resume_from = dist.broadcast_object(str(checkpoint.resume_path(cfg.resume, ckpt_dir, _load) or "") if is_rank0 else None)
     if resume_from:
         state = _load(Path(resume_from))
         getattr(model, "module", model).load_state_dict(state["model"])

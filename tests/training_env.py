@@ -1,0 +1,38 @@
+"""Running `python -m training` and 2-rank horovodrun from one training environment (.venv-torch, .venv-tf),
+as real processes; each training test package's conftest binds one environment."""
+import os
+import subprocess
+
+from tests.conftest import REPO_ROOT
+
+
+class TrainingEnv:
+    def __init__(self, venv: str, extra_env: dict[str, str] | None = None):
+        bin_dir = REPO_ROOT / venv / "bin"
+        self.python, self.horovodrun = str(bin_dir / "python"), str(bin_dir / "horovodrun")
+        self.bin_dir = bin_dir
+        self.extra_env = extra_env or {}
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONWARNINGS": "ignore", **self.extra_env}
+
+    def training(self, *args, timeout=300, check=True):
+        result = subprocess.run([self.python, "-m", "training", *map(str, args)], cwd=REPO_ROOT, env=self.env(),
+                                capture_output=True, text=True, timeout=timeout)
+        if check:
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+
+    def horovod(self, *args, np=2, timeout=300, script=None):
+        command = [self.horovodrun, "--gloo", "-np", str(np), "-H", f"localhost:{np}", self.python]
+        command += [str(script), *map(str, args)] if script else ["-m", "training", *map(str, args)]
+        result = subprocess.run(command, cwd=REPO_ROOT, env=self.env(), capture_output=True, text=True,
+                                timeout=timeout)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+
+    def synth_dataset(self, root):
+        """4 learnable classes of real JPEG files, 16 train + 4 val each, 40 px."""
+        self.training("synth-data", "--out", root, "--classes", "4", "--per-class", "16", "--val-per-class", "4",
+                      "--size", "40")
+        return root
