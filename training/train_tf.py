@@ -6,9 +6,10 @@ the PyTorch path.
   --framework keras       Model.fit with Horovod's DistributedOptimizer and callbacks (initial broadcast,
                           metric averaging); the LR follows training/schedule.py per step, as in PyTorch
 
-Both: tf.keras.applications.ResNet50(weights=None), SGD with momentum, L2 weight decay and label smoothing,
-mixed precision for bf16/fp16, rank-0 checkpoints with --resume auto, metrics.jsonl, summary.json,
-TensorBoard events, and a SavedModel (plus model.onnx through tf2onnx, checked with onnxruntime).
+Both: tf.keras.applications.ResNet50(weights=None), SGD with momentum, L2 weight decay as PyTorch's SGD
+applies it, label smoothing, mixed precision for bf16/fp16, rank-0 checkpoints with --resume auto,
+metrics.jsonl, summary.json, TensorBoard events, and a SavedModel (plus model.onnx through tf2onnx, checked
+with onnxruntime).
 Launch: horovodrun -np 2 -H localhost:2 python -m training train --framework keras --data synthetic ...
 """
 from __future__ import annotations
@@ -131,27 +132,36 @@ def _build(tf, cfg: TrainConfig):
     # Legacy SGD: the optimizer Horovod 0.28 wraps reliably under TF 2.15 (Keras 2). The LR is a variable we
     # assign each step (training/schedule.py); a float set later would not reach the traced step.
     learning_rate = tf.Variable(cfg.base_lr, trainable=False, dtype=tf.float32, name="learning_rate")
-    optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=cfg.momentum)
+    optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
     if cfg.framework == "keras":
         import horovod.tensorflow.keras as hvd_keras
 
         compression = hvd_keras.Compression.fp16 if cfg.fp16_allreduce else hvd_keras.Compression.none
         optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)
+    # Attached to the optimizer that runs: Horovod's Keras wrapper rebuilds the optimizer from its config,
+    # which keeps neither a variable LR (it would train at a constant base LR) nor gradient transformers.
+    optimizer.learning_rate = learning_rate
+    optimizer.gradient_transformers = [_weight_decay(tf, cfg.weight_decay)] if cfg.weight_decay else []
     if cfg.precision == "fp16":  # loss scaling around the (distributed) optimizer
         optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
     return model, optimizer, learning_rate
 
 
-def _loss_fn(tf, cfg: TrainConfig, model):
+def _weight_decay(tf, weight_decay: float):
+    """L2 decay as PyTorch's SGD(weight_decay=...) applies it: gradient + decay x weight for every parameter,
+    after the allreduce. Kept out of the loss, so the logged loss is the cross-entropy on every path (a decay
+    term in the loss grows with the weight norms and hides whether the model learns)."""
+    def add_decay(grads_and_vars):
+        return [(grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype), var)
+                for grad, var in grads_and_vars]
+    return add_decay
+
+
+def _loss_fn(tf, cfg: TrainConfig):
     xent = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
 
-    kernels = [w for w in model.trainable_weights if len(w.shape) > 1]  # conv and dense kernels
-
     def loss(labels, logits):
-        # L2 decay on the kernels (not BatchNorm or biases): the gradient of wd/2 * ||w||^2.
-        decay = 0.5 * cfg.weight_decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(w, tf.float32)))
-                                                  for w in kernels])
-        return xent(labels, tf.cast(logits, tf.float32)) + decay
+        return xent(labels, tf.cast(logits, tf.float32))
     return loss
 
 
@@ -290,7 +300,7 @@ def run(cfg: TrainConfig) -> Trained:
               f"{global_batch}, peak LR {peak:.4g}, {cfg.precision}{', xla' if cfg.xla else ''}", flush=True)
     reporter = Reporter(tf, cfg, out, rank0, bool(resume_from), global_batch, data.steps_per_epoch, total_steps, step)
     start_step, started = step, time.perf_counter()
-    loss_fn = _loss_fn(tf, cfg, model)
+    loss_fn = _loss_fn(tf, cfg)
 
     def save_checkpoint(at: int) -> None:
         if rank0 and (at % cfg.checkpoint_every == 0 or at == stop_at):
@@ -363,6 +373,8 @@ def _fit(tf, hvd, cfg, model, optimizer, learning_rate, loss_fn, stream, step, s
 
         def on_train_batch_begin(self, batch, logs=None):
             learning_rate.assign(lr_at(position["step"], **schedule))
+            # Keras logs the loss averaged since the epoch began; a reset makes it this step's, as elsewhere.
+            self.model.reset_metrics()
 
         def on_train_batch_end(self, batch, logs=None):
             position["step"] += 1

@@ -18,21 +18,25 @@ SUMMARY_FIELDS = {"framework", "world_size", "img_per_sec", "img_per_sec_ci95", 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework, dataset, tmp_path):
     out = tmp_path / "run"
-    horovod("--framework", framework, "--data", dataset, "--num-classes", "4", "--steps", "16", "--base-lr", "0.4",
-            "--warmup-steps", "2", *TINY, "--output-dir", out, script=REPO_ROOT / "tests/training_tf/rank_weights.py")
+    # Learnable: 4 colour/stripe classes; batch 8 per rank and peak LR 0.002 (ResNet50 from scratch at 32 px
+    # diverges at 0.0125 with batch 4, in PyTorch too on the same batches). The loss is noisy per step, so
+    # quarters of the run are compared.
+    horovod("--framework", framework, "--data", dataset, "--num-classes", "4", "--steps", "32", "--base-lr", "0.032",
+            "--warmup-steps", "2", "--image-size", "32", "--batch-size", "8", "--workers", "1", "--log-every", "1",
+            "--output-dir", out, script=REPO_ROOT / "tests/training_tf/rank_weights.py")
     ranks = [pickle.loads((out / f"rank-{r}.pkl").read_bytes()) for r in (0, 1)]
     assert len(ranks[0]) == len(ranks[1]) > 100
     assert all(np.array_equal(a, b) for a, b in zip(*ranks))
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(2, 17, 2))
-    # Not asserted yet: that the loss falls. On this 4-class JPEG set it rises under both TF paths (issue 6
-    # note); the PyTorch path's equivalent test passes. Left visibly open rather than weakened to pass.
-    assert all(np.isfinite(r["loss"]) for r in records)
+    assert [r["step"] for r in records] == list(range(1, 33))
+    losses = [r["loss"] for r in records]
+    first, last = np.mean(losses[:8]), np.mean(losses[-8:])
+    assert last < 0.8 * first, losses
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_FIELDS <= set(summary) and summary["world_size"] == 2 and summary["framework"] == framework
     assert summary["top1"] is not None
     assert list((out / "tensorboard").iterdir())
-    assert [p.name for p in (out / "checkpoints").iterdir()] == ["ckpt-00000016.tfckpt"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["ckpt-00000032.tfckpt"]
     # The SavedModel loads and classifies in a process of its own.
     check = ("import sys, numpy as np, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
              "y = m.signatures['serving_default'](images=tf.zeros((2, 32, 32, 3))); "
