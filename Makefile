@@ -17,7 +17,7 @@ setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurit
 	touch $@
 
 # The deployer: Pulumi program, infra CLI, data upload/stage, test tools. No ML framework.
-.venv/.installed: requirements.txt requirements-dev.txt
+.venv/.installed: requirements.txt training/requirements-stage.txt requirements-dev.txt
 	$(PYTHON) -m venv .venv
 	.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
 	touch $@
@@ -39,14 +39,16 @@ setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurit
 	touch $@
 
 DEMO := demo-out
-demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX
+FRAMEWORK ?= pytorch
+TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
+demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX (FRAMEWORK=pytorch|tensorflow|keras)
 	.venv/bin/python -m infra plan --stack dev
 	rm -rf $(DEMO)
-	.venv-torch/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
+	$(TRAIN_VENV)/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
 	.venv/bin/python -m training data-demo $(DEMO)/dataset $(DEMO)/nfs
-	.venv-torch/bin/horovodrun --gloo -np 2 -H localhost:2 .venv-torch/bin/python -m training train \
-	    --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 --log-every 5 \
-	    --checkpoint-every 20 --workers 1 --output-dir $(DEMO)/run
+	$(TRAIN_VENV)/bin/horovodrun --gloo -np 2 -H localhost:2 $(TRAIN_VENV)/bin/python -m training train \
+	    --framework $(FRAMEWORK) --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 \
+	    --log-every 5 --checkpoint-every 20 --workers 1 --output-dir $(DEMO)/run
 	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
 	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
 

@@ -31,6 +31,7 @@ from training.schedule import lr_at, peak_lr
 
 SUFFIX = ".tfckpt"
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+BN_MOMENTUM = 0.9
 
 
 def _setup(cfg: TrainConfig):
@@ -129,6 +130,12 @@ def _build(tf, cfg: TrainConfig):
     tf.keras.utils.set_random_seed(cfg.seed)  # the same initial weights on every rank and every run
     model = tf.keras.applications.ResNet50(weights=None, classes=cfg.num_classes, classifier_activation=None,
                                            input_shape=(cfg.image_size, cfg.image_size, 3))
+    # BatchNorm's running statistics follow the batches at PyTorch's rate (its momentum 0.1 is 0.9 here), as in
+    # TensorFlow's own ResNet recipe: Keras's default 0.99 leaves them near their initial values for the first
+    # few hundred steps, so evaluation and the exported model would see the wrong statistics.
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            layer.momentum = BN_MOMENTUM
     # Legacy SGD: the optimizer Horovod 0.28 wraps reliably under TF 2.15 (Keras 2). The LR is a variable we
     # assign each step (training/schedule.py); a float set later would not reach the traced step.
     learning_rate = tf.Variable(cfg.base_lr, trainable=False, dtype=tf.float32, name="learning_rate")

@@ -34,7 +34,8 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     assert last < 0.8 * first, losses
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_FIELDS <= set(summary) and summary["world_size"] == 2 and summary["framework"] == framework
-    assert summary["top1"] is not None
+    # Better than one class for all (0.25): evaluation uses BatchNorm statistics that followed training.
+    assert summary["top1"] > 0.25, summary["top1"]
     assert list((out / "tensorboard").iterdir())
     assert [p.name for p in (out / "checkpoints").iterdir()] == ["ckpt-00000032.tfckpt"]
     # The SavedModel loads and classifies in a process of its own.
