@@ -21,13 +21,16 @@ import pulumi
 from pulumi_azure_native import compute, network, storage
 
 from infra import naming
-from infra.config import StackConfig
+from infra.config import REPO_ROOT, StackConfig
 from infra.jobspec import DATASET, STAGED_MARKER
 
 EXPORT_PATH = "/data"
 ADMIN_USER = "nfsadmin"
 SHARE = "data"
-STAGER_PACKAGES = "azure-storage-blob==12.31.1 azure-identity==1.27.0 pyyaml==6.0.3"
+# The stager's pins, the same file .venv and the training images install.
+STAGER_PACKAGES = " ".join(line.split("#")[0].strip() for line in
+                           (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
+                           if line.split("#")[0].strip())
 VM_MOUNT_OPTIONS = "-o rw,hard,nfsvers=4.1,rsize=1048576,wsize=1048576"
 AZURE_FILES_MOUNT_OPTIONS = "-o vers=4,minorversion=1,sec=sys,nconnect=4"
 

@@ -20,6 +20,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 
 from training import transfer
+from training.blob_reader import BlobReader
 from training.errors import UsageError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -47,8 +48,8 @@ def _local_path(dest: Path, relative: str) -> Path:
 
 
 class Stager:
-    def __init__(self, client, dest: Path, prefix: str, extract: bool, stats: transfer.Stats):
-        self.client, self.dest, self.prefix, self.extract, self.stats = client, dest, prefix, extract, stats
+    def __init__(self, reader: BlobReader, dest: Path, prefix: str, extract: bool, stats: transfer.Stats):
+        self.reader, self.dest, self.prefix, self.extract, self.stats = reader, dest, prefix, extract, stats
 
     def __call__(self, blob) -> None:
         relative = blob.name[len(self.prefix):].lstrip("/")
@@ -70,9 +71,10 @@ class Stager:
         digest = hashlib.md5()
         try:
             with open(part, "wb") as out:
-                for chunk in self.client.get_blob_client(name).download_blob(max_concurrency=1).chunks():
+                def write(chunk: bytes) -> None:
                     out.write(chunk)
                     digest.update(chunk)
+                self.reader.copy(name, write)
             if expected and digest.digest() != expected:
                 raise Corrupt(f"{name}: MD5 {transfer.b64(digest.digest())} != Content-MD5 {transfer.b64(expected)}")
             os.replace(part, target)
@@ -81,7 +83,13 @@ class Stager:
             raise
 
     def _extract(self, blob) -> None:
-        reader = _HashingReader(self.client.get_blob_client(blob.name).download_blob(max_concurrency=1))
+        response = self.reader.open(blob.name)
+        try:
+            self._unpack(_HashingReader(response), blob)
+        finally:
+            response.release_conn()
+
+    def _unpack(self, reader: _HashingReader, blob) -> None:
         with tarfile.open(fileobj=reader, mode="r|*") as archive:
             for member in archive:
                 member = tarfile.data_filter(member, str(self.dest))  # no absolute paths, no escaping links
@@ -115,9 +123,9 @@ class Stager:
 
 def stage(target: transfer.ContainerTarget, dest: Path, prefix: str, workers: int, extract: bool) -> transfer.Stats:
     stats = transfer.Stats()
-    client = target.client(workers)
+    client = target.client(workers)  # the SDK lists; the reads are plain GETs (training/blob_reader.py)
     dest.mkdir(parents=True, exist_ok=True)
-    stager = Stager(client, dest, prefix, extract, stats)
+    stager = Stager(BlobReader(target, workers), dest, prefix, extract, stats)
     # list_blobs pages lazily (5,000 names a page): memory stays flat however many blobs there are.
     blobs = (b for b in client.list_blobs(name_starts_with=prefix or None) if not b.name.endswith("/"))
     with transfer.Progress("stage", stats):

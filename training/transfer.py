@@ -128,8 +128,9 @@ def b64(digest: bytes | bytearray | None) -> str:
 
 
 def classify(err: BaseException, operation: str) -> BaseException:
-    """Turn a storage error into PermanentError (with the fix) or leave it transient (returned as is)."""
-    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ResourceNotFoundError
+    """Turn a storage error (the SDK's, or blob_reader's of the same shape) into PermanentError (with the fix)
+    or leave it transient (returned as is): connection errors, timeouts, 408, 429 and 5xx."""
+    from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
 
     if isinstance(err, PermanentError):
         return err
@@ -153,7 +154,7 @@ def classify(err: BaseException, operation: str) -> BaseException:
             return PermanentError("the container does not exist (check the URL; `pulumi up` creates data, "
                                   "scripts and outputs)")
         return PermanentError(f"not found during {operation} ({code or status})")
-    if isinstance(err, HttpResponseError) and status is not None and 400 <= status < 500 and status not in (408, 429):
+    if status is not None and 400 <= status < 500 and status not in (408, 429):
         return PermanentError(f"{operation} refused with HTTP {status} ({code}): {redact(message.splitlines()[0])}")
     return err
 

@@ -114,6 +114,27 @@ def test_expired_sas_is_refused_clearly(azurite, container, tmp_path):
     assert _sig(url) not in result.stdout + result.stderr
 
 
+def test_list_only_sas_cannot_read_and_says_which_permission(azurite, container, tmp_path):
+    cli("upload", make_tree(tmp_path / "src", files=3), azurite.container_url(container, "racwl"))
+    url = azurite.container_url(container, "l")  # listing works, every GET is refused
+    result = cli("stage", url, tmp_path / "dest")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: stage stopped: the SAS does not allow download of ") and "read+list (rl)" in last
+    assert _sig(url) not in result.stdout + result.stderr
+    assert not [p for p in (tmp_path / "dest").rglob("*") if p.is_file()]  # nothing half written
+
+
+def test_blob_names_that_need_quoting_round_trip(azurite, container, tmp_path):
+    src = tmp_path / "src"
+    for name in ("a b/c+d.JPEG", "ü/%20.JPEG", "x/y#z?.JPEG"):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(name.encode() * 100)
+    assert cli("upload", src, azurite.container_url(container, "racwl")).returncode == 0
+    assert cli("stage", azurite.container_url(container, "rl"), tmp_path / "dest").returncode == 0
+    assert tree(tmp_path / "dest") == tree(src)
+
+
 def test_missing_container_is_named(azurite, tmp_path):
     url = azurite.container_url("nosuchcontainer", "rl")
     result = cli("stage", url, tmp_path / "dest")

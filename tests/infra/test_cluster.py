@@ -78,6 +78,8 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     assert f"--raid-devices={ev.config.nfs_disk_count}" in script
     assert "python -m training stage env:DATA_CONTAINER_URL /data/imagenet" in script
     assert "touch /data/imagenet/.staged" in script
+    # The stager's own pins, as in .venv and the images.
+    assert "pip install --quiet azure-storage-blob==12.31.1 azure-identity==1.27.0 urllib3==2.8.0 pyyaml==6.0.3" in script
 
 
 def test_cloud_init_keeps_the_sas_in_a_root_only_file_not_in_the_script():
