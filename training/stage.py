@@ -17,10 +17,11 @@ import hashlib
 import os
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from training import transfer
-from training.blob_reader import BlobReader
+from training.blob_reader import BlobItem, BlobReader
 from training.errors import UsageError
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
@@ -51,13 +52,13 @@ class Stager:
     def __init__(self, reader: BlobReader, dest: Path, prefix: str, extract: bool, stats: transfer.Stats):
         self.reader, self.dest, self.prefix, self.extract, self.stats = reader, dest, prefix, extract, stats
 
-    def __call__(self, blob) -> None:
+    def __call__(self, blob: BlobItem) -> None:
         relative = blob.name[len(self.prefix):].lstrip("/")
         if self.extract and blob.name.endswith(ARCHIVE_SUFFIXES):
             transfer.with_retries(f"extract of {blob.name}", self.stats, lambda: self._extract(blob))
             return
         target = _local_path(self.dest, relative)
-        expected = bytes(blob.content_settings.content_md5 or b"")
+        expected = blob.md5
         if target.is_file() and target.stat().st_size == blob.size and (
                 not expected or transfer.md5_file(target) == expected):
             self.stats.add(skipped=1)
@@ -82,14 +83,14 @@ class Stager:
             part.unlink(missing_ok=True)
             raise
 
-    def _extract(self, blob) -> None:
+    def _extract(self, blob: BlobItem) -> None:
         response = self.reader.open(blob.name)
         try:
             self._unpack(_HashingReader(response), blob)
         finally:
             response.release_conn()
 
-    def _unpack(self, reader: _HashingReader, blob) -> None:
+    def _unpack(self, reader: _HashingReader, blob: BlobItem) -> None:
         with tarfile.open(fileobj=reader, mode="r|*") as archive:
             for member in archive:
                 member = tarfile.data_filter(member, str(self.dest))  # no absolute paths, no escaping links
@@ -116,23 +117,27 @@ class Stager:
                 self.stats.add(files=1, bytes=member.size)
         while reader.read(transfer.READ_SIZE):  # the tail (tar padding) belongs to the checksum too
             pass
-        expected = bytes(blob.content_settings.content_md5 or b"")
+        expected = blob.md5
         if expected and reader.digest.digest() != expected:
             raise Corrupt(f"{blob.name}: archive MD5 does not match its Content-MD5")
 
 
+def _blobs(reader: BlobReader, prefix: str, stats: transfer.Stats) -> Iterator[BlobItem]:
+    """Every blob under `prefix`, fetched a page (5,000 names) at a time as the transfers need them: memory
+    stays flat however many blobs there are. A page that fails transiently is fetched again."""
+    marker = None
+    while marker != "":
+        page, marker = transfer.with_retries("listing the container", stats,
+                                             lambda: reader.list_page(prefix, marker or ""))
+        yield from (blob for blob in page if not blob.name.endswith("/"))
+
+
 def stage(target: transfer.ContainerTarget, dest: Path, prefix: str, workers: int, extract: bool) -> transfer.Stats:
     stats = transfer.Stats()
-    client = target.client(workers)  # the SDK lists; the reads are plain GETs (training/blob_reader.py)
+    reader = BlobReader(target, workers)
     dest.mkdir(parents=True, exist_ok=True)
-    stager = Stager(BlobReader(target, workers), dest, prefix, extract, stats)
-    # list_blobs pages lazily (5,000 names a page): memory stays flat however many blobs there are.
-    blobs = (b for b in client.list_blobs(name_starts_with=prefix or None) if not b.name.endswith("/"))
     with transfer.Progress("stage", stats):
-        try:
-            transfer.run_bounded(blobs, stager, workers)
-        except Exception as err:  # noqa: BLE001 - listing errors are sorted like transfer errors
-            raise transfer.classify(err, "listing and reading the container") from None
+        transfer.run_bounded(_blobs(reader, prefix, stats), Stager(reader, dest, prefix, extract, stats), workers)
     return stats
 
 

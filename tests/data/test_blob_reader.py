@@ -1,8 +1,26 @@
-"""Azure AD access on the stager's GET path: one token for many requests, renewed before it expires."""
+"""The stager's GET path: listing page by page (on Azurite), and Azure AD access with one token for many
+requests, renewed before it expires."""
+import hashlib
 import time
 from types import SimpleNamespace
 
-from training.blob_reader import STORAGE_SCOPE, _TokenCache
+from tests.data.conftest import cli, make_tree
+from training import transfer
+from training.blob_reader import STORAGE_SCOPE, BlobReader, _TokenCache
+from training.stage import _blobs
+
+
+def test_listing_follows_the_pages_and_reads_size_and_md5(azurite, container, tmp_path):
+    src = make_tree(tmp_path / "src", files=20)
+    assert cli("upload", src, azurite.container_url(container, "racwl"), "--prefix", "p/").returncode == 0
+    assert cli("upload", src / "d0", azurite.container_url(container, "racwl"), "--prefix", "q/").returncode == 0
+    reader = BlobReader(transfer.ContainerTarget.parse(azurite.container_url(container, "rl")), workers=2)
+    reader.page_size = 7  # 20 blobs under p/: three pages
+    listed = {blob.name: blob for blob in _blobs(reader, "p/", transfer.Stats())}
+    files = {f"p/{path.relative_to(src).as_posix()}": path.read_bytes() for path in src.rglob("*") if path.is_file()}
+    assert listed.keys() == files.keys()
+    for name, data in files.items():
+        assert listed[name].size == len(data) and listed[name].md5 == hashlib.md5(data).digest()
 
 
 class CountingCredential:
