@@ -16,7 +16,6 @@ import base64
 import re
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote, unquote, urlencode, urlparse
 from xml.etree import ElementTree
