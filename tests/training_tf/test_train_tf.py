@@ -70,6 +70,15 @@ def test_resume_ends_where_an_uninterrupted_run_ends(framework, tmp_path):
     assert all(split_lr[step] == lr for step, lr in straight_lr.items())
 
 
+@pytest.mark.parametrize("framework,precision", [("tensorflow", "bf16"), ("keras", "fp16")])
+def test_mixed_precision_trains_and_summarises(framework, precision, tmp_path):
+    # One rank: the policy, the fp16 loss scaling around the optimizer, and float32 losses and logits.
+    training("train", "--framework", framework, "--precision", precision, "--data", "synthetic",
+             "--num-classes", "10", "--steps", "4", "--no-export", *TINY, "--output-dir", tmp_path / "o")
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["precision"] == precision and summary["steps"] == 4 and np.isfinite(summary["final_loss"])
+
+
 @pytest.mark.parametrize("args,message", [
     (["--framework", "tensorflow", "--channels-last"], "--channels-last applies to pytorch only"),
     (["--framework", "keras", "--xla"], "--xla applies to --framework tensorflow only"),
