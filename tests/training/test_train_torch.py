@@ -17,21 +17,24 @@ def _metrics(out):
 
 def test_two_horovod_ranks_stay_identical_and_loss_falls(dataset, tmp_path):
     out = tmp_path / "run"
-    horovod("--data", str(dataset), "--num-classes", "4", *TINY, "--steps", "24", "--base-lr", "0.8",
-            "--warmup-steps", "2", "--output-dir", str(out), script=REPO_ROOT / "tests/training/rank_params.py")
+    # Learnable and stable: batch 8 per rank, peak LR 0.002 (at batch 4 and 0.025 the loss of this 4-class set
+    # first explodes to 10-35, then comes back down as the LR decays: a pass that means little).
+    horovod("--data", str(dataset), "--num-classes", "4", *TINY, "--batch-size", "8", "--log-every", "1",
+            "--steps", "32", "--base-lr", "0.032", "--warmup-steps", "2", "--output-dir", str(out),
+            script=REPO_ROOT / "tests/training/rank_params.py")
     rank0, rank1 = (torch.load(out / f"rank-{r}.pt") for r in (0, 1))
     for name, tensor in rank0.items():
         assert torch.equal(tensor, rank1[name]), f"{name} differs between ranks"
-    initial = torch.load(out / "checkpoints" / "ckpt-00000024.pt", weights_only=False)["model"]
+    initial = torch.load(out / "checkpoints" / "ckpt-00000032.pt", weights_only=False)["model"]
     for name, tensor in rank0.items():  # rank 0 checkpointed the state both ranks ended in
         assert torch.equal(initial[name], tensor), name
     losses = [m["loss"] for m in _metrics(out)]
-    assert len(losses) == 12
-    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3, losses
+    assert len(losses) == 32
+    assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses  # per step it is noisy: quarters of the run
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["img_per_sec"] > 0 and summary["top1"] is not None
     assert set(summary) >= {"img_per_sec_ci95", "img_per_sec_per_worker", "images_seen", "wall_time_s", "final_loss"}
-    assert summary["images_seen"] == 24 * 4 * 2
+    assert summary["images_seen"] == 32 * 8 * 2
     assert list((out / "tensorboard").iterdir()), "no TensorBoard events"
 
 
