@@ -28,9 +28,8 @@ EXPORT_PATH = "/data"
 ADMIN_USER = "nfsadmin"
 SHARE = "data"
 # The stager's pins, the same file .venv and the training images install.
-STAGER_PACKAGES = " ".join(line.split("#")[0].strip() for line in
-                           (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
-                           if line.split("#")[0].strip())
+_STAGER_LINES = (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
+STAGER_PACKAGES = " ".join(pin for pin in (line.split("#")[0].strip() for line in _STAGER_LINES) if pin)
 VM_MOUNT_OPTIONS = "-o rw,hard,nfsvers=4.1,rsize=1048576,wsize=1048576"
 AZURE_FILES_MOUNT_OPTIONS = "-o vers=4,minorversion=1,sec=sys,nconnect=4"
 

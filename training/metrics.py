@@ -68,3 +68,11 @@ def summary(*, world_size: int, global_rates: list[float], images_seen: int, wal
         "top1": top1,
         **extra,
     }
+
+
+def done_line(result: dict[str, Any], output_dir: str | Path) -> str:
+    """Rank 0's last line, the same for every framework."""
+    return (f"done: step {result['steps']}, {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on "
+            f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
+            + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
+            + f"; outputs in {output_dir}")

@@ -423,8 +423,5 @@ def main(cfg: TrainConfig) -> int:
     trained = run(cfg)
     result = trained.summary
     if trained.rank == 0:
-        print(f"done: step {result['steps']}, {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on "
-              f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
-              + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
-              + f"; outputs in {cfg.output_dir}", flush=True)
+        print(metrics.done_line(result, cfg.output_dir), flush=True)
     return 0

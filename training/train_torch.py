@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -197,8 +196,5 @@ def main(cfg: TrainConfig) -> int:
     trained = run(cfg)
     result = trained.summary
     if trained.rank == 0:
-        print(f"done: step {result['steps']}, {result['img_per_sec']} +- {result['img_per_sec_ci95']} img/s on "
-              f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
-              + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
-              + f"; outputs in {cfg.output_dir}", file=sys.stdout)
+        print(metrics.done_line(result, cfg.output_dir), flush=True)
     return 0

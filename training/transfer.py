@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlparse
 
 from training.errors import UsageError
 
-BLOCK_SIZE = 4 * 1024 * 1024  # blob blocks and download ranges: memory per worker stays near this
+BLOCK_SIZE = 4 * 1024 * 1024  # upload blocks: memory per upload worker stays near this
 READ_SIZE = 1024 * 1024
 MAX_ATTEMPTS = 6  # per file, for transient errors (connection lost, timeouts, 5xx, throttling)
 _SAS = re.compile(r"([?&])(sig|se|sp|sv|sr|st|spr|skoid|sktid|skt|ske|sks|skv|srt|ss)=[^&\s'\"]*", re.I)
@@ -100,8 +100,8 @@ class ContainerTarget:
     def client(self, workers: int):
         from azure.storage.blob import ContainerClient
 
-        options = dict(max_block_size=BLOCK_SIZE, max_single_put_size=BLOCK_SIZE, max_chunk_get_size=BLOCK_SIZE,
-                       max_single_get_size=BLOCK_SIZE, connection_timeout=20, read_timeout=60,
+        # Upload's client (stage reads through training/blob_reader.py).
+        options = dict(max_block_size=BLOCK_SIZE, max_single_put_size=BLOCK_SIZE, connection_timeout=20, read_timeout=60,
                        retry_total=2,  # the SDK's own retries stay short; ours (per file, with backoff) do the rest
                        connection_pool_maxsize=max(10, workers * 2))
         if self.has_sas:
