@@ -31,6 +31,8 @@ RUN images/build_horovod.sh --python python --framework pytorch --ops nccl --cac
  && rm -rf /tmp/wheels
 
 COPY training/ training/
+# The package imports from any directory (a job's own copy, first on PYTHONPATH, shadows this one).
+ENV PYTHONPATH=/opt/dltrain
 # NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces).
 ENV NCCL_IB_DISABLE=0 \
     NCCL_DEBUG=WARN \

@@ -2,7 +2,9 @@
 # images/build_horovod.sh (the script `make setup` uses for .venv-tf), the training package inside.
 # Built and pushed by `pulumi up` (infra/registry.py) with the build context at the repository root.
 # Pins: training/requirements-tf-gpu.txt, the GPU twin of the tensorflow-cpu pin .venv-tf installs.
-# TF 2.15 is built for CUDA 12.2 and cuDNN 8.9, and supports Python up to 3.11 (Ubuntu 22.04 has 3.10).
+# TF 2.15 is built for CUDA 12.2 and cuDNN 8.9 and supports Python up to 3.11; Ubuntu 22.04's own python3 is
+# 3.10, for which some pins have no wheel (onnxruntime 1.31), so the image uses jammy's python3.11 packages,
+# the Python .venv-tf has (tests/test_images.py resolves the pins for it).
 FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -15,12 +17,12 @@ ENV DEBIAN_FRONTEND=noninteractive \
 # hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      python3 python3-dev python3-venv g++ make cmake git openssh-client openssh-server \
+      python3.11 python3.11-dev python3.11-venv g++ make cmake git openssh-client openssh-server \
       openmpi-bin libopenmpi-dev libucx0 ucx-utils \
       rdma-core ibverbs-providers libibverbs1 librdmacm1 infiniband-diags \
  && rm -rf /var/lib/apt/lists/*
 
-RUN python3 -m venv /opt/venv
+RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /opt/dltrain
 
@@ -32,6 +34,8 @@ RUN images/build_horovod.sh --python python --framework tensorflow --ops nccl --
  && rm -rf /tmp/wheels
 
 COPY training/ training/
+# The package imports from any directory (a job's own copy, first on PYTHONPATH, shadows this one).
+ENV PYTHONPATH=/opt/dltrain
 # NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces).
 ENV NCCL_IB_DISABLE=0 \
     NCCL_DEBUG=WARN \

@@ -37,6 +37,8 @@ def _plan(args: argparse.Namespace) -> int:
     except config.ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return 2
+    for placeholder in stack_config.placeholders:
+        print(f"note: {placeholder}", file=sys.stderr)
     from infra import offline, plan
 
     text, secure = plan.render(offline.evaluate(stack_config))
@@ -47,10 +49,41 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if secure else 1
 
 
+def _azure_error_line(err: Exception) -> str | None:
+    """One line for an Azure SDK error a user causes (not signed in, no access, refused), or None."""
+    try:
+        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+        from azure.identity import CredentialUnavailableError
+    except ImportError:
+        return None
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if isinstance(err, (CredentialUnavailableError, ClientAuthenticationError)):
+        return (f"cannot sign in to Azure ({first[:200]}): run `az login` (or set up a managed identity / "
+                "AZURE_CLIENT_ID), then try again")
+    if isinstance(err, HttpResponseError):
+        return (f"Azure refused the request ({err.status_code}: {first[:200]}); check that you may use the stack's "
+                "Batch account and that your IP is in allowedIpRanges")
+    return None
+
+
 def _job_verb(args: argparse.Namespace, batch_factory) -> int:
+    try:
+        return _run_job_verb(args, batch_factory)
+    except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
+        line = _azure_error_line(err)
+        if line is None:
+            raise
+        from training.transfer import redact
+
+        print(f"error: {redact(line)}", file=sys.stderr)
+        return 1
+
+
+def _run_job_verb(args: argparse.Namespace, batch_factory) -> int:
     import shlex
 
     from infra import config, jobs
+    from training.errors import UsageError
 
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
@@ -64,9 +97,16 @@ def _job_verb(args: argparse.Namespace, batch_factory) -> int:
             return 0
         service = batch_factory(outputs["batchAccountEndpoint"])
         if args.command == "submit":
-            train_args = tuple(shlex.split(args.args)) if args.args is not None else None
-            if train_args:
-                config.parse(args.stack, {"trainingArgs": args.args})  # same refusals as the stack config
+            try:
+                train_args = tuple(shlex.split(args.args)) if args.args is not None else None
+            except ValueError as err:
+                raise config.ConfigError(None, f"--args: cannot be split like a shell command line ({err})") from None
+            if train_args:  # the stack config's refusals, with the training command line's own parser
+                values = {**config.read_stack_file(args.stack, args.project_dir), "trainingArgs": args.args}
+                if args.framework:
+                    values["trainingFramework"] = args.framework
+                config.parse(args.stack, values, config.load_schema(args.project_dir / "Pulumi.yaml"),
+                             placeholders_ok=True)
             inputs = jobs.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
             jobs.submit(service, inputs, jobs.now_utc(), sys.stdout)
             return 0
@@ -82,7 +122,7 @@ def _job_verb(args: argparse.Namespace, batch_factory) -> int:
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except jobs.JobError as err:
+    except (jobs.JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

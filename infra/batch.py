@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from infra.jobspec import END_WITH_TASKS
+
 BATCH_SCOPE = "https://batch.core.windows.net/.default"
 
 
@@ -17,7 +19,8 @@ class JobNotFound(Exception):
 
 class BatchService(Protocol):
     def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
-        """Create the job and its task; if the task cannot be added, the job is deleted again."""
+        """Create the job and its task, then let the job end with its task; if the task cannot be added, the
+        job is deleted again."""
 
     def get_job(self, job_id: str) -> dict[str, Any]:
         """The job (id, state, executionInfo...); raises JobNotFound."""
@@ -39,14 +42,17 @@ class BatchService(Protocol):
 
 
 class AzureBatch:
-    def __init__(self, endpoint: str, credential=None):
-        from azure.batch import BatchClient
+    def __init__(self, endpoint: str, credential=None, client=None):
+        """`client`: an azure.batch.BatchClient (made here from `endpoint` unless given)."""
+        if client is None:
+            from azure.batch import BatchClient
 
-        if credential is None:
-            from azure.identity import DefaultAzureCredential
+            if credential is None:
+                from azure.identity import DefaultAzureCredential
 
-            credential = DefaultAzureCredential()
-        self.client = BatchClient(endpoint if endpoint.startswith("https://") else f"https://{endpoint}", credential)
+                credential = DefaultAzureCredential()
+            client = BatchClient(endpoint if endpoint.startswith("https://") else f"https://{endpoint}", credential)
+        self.client = client
 
     def _not_found(self, err: Exception, job_id: str) -> Exception:
         from azure.core.exceptions import ResourceNotFoundError
@@ -56,9 +62,12 @@ class AzureBatch:
     def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
         from azure.batch import models
 
-        self.client.create_job(models.BatchJobCreateOptions(job))
+        # A job created to terminate when all its tasks are done, with no task yet, is complete at once: create
+        # it with noaction, add the task, then switch (https://learn.microsoft.com/rest/api/batchservice/job/add).
+        self.client.create_job(models.BatchJobCreateOptions({**job, "onAllTasksComplete": "noaction"}))
         try:
             self.client.create_task(job["id"], models.BatchTaskCreateOptions(task))
+            self.client.update_job(job["id"], models.BatchJobUpdateOptions(END_WITH_TASKS))
         except Exception:
             self.delete(job["id"])  # no job without its task: it would hold the pool's queue for nothing
             raise

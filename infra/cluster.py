@@ -34,7 +34,7 @@ class ClusterArgs:
     resource_group_name: pulumi.Input[str]
     compute_subnet_id: pulumi.Input[str]
     registry_server: pulumi.Input[str]
-    image_refs: dict[str, pulumi.Input[str]]
+    image_names: dict[str, pulumi.Input[str]]  # registry/name:tag, no digest (see Registry.image_names)
     pull_identity_id: pulumi.Input[str]
     nfs_source: pulumi.Input[str]
     nfs_options: str
@@ -67,7 +67,7 @@ class Cluster(pulumi.ComponentResource):
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,
-                        container_image_names=list(args.image_refs.values()),  # pulled once, when a node starts
+                        container_image_names=list(args.image_names.values()),  # prefetched when a node starts
                         container_registries=[batch.ContainerRegistryArgs(
                             registry_server=args.registry_server,
                             identity_reference=batch.ComputeNodeIdentityReferenceArgs(
@@ -85,10 +85,11 @@ class Cluster(pulumi.ComponentResource):
             mount_configuration=[batch.MountConfigurationArgs(nfs_mount_configuration=batch.NFSMountConfigurationArgs(
                 source=args.nfs_source, relative_mount_path=jobspec.NFS_MOUNT, mount_options=args.nfs_options))],
             scale_settings=batch.ScaleSettingsArgs(auto_scale=batch.AutoScaleSettingsArgs(
-                formula=jobspec.autoscale_formula(cfg.min_nodes, cfg.max_nodes, cfg.low_priority),
+                formula=jobspec.autoscale_formula(cfg.min_nodes, cfg.max_nodes),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
-                command_line=jobspec.start_task_command(cfg.data_local_cache), wait_for_success=True,
+                command_line=jobspec.start_task_command(cfg.data_local_cache, cfg.training_data_wait_minutes),
+                wait_for_success=True,
                 max_task_retry_count=2,
                 user_identity=batch.UserIdentityArgs(auto_user=batch.AutoUserSpecificationArgs(
                     scope=batch.AutoUserScope.POOL, elevation_level=batch.ElevationLevel.ADMIN))),

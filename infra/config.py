@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from infra.regions import REGIONS
 from infra.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 PROJECT = "azure-dl-training"
@@ -30,20 +31,28 @@ NFS_KINDS = ("vm", "azure-files")
 NFS_DISK_COUNT = (1, 16)
 NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
 TRAINING_RETRIES = (0, 10)
+TRAINING_MAX_HOURS = (1, 168)  # Batch's task maxWallClockTime; a week at most
+DATA_WAIT_MINUTES = (5, 1440)
 JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
 REGISTRY_SKUS = ("Basic", "Standard", "Premium")
 SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
 LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
 MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
 AZURE_RESERVED_IPS_PER_SUBNET = 5
+SMALLEST_SUBNET_PREFIX = 29  # Azure's smallest subnet (https://learn.microsoft.com/azure/virtual-network/virtual-networks-faq)
+# allowedIpRanges placeholder in the example stacks: TEST-NET-3 (RFC 5737), documentation only, never routable.
+# `plan` accepts it and says to replace it; the real program (`pulumi up`) refuses it.
+PLACEHOLDER_RANGE = ipaddress.IPv4Network("203.0.113.0/24")
+# Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.
+PROVIDER_NAMESPACES = ("azure-native", "docker-build", "pulumi")
 
 
 class ConfigError(Exception):
     """A stack config value the program refuses; `str()` is the one line shown to the user."""
 
-    def __init__(self, key: str, message: str):
+    def __init__(self, key: str | None, message: str):
         self.key = key
-        super().__init__(f"config key '{key}': {message}")
+        super().__init__(f"config key '{key}': {message}" if key else message)
 
 
 @dataclass(frozen=True)
@@ -78,11 +87,13 @@ class StackConfig:
     nfs_disk_count: int
     nfs_disk_size_gb: int
     data_local_cache: bool
-    low_priority: bool
     training_launch_on_up: bool
     training_framework: str
     training_args: tuple[str, ...]
     training_retries: int
+    training_max_hours: int
+    training_data_wait_minutes: int
+    placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
 
     @property
     def sku(self) -> GpuSku:
@@ -148,8 +159,10 @@ def _network(key: str, value: str) -> ipaddress.IPv4Network:
         raise ConfigError(key, f"{value!r} is not an IPv4 CIDR with its host bits zero, like 10.10.0.0/16") from None
 
 
-def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None) -> StackConfig:
-    """Defaults from the schema, overridden by `values` (unqualified keys), then validated."""
+def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
+          placeholders_ok: bool = False) -> StackConfig:
+    """Defaults from the schema, overridden by `values` (unqualified keys), then validated. With
+    `placeholders_ok` (offline: plan, job verbs) the example stacks' placeholders pass, listed in `placeholders`."""
     schema = schema if schema is not None else load_schema()
     for name in values:
         if name not in schema:
@@ -158,7 +171,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             raise ConfigError(name, f"unknown key; {hint}")
     merged = {name: _coerce(key, values.get(name, key.default)) for name, key in schema.items()}
     raw = {_field_name(name): value for name, value in merged.items()}
-    missing = {f.name for f in fields(StackConfig)} - set(raw) - {"stack"}
+    missing = {f.name for f in fields(StackConfig)} - set(raw) - {"stack", "placeholders"}
     if missing:
         raise ConfigError(sorted(missing)[0], "not declared in Pulumi.yaml's config schema")
 
@@ -166,8 +179,11 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
         raise ConfigError("team", f"{team!r} must be 2-12 lowercase letters or digits, starting with a letter "
                                   "(it goes into storage account and registry names)")
-    if not re.fullmatch(r"[a-z][a-z0-9]+", raw["location"]):
-        raise ConfigError("location", f"{raw['location']!r} is not an Azure region name such as westeurope or eastus")
+    if raw["location"] not in REGIONS:
+        close = difflib.get_close_matches(str(raw["location"]).lower().replace(" ", ""), sorted(REGIONS), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "use a region name such as westeurope or eastus"
+        raise ConfigError("location", f"{raw['location']!r} is not an Azure region; {hint} "
+                                      "(`az account list-locations -o table` lists them)")
 
     vnet = _network("addressSpace", raw["address_space"])
     if not vnet.is_private:
@@ -185,17 +201,36 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         subnet = _network(key, raw[_field_name(key)])
         if not subnet.subnet_of(vnet):
             raise ConfigError(key, f"{subnet} is not inside addressSpace {vnet}")
+        if subnet.prefixlen > SMALLEST_SUBNET_PREFIX:
+            raise ConfigError(key, f"{subnet} is smaller than Azure's smallest subnet, /{SMALLEST_SUBNET_PREFIX} "
+                                   f"(Azure reserves {AZURE_RESERVED_IPS_PER_SUBNET} addresses of each); use a "
+                                   f"/{SMALLEST_SUBNET_PREFIX} or larger")
         subnets[key] = subnet
     if subnets["computeSubnet"].overlaps(subnets["storageSubnet"]):
         raise ConfigError("storageSubnet", f"{subnets['storageSubnet']} overlaps computeSubnet "
                                            f"{subnets['computeSubnet']}; give each its own range")
 
     allowed = raw["allowed_ip_ranges"]
+    # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
+    # upload the training scripts and no job can be submitted.
+    if not allowed:
+        raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet and "
+                                             "`pulumi up` cannot upload the scripts nor submit the job: add your "
+                                             "egress IP (`curl -s https://ifconfig.me`), e.g. [198.51.100.7/32]")
+    placeholders = []
     for cidr in allowed:
         try:
             network = ipaddress.IPv4Network(cidr, strict=True)
         except ValueError:
             raise ConfigError("allowedIpRanges", f"{cidr!r} is not a public IPv4 address or CIDR") from None
+        if network.subnet_of(PLACEHOLDER_RANGE):
+            fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace it "
+                   "with your deployers' egress IPs before `pulumi up`")
+            if not placeholders_ok:
+                raise ConfigError(None, f"config key 'allowedIpRanges': {cidr} is a placeholder (a documentation "
+                                        "range); put your deployers' egress IPs there")
+            placeholders.append(fix)
+            continue
         if not network.is_global or network.prefixlen < 16:
             raise ConfigError("allowedIpRanges", f"{cidr} must be a public range of /16 or smaller "
                                                  "(the VNet is allowed already; private ranges do not apply)")
@@ -214,6 +249,13 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("maxNodes", f"{max_nodes} must be between 1 and {MAX_NODES_LIMIT}")
     if min_nodes > max_nodes:
         raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
+    if raw["low_priority"]:
+        # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
+        # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
+        # Batch service principal's access to the subscription), which this project does not deploy.
+        raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
+                                         "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
+                                         "set lowPriority: false")
     if max_nodes > 1 and not sku.infiniband:
         ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
         raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
@@ -272,9 +314,12 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
             raise ConfigError("trainingArgs", f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
                                               "(trainingFramework picks the framework)")
-    low, high = TRAINING_RETRIES
-    if not low <= raw["training_retries"] <= high:
-        raise ConfigError("trainingRetries", f"{raw['training_retries']} is outside {low}-{high}")
+    check_training_args(framework, training_args)
+    for key, (low, high), unit in (("trainingRetries", TRAINING_RETRIES, ""),
+                                   ("trainingMaxHours", TRAINING_MAX_HOURS, " hours"),
+                                   ("trainingDataWaitMinutes", DATA_WAIT_MINUTES, " minutes")):
+        if not low <= raw[_field_name(key)] <= high:
+            raise ConfigError(key, f"{raw[_field_name(key)]} is outside {low}-{high}{unit}")
 
     return StackConfig(
         stack=stack, team=team, location=raw["location"], address_space=vnet,
@@ -285,30 +330,79 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         frameworks=frameworks, registry_sku=raw["registry_sku"], image_tag=raw["image_tag"],
         nfs_kind=raw["nfs_kind"], nfs_vm_size=raw["nfs_vm_size"], nfs_disk_count=raw["nfs_disk_count"],
         nfs_disk_size_gb=raw["nfs_disk_size_gb"], data_local_cache=raw["data_local_cache"],
-        low_priority=raw["low_priority"], training_launch_on_up=raw["training_launch_on_up"],
-        training_framework=framework, training_args=training_args, training_retries=raw["training_retries"],
+        training_launch_on_up=raw["training_launch_on_up"], training_framework=framework,
+        training_args=training_args, training_retries=raw["training_retries"],
+        training_max_hours=raw["training_max_hours"], training_data_wait_minutes=raw["training_data_wait_minutes"],
+        placeholders=tuple(placeholders),
     )
+
+
+def check_training_args(framework: str, args: tuple[str, ...]) -> None:
+    """Refuse train flags that `python -m training train` would refuse on the node, with its own parser."""
+    from training.config import check_args
+    from training.errors import UsageError
+
+    try:
+        check_args(["--framework", framework, "--data", "x", "--output-dir", "x", *args])
+    except UsageError as err:
+        raise ConfigError("trainingArgs", f"{err} (the flags of `python -m training train --help`)") from None
 
 
 def stack_names(root: Path = REPO_ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise ConfigError(str(key), f"given twice (line {mark.line + 1}); keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The stack's own values for this project, unqualified; other namespaces (azure-native:...) are left out."""
+    """The stack's own values for this project, unqualified. Keys of the providers' namespaces (azure-native:...)
+    are left to Pulumi; a key with no namespace or another project's is refused, since the program would
+    silently ignore it."""
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
-        raise ConfigError("--stack", f"no {path.name} in {root}; stacks here: {', '.join(stack_names(root)) or 'none'}")
+        raise ConfigError(None, f"--stack {stack}: no {path.name} in {root}; stacks here: "
+                                f"{', '.join(stack_names(root)) or 'none'}")
     try:
-        document = yaml.safe_load(path.read_text()) or {}
+        document = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ConfigError(None, f"not valid YAML at {where}: {err.problem or err.context}") from None
     except yaml.YAMLError as err:
-        raise ConfigError("--stack", f"{path.name} is not valid YAML: {str(err).splitlines()[0]}") from None
-    prefix = f"{PROJECT}:"
-    return {k[len(prefix):]: v for k, v in (document.get("config") or {}).items() if k.startswith(prefix)}
+        raise ConfigError(None, f"not valid YAML: {str(err).splitlines()[0]}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    values = {}
+    for key, value in config.items():
+        namespace, _, name = str(key).rpartition(":")
+        if namespace == PROJECT:
+            values[name] = value
+        elif not namespace:
+            raise ConfigError(str(key), f"has no namespace, so Pulumi would not give it to this program; write "
+                                        f"{PROJECT}:{key}")
+        elif namespace not in PROVIDER_NAMESPACES:
+            raise ConfigError(str(key), f"namespace '{namespace}' is neither this project's ({PROJECT}) nor a "
+                                        f"provider's ({', '.join(PROVIDER_NAMESPACES)}); did you mean "
+                                        f"{PROJECT}:{name}?")
+    return values
 
 
 def from_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
-    return parse(stack, read_stack_file(stack, root), load_schema(root / "Pulumi.yaml"))
+    """A stack file's config, as `plan` and the job verbs read it (placeholders allowed, listed)."""
+    return parse(stack, read_stack_file(stack, root), load_schema(root / "Pulumi.yaml"), placeholders_ok=True)
 
 
 def from_pulumi() -> StackConfig:

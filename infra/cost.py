@@ -19,7 +19,6 @@ HOURS_PER_MONTH = 730
 PREMIUM_SSD_TIERS = ((32, 5.28), (64, 10.21), (128, 19.71), (256, 38.01), (512, 73.22), (1024, 135.17),
                      (2048, 259.05), (4096, 495.57))
 AZURE_FILES_PREMIUM_PER_GIB_MONTH = 0.16
-LOW_PRIORITY_FACTOR = 0.2  # spot/low-priority GPU nodes cost roughly a fifth of list price (varies by region)
 
 
 @dataclass(frozen=True)
@@ -59,5 +58,5 @@ def estimate(config: StackConfig) -> CostEstimate:
         **nfs_per_hour(config),
         "Batch account": 0.0,  # Batch itself is free: only its nodes bill
     }
-    node_price = config.sku.price_per_hour * (LOW_PRIORITY_FACTOR if config.low_priority else 1)
+    node_price = config.sku.price_per_hour
     return CostEstimate(fixed, node_price, config.min_nodes, config.max_nodes)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pulumi
 from pulumi_azure_native import resources
 
-from infra import jobspec, naming
+from infra import naming, roles
 from infra.cluster import Cluster, ClusterArgs
 from infra.config import StackConfig
 from infra.monitoring import Monitoring, MonitoringArgs
@@ -48,31 +48,42 @@ class Environment(pulumi.ComponentResource):
             cfg, rg, subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id], now=now), child)
         self.monitoring.watch_storage("storage", self.storage.account.id)
         self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
-        sas_url = {container: pulumi.Output.secret(pulumi.Output.concat(url, "?", self.storage.sas[container]))
-                   for container, url in self.storage.container_urls.items()}
+        urls = self.storage.container_urls
         self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
             cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
-            compute_subnet_id=self.network.compute_subnet.id, data_url=sas_url["data"],
-            scripts_url=sas_url["scripts"]), pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
+            compute_subnet_id=self.network.compute_subnet.id, data_url=urls["data"], scripts_url=urls["scripts"],
+            data_container_id=self.storage.containers["data"].id,
+            scripts_container_id=self.storage.containers["scripts"].id),
+            pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
+        # The GPU nodes reach storage with their identity, so no SAS sits in the Batch task definitions:
+        # the scripts and data to read, the outputs to write (Batch uploads output files with it).
+        nodes = self.registry.pull_identity
+        self.node_grants = [
+            self.storage.grant("nodes-scripts", nodes.principal_id, "scripts", roles.BLOB_DATA_READER),
+            self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
+            self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_CONTRIBUTOR),
+        ]
         self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
             cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
-            registry_server=self.registry.registry.login_server, image_refs=self.registry.image_refs,
-            pull_identity_id=self.registry.pull_identity.id, nfs_source=self.nfs.mount_source,
+            registry_server=self.registry.registry.login_server, image_names=self.registry.image_names,
+            pull_identity_id=nodes.id, nfs_source=self.nfs.mount_source,
             nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
         self.monitoring.watch_batch("batch", self.cluster.account.id)
         self.job = None
         if cfg.training_launch_on_up:
             self.job = TrainingJob(f"{name}-job", self.cluster.endpoint, {
                 "stack": cfg.stack, "pool_id": self.cluster.pool.name, "nodes": cfg.max_nodes,
-                "gpus_per_node": cfg.sku.gpus, "infiniband": cfg.sku.infiniband,
-                "framework": cfg.training_framework, "image": self.registry.image_refs[cfg.training_image],
+                "gpu_sku": cfg.gpu_sku, "framework": cfg.training_framework,
+                "image": self.registry.image_refs[cfg.training_image],
                 "registry_server": self.registry.registry.login_server,
-                "pull_identity_id": self.registry.pull_identity.id, "train_args": list(cfg.training_args),
-                "retries": cfg.training_retries, "local_cache": cfg.data_local_cache,
-                "scripts_url": sas_url["scripts"], "outputs_url": sas_url["outputs"],
+                "node_identity_id": nodes.id, "node_identity_client_id": nodes.client_id,
+                "train_args": list(cfg.training_args), "retries": cfg.training_retries,
+                "max_hours": cfg.training_max_hours, "data_wait_minutes": cfg.training_data_wait_minutes,
+                "local_cache": cfg.data_local_cache, "scripts_url": urls["scripts"], "outputs_url": urls["outputs"],
                 # azure-files has no server of its own to stage the data: the job does it, once.
-                "data_url": sas_url["data"] if cfg.nfs_kind == "azure-files" else "",
-            }, pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts]))
+                "data_url": urls["data"] if cfg.nfs_kind == "azure-files" else "",
+            }, pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
+                                                               *self.node_grants]))
 
         self.outputs = {
             "resourceGroupName": rg,

@@ -3,7 +3,8 @@
 What a verb needs comes from the stack's outputs (`pulumi stack output --json --show-secrets`, or a file
 holding that JSON) and its config (Pulumi.<stack>.yaml). Batch is reached as the signed-in Azure AD user
 (DefaultAzureCredential) through `infra.batch.BatchService`; results are downloaded from the `outputs`
-container with Azure AD as well (its SAS may only write). No verb touches an account key.
+container with Azure AD as well (its SAS may only write). No verb touches an account key, and no job carries a
+SAS: the nodes reach storage with the pool's identity.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from infra.batch import BatchService, JobNotFound
 from infra.config import TRAINING_FRAMEWORKS, StackConfig
 
 REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
-                    "containerUrls", "sas")
+                    "pullIdentityClientId", "containerUrls")
 FOLLOW_INTERVAL_S = 5.0
 DONE = "completed"
 
@@ -54,10 +55,6 @@ def load_outputs(stack: str, outputs_file: Path | None,
     return outputs
 
 
-def sas_url(outputs: dict[str, Any], container: str) -> str:
-    return f"{outputs['containerUrls'][container]}?{outputs['sas'][container]}"
-
-
 def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
                train_args: tuple[str, ...] | None = None) -> jobspec.JobInputs:
     """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
@@ -66,17 +63,19 @@ def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None 
     if image not in outputs["imageRefs"]:
         raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
                        f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
-    nodes = nodes or cfg.max_nodes
+    nodes = cfg.max_nodes if nodes is None else nodes
     if not 1 <= nodes <= cfg.max_nodes:
-        raise JobError(f"--nodes {nodes}: the pool grows to maxNodes={cfg.max_nodes} at most")
+        raise JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the pool grows to maxNodes={cfg.max_nodes} "
+                       "at most)")
+    urls = outputs["containerUrls"]
     return jobspec.JobInputs(
-        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpus_per_node=cfg.sku.gpus,
-        infiniband=cfg.sku.infiniband, framework=framework, image=outputs["imageRefs"][image],
-        registry_server=outputs["registryLoginServer"], pull_identity_id=outputs["pullIdentityId"],
+        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpu_sku=cfg.gpu_sku, framework=framework,
+        image=outputs["imageRefs"][image], registry_server=outputs["registryLoginServer"],
+        node_identity_id=outputs["pullIdentityId"], node_identity_client_id=outputs["pullIdentityClientId"],
         train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
-        local_cache=cfg.data_local_cache, scripts_url=sas_url(outputs, "scripts"),
-        outputs_url=sas_url(outputs, "outputs"),
-        data_url=sas_url(outputs, "data") if cfg.nfs_kind == "azure-files" else "")
+        max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
+        local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
+        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")
 
 
 def submit(service: BatchService, inputs: jobspec.JobInputs, now: datetime, out: TextIO) -> str:

@@ -14,7 +14,9 @@ from infra.config import StackConfig
 
 BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
 # Batch: service logs (pool resizes, task starts and ends), audit (who changed what) and metrics (nodes).
-BATCH_LOG_CATEGORIES = ("ServiceLogs", "AuditLog")
+# `ServiceLog` is the category's name; `ServiceLogs` is deprecated
+# (https://learn.microsoft.com/azure/batch/batch-diagnostics#service-log-events).
+BATCH_LOG_CATEGORIES = ("ServiceLog", "AuditLog")
 
 
 @dataclass

@@ -1,11 +1,17 @@
 """NFS file server for the training data, the reference architecture's file server, in one of two kinds.
 
 `vm` (default): a Linux VM without a public IP in the storage subnet. Premium SSD data disks are striped
-(RAID 0) into /data, exported over NFS to the compute subnet only. On first boot cloud-init installs what
-it needs and stages the `data` container into /data/imagenet with the read-only SAS, using the same
-`python -m training stage` as everyone else (fetched from the `scripts` container), then writes
-/data/imagenet/.staged, which the job waits for. No one holds a password or a private key for the VM:
-its SSH key is generated here and its private half discarded; admins log in with Entra ID (`az ssh vm`).
+(RAID 0) into /data, exported over NFS to the compute subnet only. cloud-init (one cloud-config document:
+https://cloudinit.readthedocs.io/en/latest/reference/merging.html: parts would need `Merge-Type` headers, and
+the default merge replaces one part's `write_files` with the next's) builds the array, records it in
+mdadm.conf, mounts it by filesystem UUID and exports it; a systemd unit then stages the `data` container into
+/data/imagenet with the same `python -m training stage` as everyone else (fetched from the `scripts`
+container), reaching storage with the VM's own managed identity (no SAS on the VM), and writes
+/data/imagenet/.staged, which the job waits for. After a reboot the array, the mount and the export come back
+by themselves, and the unit resumes staging if it had not finished (cloud-init's runcmd runs once per
+instance: https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd). No one holds a password
+or a private key for the VM: its SSH key is generated here and its private half discarded; admins log in
+with Entra ID (`az ssh vm`).
 
 `azure-files`: a premium FileStorage account with an NFS 4.1 share, reachable from the VNet only, with
 shared-key access disabled. The training job stages the data onto it before its first run.
@@ -15,18 +21,25 @@ Either way `mount_source` is what the Batch pool mounts.
 from __future__ import annotations
 
 import base64
+import shlex
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_azure_native import compute, network, storage
+import yaml
+from pulumi_azure_native import compute, managedidentity, network, storage
 
-from infra import naming
+from infra import naming, roles
 from infra.config import REPO_ROOT, StackConfig
-from infra.jobspec import DATASET, STAGED_MARKER
+from infra.jobspec import DATASET, SCRIPTS_PREFIX, STAGED_MARKER
 
 EXPORT_PATH = "/data"
 ADMIN_USER = "nfsadmin"
 SHARE = "data"
+RAID_DEVICE = "/dev/md/dltrain"  # a named array: mdadm.conf assembles it under this name after a reboot
+STAGE_UNIT = "dltrain-stage.service"
+# Azure does not support host caching on disks of 4 TiB (4096 GiB) and more
+# (https://learn.microsoft.com/azure/virtual-machines/premium-storage-performance#disk-caching).
+CACHING_LIMIT_GB = 4096
 # The stager's pins, the same file .venv and the training images install.
 _STAGER_LINES = (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
 STAGER_PACKAGES = " ".join(pin for pin in (line.split("#")[0].strip() for line in _STAGER_LINES) if pin)
@@ -34,73 +47,132 @@ VM_MOUNT_OPTIONS = "-o rw,hard,nfsvers=4.1,rsize=1048576,wsize=1048576"
 AZURE_FILES_MOUNT_OPTIONS = "-o vers=4,minorversion=1,sec=sys,nconnect=4"
 
 
-def cloud_init(compute_cidr: str, disk_count: int) -> str:
-    """cloud-config for the `vm` kind. The SAS URLs are not in it: they arrive in a separate root-only file
-    (`stage_env`) so the script itself holds no secret."""
-    disks = "$(ls /dev/disk/azure/scsi1/lun* | sort)"
+def data_disk_caching(size_gb: int) -> compute.CachingTypes:
+    """ReadOnly caching (training reads the same files every epoch) where Azure allows it."""
+    return compute.CachingTypes.READ_ONLY if size_gb < CACHING_LIMIT_GB else compute.CachingTypes.NONE
+
+
+def setup_script(compute_cidr: str, disk_count: int) -> str:
+    """Build /data once, export it; every step finds its result in place on a second run."""
     if disk_count == 1:
-        device_setup = f"device={disks}"
+        device = 'device="${disks[0]}"'
     else:
-        device_setup = (f"device=/dev/md0; [ -e /dev/md0 ] || mdadm --create /dev/md0 --level=0 "
-                        f"--raid-devices={disk_count} {disks} --run")
-    dataset = f"{EXPORT_PATH}/{DATASET}"
-    script = f"""#!/bin/bash
-# Build /data, export it to the compute subnet, then stage the dataset once (a reboot resumes it).
+        device = f"""device={RAID_DEVICE}
+if [ ! -e "$device" ]; then
+  mdadm --assemble --scan || true
+fi
+if [ ! -e "$device" ]; then
+  mdadm --create "$device" --name=dltrain --level=0 --raid-devices={disk_count} "${{disks[@]}}" --run
+fi
+# Recorded in mdadm.conf and the initramfs, the array is assembled under its name at boot.
+if ! grep -q "name=.*dltrain" /etc/mdadm/mdadm.conf; then
+  mdadm --detail --brief "$device" >> /etc/mdadm/mdadm.conf
+  update-initramfs -u
+fi"""
+    return f"""#!/bin/bash
+# Build {EXPORT_PATH} from the data disks (RAID 0 when more than one), mount it by UUID, export it.
 set -euo pipefail
-{device_setup}
+disks=(/dev/disk/azure/scsi1/lun*)
+{device}
 blkid "$device" >/dev/null || mkfs.xfs -f "$device"
+uuid=$(blkid -s UUID -o value "$device")
 mkdir -p {EXPORT_PATH}
-grep -q " {EXPORT_PATH} " /etc/fstab || echo "$device {EXPORT_PATH} xfs defaults,nofail 0 2" >> /etc/fstab
+grep -q "UUID=$uuid " /etc/fstab || echo "UUID=$uuid {EXPORT_PATH} xfs defaults,nofail 0 2" >> /etc/fstab
+systemctl daemon-reload
 mountpoint -q {EXPORT_PATH} || mount {EXPORT_PATH}
+mkdir -p /etc/exports.d
 echo "{EXPORT_PATH} {compute_cidr}(rw,async,no_subtree_check,no_root_squash)" > /etc/exports.d/dltrain.exports
+systemctl enable --now nfs-server
 exportfs -ra
-[ -f {dataset}/{STAGED_MARKER} ] && exit 0
-python3 -m venv /opt/dltrain/venv
+"""
+
+
+def stage_script() -> str:
+    """Stage the data container onto the export; run by the systemd unit until it succeeds once."""
+    dataset = f"{EXPORT_PATH}/{DATASET}"
+    return f"""#!/bin/bash
+# Stage the data container into {dataset} with the VM's managed identity; resumable, then mark it complete.
+set -euo pipefail
+[ -x /opt/dltrain/venv/bin/python ] || python3 -m venv /opt/dltrain/venv
 /opt/dltrain/venv/bin/pip install --quiet {STAGER_PACKAGES}
-set -a; . /etc/dltrain/stage.env; set +a
+mkdir -p /opt/dltrain
 cd /opt/dltrain
-# The stager comes from the scripts container (the same code the jobs run), then stages the data.
+# The stager comes from the scripts container (the same code the jobs run).
 /opt/dltrain/venv/bin/python - <<'PY'
 import os, pathlib
+from azure.identity import DefaultAzureCredential
 from azure.storage.blob import ContainerClient
-scripts = ContainerClient.from_container_url(os.environ["SCRIPTS_CONTAINER_URL"])
-for blob in scripts.list_blobs(name_starts_with="training/"):
+scripts = ContainerClient.from_container_url(os.environ["SCRIPTS_CONTAINER_URL"], credential=DefaultAzureCredential())
+for blob in scripts.list_blobs(name_starts_with="{SCRIPTS_PREFIX}"):
     path = pathlib.Path(blob.name); path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(scripts.download_blob(blob.name).readall())
 PY
-/opt/dltrain/venv/bin/python -m training stage env:DATA_CONTAINER_URL {dataset}
+/opt/dltrain/venv/bin/python -m training stage "$DATA_CONTAINER_URL" {dataset}
 touch {dataset}/{STAGED_MARKER}
 """
-    indented = "\n".join("      " + line if line else "" for line in script.splitlines())
-    return f"""#cloud-config
-package_update: true
-packages: [nfs-kernel-server, mdadm, xfsprogs, python3-venv]
-write_files:
-  - path: /usr/local/sbin/dltrain-nfs-setup
-    permissions: '0700'
-    content: |
-{indented}
-runcmd:
-  - [mkdir, -p, /etc/exports.d]
-  - [/usr/local/sbin/dltrain-nfs-setup]
+
+
+def stage_unit() -> str:
+    dataset = f"{EXPORT_PATH}/{DATASET}"
+    return f"""[Unit]
+Description=Stage the training data from blob storage into {dataset} (resumes after a reboot)
+Wants=network-online.target
+After=network-online.target nfs-server.service
+RequiresMountsFor={EXPORT_PATH}
+ConditionPathExists=!{dataset}/{STAGED_MARKER}
+
+[Service]
+Type=oneshot
+EnvironmentFile=/etc/dltrain/stage.env
+ExecStart=/usr/local/sbin/dltrain-stage
+# Role assignments can take minutes to reach storage, and networks fail: try again until it is done.
+Restart=on-failure
+RestartSec=60
+
+[Install]
+WantedBy=multi-user.target
 """
 
 
-def stage_env(data_url: str, scripts_url: str) -> str:
-    """The root-only environment file with the read SAS URLs (written by cloud-init, mode 0600)."""
-    return f"DATA_CONTAINER_URL='{data_url}'\nSCRIPTS_CONTAINER_URL='{scripts_url}'\n"
+# nfs-server must not export an empty mount point when the array did not come back.
+NFS_SERVER_DROP_IN = f"[Unit]\nRequiresMountsFor={EXPORT_PATH}\n"
 
 
-def custom_data(compute_cidr: str, disk_count: int, data_url: str, scripts_url: str) -> str:
-    """cloud-init as a MIME multi-part: the script, plus the secret env file as a second cloud-config."""
-    env_part = ("#cloud-config\nwrite_files:\n  - path: /etc/dltrain/stage.env\n    permissions: '0600'\n"
-                "    content: |\n" + "".join(f"      {line}\n" for line in stage_env(data_url, scripts_url).splitlines()))
-    boundary = "==dltrain=="
-    parts = [cloud_init(compute_cidr, disk_count), env_part]
-    body = "".join(f"--{boundary}\nContent-Type: text/cloud-config; charset=\"us-ascii\"\n"
-                   f"Content-Type-Merge: list(append)+dict(recurse_array)+str()\n\n{part}\n" for part in parts)
-    mime = f"Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n{body}--{boundary}--\n"
-    return base64.b64encode(mime.encode()).decode()
+def stage_env(data_url: str, scripts_url: str, client_id: str) -> str:
+    """What the staging unit needs; no secret (the identity's client ID picks it for DefaultAzureCredential)."""
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in (
+        ("AZURE_CLIENT_ID", client_id), ("DATA_CONTAINER_URL", data_url), ("SCRIPTS_CONTAINER_URL", scripts_url)))
+
+
+def cloud_config(compute_cidr: str, disk_count: int, data_url: str, scripts_url: str, client_id: str) -> str:
+    """The whole user data: one #cloud-config document (no MIME parts, so nothing to merge)."""
+    files = [
+        ("/usr/local/sbin/dltrain-nfs-setup", "0700", setup_script(compute_cidr, disk_count)),
+        ("/usr/local/sbin/dltrain-stage", "0700", stage_script()),
+        ("/etc/dltrain/stage.env", "0644", stage_env(data_url, scripts_url, client_id)),
+        (f"/etc/systemd/system/{STAGE_UNIT}", "0644", stage_unit()),
+        ("/etc/systemd/system/nfs-server.service.d/dltrain.conf", "0644", NFS_SERVER_DROP_IN),
+    ]
+    document = {
+        "package_update": True,
+        "packages": ["nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"],
+        "write_files": [{"path": path, "permissions": mode, "content": content} for path, mode, content in files],
+        "runcmd": [["/usr/local/sbin/dltrain-nfs-setup"], ["systemctl", "daemon-reload"],
+                   ["systemctl", "enable", "--now", "--no-block", STAGE_UNIT]],
+    }
+    return "#cloud-config\n" + yaml.dump(document, Dumper=_LiteralDumper, sort_keys=False, width=1000)
+
+
+class _LiteralDumper(yaml.SafeDumper):
+    """Multi-line strings as `|` blocks, so the user data reads like the files it writes."""
+
+
+_LiteralDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
+def custom_data(compute_cidr: str, disk_count: int, data_url: str, scripts_url: str, client_id: str) -> str:
+    return base64.b64encode(cloud_config(compute_cidr, disk_count, data_url, scripts_url, client_id).encode()).decode()
 
 
 def throwaway_ssh_public_key() -> str:
@@ -119,8 +191,10 @@ class NfsArgs:
     resource_group_name: pulumi.Input[str]
     storage_subnet_id: pulumi.Input[str]
     compute_subnet_id: pulumi.Input[str]
-    data_url: pulumi.Input[str]  # data container URL with its read SAS (secret)
-    scripts_url: pulumi.Input[str]  # scripts container URL with its read SAS (secret)
+    data_url: pulumi.Input[str]  # data container URL (no SAS: the VM reads with its identity)
+    scripts_url: pulumi.Input[str]  # scripts container URL (no SAS)
+    data_container_id: pulumi.Input[str]  # the containers' resource IDs, for the VM identity's read access
+    scripts_container_id: pulumi.Input[str]
 
 
 class NfsServer(pulumi.ComponentResource):
@@ -145,8 +219,16 @@ class NfsServer(pulumi.ComponentResource):
                 name="private", subnet=network.SubnetArgs(id=args.storage_subnet_id),
                 private_ip_allocation_method=network.IPAllocationMethod.DYNAMIC)],
             opts=child)
-        data = pulumi.Output.all(args.data_url, args.scripts_url).apply(
-            lambda urls: custom_data(str(cfg.compute_subnet), cfg.nfs_disk_count, urls[0], urls[1]))
+        # Its own identity, granted read on `data` and `scripts` before the VM boots (the staging unit retries
+        # until the assignments have reached storage).
+        self.identity = managedidentity.UserAssignedIdentity(f"{name}-id", **common, opts=child)
+        key = f"{cfg.team}/{cfg.stack}/nfs"
+        self.grants = [roles.assign(f"{name}-{container}-read", key=f"{key}/{container}", role=roles.BLOB_DATA_READER,
+                                    principal_id=self.identity.principal_id, scope=scope, parent=self)
+                       for container, scope in (("data", args.data_container_id),
+                                                ("scripts", args.scripts_container_id))]
+        data = pulumi.Output.all(args.data_url, args.scripts_url, self.identity.client_id).apply(
+            lambda v: custom_data(str(cfg.compute_subnet), cfg.nfs_disk_count, v[0], v[1], v[2]))
         self.vm = compute.VirtualMachine(
             f"{name}-vm", **common, vm_name=f"nfs-{cfg.team}-{cfg.stack}",
             hardware_profile=compute.HardwareProfileArgs(vm_size=cfg.nfs_vm_size),
@@ -161,12 +243,12 @@ class NfsServer(pulumi.ComponentResource):
                                            delete_option=compute.DiskDeleteOptionTypes.DELETE),
                 data_disks=[compute.DataDiskArgs(
                     lun=lun, create_option=compute.DiskCreateOptionTypes.EMPTY, disk_size_gb=cfg.nfs_disk_size_gb,
-                    caching=compute.CachingTypes.READ_ONLY,  # training reads the same files every epoch
+                    caching=data_disk_caching(cfg.nfs_disk_size_gb),
                     managed_disk=compute.ManagedDiskParametersArgs(
                         storage_account_type=compute.StorageAccountTypes.PREMIUM_LRS),
                     delete_option=compute.DiskDeleteOptionTypes.DELETE) for lun in range(cfg.nfs_disk_count)]),
             os_profile=compute.OSProfileArgs(
-                computer_name=f"nfs-{cfg.team}", admin_username=ADMIN_USER, custom_data=pulumi.Output.secret(data),
+                computer_name=f"nfs-{cfg.team}", admin_username=ADMIN_USER, custom_data=data,
                 linux_configuration=compute.LinuxConfigurationArgs(
                     disable_password_authentication=True,
                     ssh=compute.SshConfigurationArgs(public_keys=[compute.SshPublicKeyArgs(
@@ -174,10 +256,13 @@ class NfsServer(pulumi.ComponentResource):
             security_profile=compute.SecurityProfileArgs(
                 security_type=compute.SecurityTypes.TRUSTED_LAUNCH,
                 uefi_settings=compute.UefiSettingsArgs(secure_boot_enabled=True, v_tpm_enabled=True)),
-            identity=compute.VirtualMachineIdentityArgs(type=compute.ResourceIdentityType.SYSTEM_ASSIGNED),
-            # osProfile is fixed at creation (Azure cannot change it; a new throwaway key or a renewed SAS each
-            # run must not replace the server and its data).
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["osProfile"]))
+            # System-assigned for the Entra ID login extension, user-assigned for storage.
+            identity=compute.VirtualMachineIdentityArgs(
+                type=compute.ResourceIdentityType.SYSTEM_ASSIGNED_USER_ASSIGNED,
+                user_assigned_identities=[self.identity.id]),
+            # osProfile is fixed at creation (Azure cannot change it; a new throwaway key each run must not
+            # replace the server and its data).
+            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["osProfile"], depends_on=self.grants))
         compute.VirtualMachineExtension(
             f"{name}-entra-login", resource_group_name=args.resource_group_name, location=cfg.location,
             vm_name=self.vm.name, publisher="Microsoft.Azure.ActiveDirectory", type="AADSSHLoginForLinux",

@@ -37,7 +37,7 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
                                 "mountConfiguration.nfsMountConfiguration.source",
                                 "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
     # The training job (dynamic resource): the ACR token password shares the type but has none of these.
-    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpus_per_node", "retries"),
+    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries"),
 }
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
 
@@ -120,6 +120,20 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     return results
 
 
+def before_up(cfg) -> list[str]:
+    """What a real subscription needs that the program cannot do for itself."""
+    sku = cfg.sku
+    return [*cfg.placeholders,
+            # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
+            # dedicated core quota per VM family is often 0 for GPU families.
+            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {cfg.max_nodes * sku.vcpus} "
+            f"vCPUs ({cfg.max_nodes} node(s) x {sku.vcpus}). A new Batch account often has 0 for GPU families: "
+            "after the account exists, request it (portal: Batch account > Quotas > Request quota increase), or "
+            "the pool stays at 0 nodes with a quota error in its resize errors.",
+            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
+            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+
+
 def render(evaluation: Evaluation) -> tuple[str, bool]:
     """The plan as text, and whether every security check passed."""
     cfg = evaluation.config
@@ -132,9 +146,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     lines += _tree(evaluation)
     lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
-              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
-              + (f" (low-priority, ~{cost.LOW_PRIORITY_FACTOR:.0%} of {sku.price_per_hour:.2f}; varies)"
-                 if cfg.low_priority else "")]
+              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",
               f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
@@ -145,6 +157,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
            else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
                  f"{cfg.stack}`"])
     lines += ["", "Training job"] + job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg)]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
     lines += ["", "Stack outputs"] + [
         f"  {key}: [secret]" if key in evaluation.secret_outputs else f"  {key}: {_format(value)}"

@@ -6,19 +6,17 @@ and kept as a secret (infra/acr_token.py).
 """
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
 import pulumi
 import pulumi_docker_build as docker_build
-from pulumi_azure_native import authorization, containerregistry, managedidentity
+from pulumi_azure_native import containerregistry, managedidentity
 
-from infra import naming
+from infra import naming, roles
 from infra.acr_token import TokenPassword
 from infra.config import StackConfig
 
-ACR_PULL_ROLE = "7f951dda-4ed3-4680-a7ca-43fe172d538d"  # built-in AcrPull
 DOCKERFILES = {"pytorch": "images/pytorch.Dockerfile", "tensorflow": "images/tensorflow.Dockerfile"}
 
 
@@ -52,18 +50,10 @@ class Registry(pulumi.ComponentResource):
             f"{name}-acr", **common, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
             sku=containerregistry.SkuArgs(name=cfg.registry_sku), admin_user_enabled=False, opts=child)
 
-        # The identity the GPU nodes pull images with (and, later, reach storage with).
+        # The GPU nodes' identity: pulls the images here; the environment grants it its storage containers.
         self.pull_identity = managedidentity.UserAssignedIdentity(f"{name}-pull-id", **common, opts=child)
-        subscription = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        self.acr_pull = authorization.RoleAssignment(
-            f"{name}-acr-pull",
-            # Role assignment names are GUIDs; derive it so re-runs address the same assignment.
-            role_assignment_name=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cfg.team}/{cfg.stack}/acrpull")),
-            principal_id=self.pull_identity.principal_id,
-            principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
-            role_definition_id=subscription.subscription_id.apply(
-                lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{ACR_PULL_ROLE}"),
-            scope=self.registry.id, opts=child)
+        self.acr_pull = roles.assign(f"{name}-acr-pull", key=f"{cfg.team}/{cfg.stack}/acrpull", role=roles.ACR_PULL,
+                                     principal_id=self.pull_identity.principal_id, scope=self.registry.id, parent=self)
 
         self.push_scope_map = containerregistry.ScopeMap(
             f"{name}-push-scope", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
@@ -93,7 +83,11 @@ class Registry(pulumi.ComponentResource):
                 opts=child)
             for framework in cfg.frameworks
         }
+        # By digest for the job (it runs exactly what was built); by tag for the pool's prefetch list, which
+        # Azure can only change by replacing the pool (a digest there would redeploy it on every rebuild).
         self.image_refs = {framework: image.ref for framework, image in self.images.items()}
+        self.image_names = {framework: pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")
+                            for framework in cfg.frameworks}
         self.register_outputs({
             "login_server": self.registry.login_server,
             "image_refs": self.image_refs,

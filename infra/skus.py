@@ -16,6 +16,8 @@ class GpuSku:
     gpu_model: str
     infiniband: bool
     price_per_hour: float
+    vcpus: int  # what the Batch account's core quota counts
+    nccl_topo_file: str = ""  # the NCCL topology file the HPC image ships for this size (InfiniBand sizes)
     retired_on: str | None = None  # ISO date Azure retired the size
     successor: str | None = None  # what to use instead of a retired size
 
@@ -28,17 +30,19 @@ CATALOG: dict[str, GpuSku] = {
     sku.name: sku
     for sku in [
         # NCv3 (V100): the reference architecture's sizes, retired on 2025-09-30.
-        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, "2025-09-30", "Standard_ND96asr_v4"),
-        GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, "2025-09-30", "Standard_NC24ads_A100_v4"),
-        GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, "2025-09-30", "Standard_NC24ads_A100_v4"),
+        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-09-30", "Standard_ND96asr_v4"),
+        GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, 24, "", "2025-09-30", "Standard_NC24ads_A100_v4"),
+        GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, 6, "", "2025-09-30", "Standard_NC24ads_A100_v4"),
         # Single-node sizes, no InfiniBand: good for one-node jobs and trials.
-        GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53),
-        GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67),
-        GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98),
+        GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53, 4),
+        GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67, 24),
+        GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98, 40),
         # InfiniBand sizes: 8 GPUs per node, NVLink inside, 200-400 Gb/s IB per GPU between nodes.
-        GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20),
-        GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77),
-        GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32),
+        # Topology files: the Ubuntu HPC image ships one per ND family under /opt/microsoft
+        # (https://learn.microsoft.com/azure/virtual-machines/workloads/hpc/configure, "NCCL topology").
+        GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20, 96, "/opt/microsoft/ndv4-topo.xml"),
+        GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml"),
+        GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml"),
     ]
 }
 

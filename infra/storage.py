@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import pulumi
 from pulumi_azure_native import storage
 
-from infra import naming
+from infra import naming, roles
 from infra.config import REPO_ROOT, StackConfig
 from infra.jobspec import SCRIPTS_PREFIX
 
@@ -50,6 +50,7 @@ class Storage(pulumi.ComponentResource):
         # retainOutputs: `pulumi destroy` forgets the account and leaves it (and the models) in Azure.
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs)
         account_name = naming.storage_account(cfg.team, cfg.stack, cfg.location)
+        self._name, self._key = name, f"{cfg.team}/{cfg.stack}/storage"
         encrypted = storage.EncryptionServiceArgs(enabled=True, key_type=storage.KeyType.ACCOUNT)
 
         self.account = storage.StorageAccount(
@@ -116,6 +117,11 @@ class Storage(pulumi.ComponentResource):
             "results_share": self.results_share.name,
             "sas": self.sas,
         })
+
+    def grant(self, label: str, principal_id: pulumi.Input[str], container: str, role: str):
+        """A managed identity's access to one container (Storage Blob Data Reader or Contributor)."""
+        return roles.assign(f"{self._name}-{label}", key=f"{self._key}/{label}", role=role, principal_id=principal_id,
+                            scope=self.containers[container].id, parent=self)
 
     def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
         token = storage.list_storage_account_service_sas_output(

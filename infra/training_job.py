@@ -3,7 +3,7 @@
 create submits the job (infra/jobspec.py builds it, as for `python -m infra submit`); a change of what
 the training depends on (framework, arguments, nodes, image...) submits a new job and then deletes the
 old one; delete terminates and deletes the job (its outputs stay in the `outputs` container and on NFS).
-A renewed SAS alone changes nothing. Batch is reached through `infra.batch.BatchService`, which the tests
+The inputs hold no secret (storage is reached with the nodes' identity). Batch is reached through `infra.batch.BatchService`, which the tests
 replace with a fake.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ INPUT_FIELDS = [f.name for f in fields(jobspec.JobInputs)]
 def inputs_from(props: dict[str, Any]) -> jobspec.JobInputs:
     values = {name: props[name] for name in INPUT_FIELDS if name in props}
     values["train_args"] = tuple(values.get("train_args") or ())
-    values["nodes"], values["gpus_per_node"], values["retries"] = (
-        int(values["nodes"]), int(values["gpus_per_node"]), int(values["retries"]))  # the engine sends floats
+    for name in ("nodes", "retries", "max_hours", "data_wait_minutes"):
+        values[name] = int(values[name])  # the engine sends numbers as floats
     return jobspec.JobInputs(**values)
 
 
@@ -42,8 +42,7 @@ class TrainingJobProvider(ResourceProvider):
         return CreateResult(id_=job, outs={**props, "job_id": job})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [name for name in INPUT_FIELDS
-                   if name not in jobspec.SECRET_FIELDS and _norm(olds.get(name)) != _norm(news.get(name))]
+        changed = [name for name in INPUT_FIELDS if _norm(olds.get(name)) != _norm(news.get(name))]
         if olds.get("batch_endpoint") != news.get("batch_endpoint"):
             changed.append("batch_endpoint")
         # Create the new job first: the old one keeps its nodes until the new one is queued.
@@ -70,7 +69,5 @@ class TrainingJob(pulumi.dynamic.Resource):
         missing = set(INPUT_FIELDS) - set(inputs) - {"data_url"}
         if missing:
             raise ValueError(f"TrainingJob {name}: missing inputs {sorted(missing)}")
-        opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-            additional_secret_outputs=list(jobspec.SECRET_FIELDS)))
         super().__init__(TrainingJobProvider(), name,
                          {"batch_endpoint": batch_endpoint, "data_url": "", **inputs, "job_id": None}, opts)

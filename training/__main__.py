@@ -3,6 +3,7 @@
 Commands:
   train        train ResNet50 with Horovod (or DDP), on synthetic data or an ImageNet-layout folder
   launch       start `train` on every GPU of every node with horovodrun (--hosts, or Azure Batch's node list)
+  node-ssh     the job's own SSH between Batch nodes (key-only sshd per node; run by the job's coordination command)
   synth-data   write a small dataset of real JPEG files in ImageNet layout
   benchmark    synthetic ResNet50 throughput: our best settings vs the Horovod benchmark recipe
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
@@ -41,11 +42,12 @@ def main(argv: list[str]) -> int:
             from training.synth_data import main as synth_main
 
             return synth_main(rest)
-        if command in ("upload", "stage", "data-demo", "stage-benchmark", "launch"):
+        if command in ("upload", "stage", "data-demo", "stage-benchmark", "launch", "node-ssh"):
             import importlib
 
             module = {"upload": "training.upload", "stage": "training.stage", "data-demo": "training.data_demo",
-                      "stage-benchmark": "training.stage_benchmark", "launch": "training.launch"}
+                      "stage-benchmark": "training.stage_benchmark", "launch": "training.launch",
+                      "node-ssh": "training.node_ssh"}
             return importlib.import_module(module[command]).main(rest)
         if command == "benchmark":
             from training.benchmark import main as bench_main
@@ -54,7 +56,7 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"error: unknown command {command!r}; commands: train, launch, synth-data, benchmark, upload, stage, data-demo, stage-benchmark (see --help)", file=sys.stderr)
+    print(f"error: unknown command {command!r}; commands: train, launch, node-ssh, synth-data, benchmark, upload, stage, data-demo, stage-benchmark (see --help)", file=sys.stderr)
     return 2
 
 

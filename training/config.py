@@ -101,8 +101,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see `python -m training {self.prog.split()[-1]} --help`)\n")
 
 
-def build_parser(prog: str = "python -m training train", description: str = "") -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+class _CheckingParser(_Parser):
+    def error(self, message: str):  # for check_args: the caller words the one line
+        raise UsageError(message)
+
+
+def build_parser(prog: str = "python -m training train", description: str = "",
+                 parser_class: type[argparse.ArgumentParser] = _Parser) -> argparse.ArgumentParser:
+    parser = parser_class(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                          add_help=parser_class is _Parser)
     parser.add_argument("--config", type=Path, help="YAML file of defaults (keys: the flag names with _ or -); "
                                                     "flags given on the command line win")
     for f in fields(TrainConfig):
@@ -148,6 +155,14 @@ def parse_args(argv: list[str], description: str = "") -> TrainConfig:
     cfg = TrainConfig(**args)
     cfg.validate()
     return cfg
+
+
+def check_args(argv: list[str]) -> None:
+    """Raise UsageError if `python -m training train ARGV` would refuse ARGV: the same parser and validation,
+    without reading a --config file (it lives where the job runs). For the deployer's `plan` and `submit`."""
+    args = vars(build_parser(parser_class=_CheckingParser).parse_args(argv))
+    args.pop("config")
+    TrainConfig(**args).validate()
 
 
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -1,0 +1,193 @@
+"""`python -m training node-ssh`: the SSH that mpirun/horovodrun need between the nodes of one Batch job.
+
+Run by the job's coordination command on every node, inside the training container, before the primary's
+application command starts. Batch sets up SSH between nodes only on the host for pool user accounts with a
+key, never inside a container, so the job brings its own:
+
+- The primary (AZ_BATCH_IS_CURRENT_NODE_MASTER=true) generates a key pair for this attempt of this job in its
+  task-shared directory. The private key never leaves that node; the public key is published on the NFS share
+  (`--keys-dir`, root only), the one place every node of the job sees.
+- Every node starts an sshd of its own: key only (no passwords, no PAM), root by key, on `--port`, bound to the
+  node's own address from AZ_BATCH_HOST_LIST (never 0.0.0.0), with a host key made for this task. It reads the
+  published public key at each login (`AuthorizedKeysFile` on the share), so there is nothing to wait for:
+  Batch starts the application command only after every node's coordination command has finished
+  (https://learn.microsoft.com/azure/batch/batch-mpi#multi-instance-tasks).
+- The primary writes the ssh client config mpirun uses: the port, the job's key, and host keys accepted for the
+  job's hosts only, into a known_hosts file of this task.
+
+Batch variables used (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables):
+AZ_BATCH_HOST_LIST (comma-separated IPs of the task's nodes), AZ_BATCH_IS_CURRENT_NODE_MASTER,
+AZ_BATCH_TASK_SHARED_DIR (the same path on every node of a multi-instance task).
+
+Examples:
+  python -m training node-ssh --port 2222 --keys-dir /mnt/nfs/.jobs/JOB
+  python -m training node-ssh --port 2222 --keys-dir /tmp/keys --no-start   # write the files only
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from training.errors import UsageError
+
+AUTHORIZED_KEYS = "authorized_keys"
+SSHD = "/usr/sbin/sshd"
+READY_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class NodeSsh:
+    """Where one node's SSH files live, and what it needs to know about the job."""
+
+    ssh_dir: Path  # this task's own files (host key, sshd config, the primary's key pair, known_hosts)
+    keys_dir: Path  # on the shared NFS: the published public key
+    address: str  # this node's address, from AZ_BATCH_HOST_LIST
+    hosts: tuple[str, ...]
+    port: int
+    primary: bool
+
+    @property
+    def identity(self) -> Path:
+        return self.ssh_dir / "id_ed25519"
+
+    @property
+    def host_key(self) -> Path:
+        return self.ssh_dir / "ssh_host_ed25519_key"
+
+
+def sshd_config(node: NodeSsh) -> str:
+    """Key-only sshd on the node's own address. StrictModes is off because the authorized keys live under
+    Batch's mount folder, whose parent modes Batch owns; the file itself is written 0600 in a 0700 folder."""
+    return "\n".join([
+        f"Port {node.port}",
+        f"ListenAddress {node.address}",
+        f"HostKey {node.host_key}",
+        f"PidFile {node.ssh_dir / 'sshd.pid'}",
+        f"AuthorizedKeysFile {node.keys_dir / AUTHORIZED_KEYS}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password",
+        "AllowUsers root",
+        "PermitUserEnvironment no",
+        "StrictModes no",
+        "UsePAM no",
+        "X11Forwarding no",
+        "",
+    ])
+
+
+def ssh_client_config(node: NodeSsh) -> str:
+    """The client side mpirun's ssh reads (~/.ssh/config): this job's hosts only."""
+    return "\n".join([
+        f"Host {' '.join(node.hosts)}",
+        f"  Port {node.port}",
+        "  User root",
+        f"  IdentityFile {node.identity}",
+        "  IdentitiesOnly yes",
+        "  BatchMode yes",
+        "  StrictHostKeyChecking accept-new",
+        f"  UserKnownHostsFile {node.ssh_dir / 'known_hosts'}",
+        "",
+    ])
+
+
+def own_address(hosts: tuple[str, ...], can_bind=None) -> str:
+    """The one address of the host list that belongs to this machine (binding to it succeeds only here)."""
+    can_bind = can_bind or _can_bind
+    mine = [host for host in hosts if can_bind(host)]
+    if len(mine) != 1:
+        raise UsageError(f"AZ_BATCH_HOST_LIST {','.join(hosts)}: expected exactly one address of this node in it, "
+                         f"found {mine or 'none'}")
+    return mine[0]
+
+
+def _can_bind(address: str) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+            return True
+        except OSError:
+            return False
+
+
+def node_from_env(env: Mapping[str, str], port: int, keys_dir: Path) -> NodeSsh:
+    hosts = tuple(h.strip() for h in env.get("AZ_BATCH_HOST_LIST", "").split(",") if h.strip())
+    if not hosts:
+        raise UsageError("AZ_BATCH_HOST_LIST is not set: node-ssh runs in an Azure Batch multi-instance task")
+    shared = env.get("AZ_BATCH_TASK_SHARED_DIR")
+    if not shared:
+        raise UsageError("AZ_BATCH_TASK_SHARED_DIR is not set: node-ssh runs in an Azure Batch multi-instance task")
+    return NodeSsh(ssh_dir=Path(shared) / "ssh", keys_dir=keys_dir, address=own_address(hosts), hosts=hosts,
+                   port=port, primary=env.get("AZ_BATCH_IS_CURRENT_NODE_MASTER", "").lower() == "true")
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(text)
+    os.replace(tmp, path)  # atomic: a reader sees the old file or the new one, never half of one
+
+
+def _keygen(path: Path, comment: str) -> None:
+    if not path.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+
+
+def prepare(node: NodeSsh, home: Path) -> None:
+    """Write every file this node needs; the primary also makes and publishes the job's key."""
+    node.ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _keygen(node.host_key, f"host {node.address}")
+    _write_private(node.ssh_dir / "sshd_config", sshd_config(node))
+    if node.primary:
+        node.keys_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(node.keys_dir, 0o700)
+        _keygen(node.identity, "job key")
+        # Replaces a previous attempt's key: only this attempt's primary can log in.
+        _write_private(node.keys_dir / AUTHORIZED_KEYS, node.identity.with_suffix(".pub").read_text())
+        client_dir = home / ".ssh"
+        client_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _write_private(client_dir / "config", ssh_client_config(node))
+
+
+def start(node: NodeSsh, sshd: str = SSHD) -> None:
+    """Start sshd (it detaches) and return once it accepts connections."""
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
+    subprocess.run([sshd, "-f", str(node.ssh_dir / "sshd_config")], check=True)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            socket.create_connection((node.address, node.port), timeout=2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise UsageError(f"sshd on {node.address}:{node.port} did not accept connections within "
+                                 f"{READY_TIMEOUT_S:.0f} s; see the task's stderr") from None
+            time.sleep(0.2)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training node-ssh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, required=True, help="port of the job's sshd on every node")
+    parser.add_argument("--keys-dir", type=Path, required=True,
+                        help="folder on the shared NFS where the primary publishes the job's public key")
+    parser.add_argument("--home", type=Path, default=Path.home(), help="home of the user mpirun runs as (ssh config)")
+    parser.add_argument("--sshd", default=SSHD, help=f"the sshd binary (default: {SSHD})")
+    parser.add_argument("--no-start", action="store_true", help="write the files, do not start sshd")
+    args = parser.parse_args(argv)
+    node = node_from_env(os.environ, args.port, args.keys_dir)
+    prepare(node, args.home)
+    if not args.no_start:
+        start(node, args.sshd)
+    role = "primary" if node.primary else "node"
+    print(f"node-ssh: {role} {node.address}: sshd on port {node.port} for hosts {','.join(node.hosts)}",
+          file=sys.stderr, flush=True)
+    return 0
