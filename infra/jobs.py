@@ -82,7 +82,7 @@ def submit(service: BatchService, inputs: jobspec.JobInputs, now: datetime, out:
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = jobspec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     service.submit(jobspec.job_spec(inputs, job), jobspec.task_spec(inputs, job))
-    print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {inputs.gpus_per_node} GPUs", file=out)
+    print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {inputs.sku.gpus} GPUs", file=out)
     print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow", file=out)
     print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}", file=out)
     return job

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from infra import config, jobspec, nfs, offline
+from infra import config, jobspec, nfs, offline, roles
 from infra.cluster import REPLACE_ON_CHANGES
 from tests.infra.conftest import NOW, evaluation_for
 
@@ -26,10 +26,13 @@ def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips
 
 def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
     pool = ev.one(POOL).inputs
-    identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity").state["id"]
+    identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id").state["id"]
     containers = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"]
     assert containers["type"] == "DockerCompatible"
-    assert set(containers["containerImageNames"]) == set(ev.outputs["imageRefs"].values())
+    # By tag: a digest in this replace-on-change property would redeploy the pool on every image rebuild.
+    tags = {ref.split("@")[0] for ref in ev.outputs["imageRefs"].values()}
+    assert set(containers["containerImageNames"]) == tags
+    assert not any("@sha256:" in name for name in containers["containerImageNames"])
     [registry] = containers["containerRegistries"]
     assert registry == {"registryServer": ev.outputs["registryLoginServer"],
                         "identityReference": {"resourceId": identity_id}}
@@ -70,26 +73,37 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     linux = vm.inputs["osProfile"]["linuxConfiguration"]
     assert linux["disablePasswordAuthentication"] is True and "adminPassword" not in vm.inputs["osProfile"]
     assert len(vm.inputs["storageProfile"]["dataDisks"]) == ev.config.nfs_disk_count
-    assert vm.ignore_changes == ["osProfile"]  # a new throwaway key or SAS must not replace the data server
-    script = nfs.cloud_init(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
+    assert vm.ignore_changes == ["osProfile"]  # a new throwaway key must not replace the data server
+    script = nfs.setup_script(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
     exports = [line.strip() for line in script.splitlines() if "/etc/exports.d/" in line and "echo" in line]
     assert exports == [f'echo "/data {ev.config.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
                        '> /etc/exports.d/dltrain.exports']
     assert f"--raid-devices={ev.config.nfs_disk_count}" in script
-    assert "python -m training stage env:DATA_CONTAINER_URL /data/imagenet" in script
-    assert "touch /data/imagenet/.staged" in script
+    stage = nfs.stage_script()
+    assert 'python -m training stage "$DATA_CONTAINER_URL" /data/imagenet' in stage
+    assert "touch /data/imagenet/.staged" in stage
     # The stager's own pins, as in .venv and the images.
-    assert "pip install --quiet azure-storage-blob==12.31.1 azure-identity==1.27.0 urllib3==2.8.0 pyyaml==6.0.3" in script
+    assert "pip install --quiet azure-storage-blob==12.31.1 azure-identity==1.27.0 urllib3==2.8.0 pyyaml==6.0.3" in stage
 
 
-def test_cloud_init_keeps_the_sas_in_a_root_only_file_not_in_the_script():
-    data = base64.b64decode(nfs.custom_data("10.10.0.0/20", 1, "https://a/data?sig=DATASIG",
-                                            "https://a/scripts?sig=SCRIPTSIG")).decode()
-    script = nfs.cloud_init("10.10.0.0/20", 1)
-    assert "sig=" not in script
-    env_part = data[data.index("/etc/dltrain/stage.env"):]
-    assert "permissions: '0600'" in env_part and "sig=DATASIG" in env_part and "sig=SCRIPTSIG" in env_part
-    assert "mdadm --create" not in script  # one disk: no RAID
+def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_sas(ev):
+    vm = ev.one("azure-native:compute:VirtualMachine")
+    identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity", "nfs-id").state["id"]
+    assert vm.inputs["identity"]["type"] == "SystemAssigned, UserAssigned"  # Entra login + storage
+    assert vm.inputs["identity"]["userAssignedIdentities"] == [identity_id]
+    grants = [r.inputs for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nfs" in r.name]
+    assert sorted(g["scope"].rsplit("/", 1)[-1] for g in grants) == sorted(
+        ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"].rsplit("/", 1)[-1] for c in ("data", "scripts"))
+    assert {g["roleDefinitionId"].rsplit("/", 1)[-1] for g in grants} == {roles.BLOB_DATA_READER}
+    user_data = base64.b64decode(vm.inputs["osProfile"]["customData"]).decode()
+    assert "sig=" not in user_data and "?sv=" not in user_data
+    assert f"AZURE_CLIENT_ID={ev.one('azure-native:managedidentity:UserAssignedIdentity', 'nfs-id').state['clientId']}" \
+        in user_data
+
+
+def test_one_nfs_disk_needs_no_raid():
+    script = nfs.setup_script("10.10.0.0/20", 1)
+    assert "mdadm" not in script and 'device="${disks[0]}"' in script
 
 
 def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys():
@@ -108,13 +122,26 @@ def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys()
     assert secure, text  # https-only is waived for the NFS account only because it is keyless and VNet-only
 
 
-def test_training_job_is_launched_on_up_with_secret_sas_urls(ev):
+def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
-    assert job.inputs["nodes"] == ev.config.max_nodes and job.inputs["gpus_per_node"] == ev.config.sku.gpus
+    assert job.inputs["nodes"] == ev.config.max_nodes and job.inputs["gpu_sku"] == ev.config.gpu_sku
     assert job.inputs["image"] == ev.outputs["imageRefs"][ev.config.training_image]
     assert job.inputs["pool_id"] == ev.outputs["poolId"]
-    assert set(jobspec.SECRET_FIELDS) <= set(job.additional_secret_outputs)
+    assert job.inputs["node_identity_id"] == ev.outputs["pullIdentityId"]
+    assert job.inputs["scripts_url"] == ev.outputs["containerUrls"]["scripts"]
+    assert "sig=" not in repr(job.inputs)
+    assert job.inputs["max_hours"] == ev.config.training_max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
+    # The nodes may read scripts and data and write outputs, each container on its own, before the job starts.
+    grants = {r.name: r for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nodes-" in r.name}
+    roles_by_container = {r.inputs["scope"].rsplit("/", 1)[-1]: r.inputs["roleDefinitionId"].rsplit("/", 1)[-1]
+                          for r in grants.values()}
+    containers = {c: ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"].rsplit("/", 1)[-1]
+                  for c in ("data", "scripts", "outputs")}
+    assert roles_by_container == {containers["scripts"]: roles.BLOB_DATA_READER,
+                                  containers["data"]: roles.BLOB_DATA_READER,
+                                  containers["outputs"]: roles.BLOB_DATA_CONTRIBUTOR}
+    assert all("pull-id" in g.inputs["principalId"] for g in grants.values())  # the pool's identity
 
 
 def test_launch_on_up_false_deploys_the_pool_without_a_job():

@@ -2,7 +2,7 @@
 import json
 from datetime import timedelta
 
-from infra import naming, offline, registry, storage
+from infra import naming, offline, registry, roles, storage
 from tests.infra.conftest import NOW
 
 
@@ -109,10 +109,10 @@ def test_registry_admin_disabled_identity_pull_and_scoped_push(ev):
     cfg = ev.config
     acr = ev.one("azure-native:containerregistry:Registry")
     assert acr.inputs["adminUserEnabled"] is False and acr.inputs["sku"]["name"] == cfg.registry_sku
-    identity = ev.one("azure-native:managedidentity:UserAssignedIdentity")
-    pull = ev.one("azure-native:authorization:RoleAssignment")
+    identity = ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id")
+    pull = ev.one("azure-native:authorization:RoleAssignment", "acr-pull")
     assert pull.inputs["principalId"] == identity.state["principalId"]
-    assert pull.inputs["roleDefinitionId"].endswith(f"/roleDefinitions/{registry.ACR_PULL_ROLE}")
+    assert pull.inputs["roleDefinitionId"].endswith(f"/roleDefinitions/{roles.ACR_PULL}")
     assert pull.inputs["scope"] == acr.state["id"]
     scope = ev.one("azure-native:containerregistry:ScopeMap")
     assert sorted(scope.inputs["actions"]) == sorted(
@@ -159,7 +159,7 @@ def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
     assert all(s["workspaceId"] == workspace.state["id"] for s in settings.values())
     blob_logs = {log["category"] for log in settings[f"{account_id}/blobServices/default"]["logs"]}
     assert blob_logs == {"StorageRead", "StorageWrite", "StorageDelete"}
-    assert {log["category"] for log in settings[batch_id]["logs"]} == {"ServiceLogs", "AuditLog"}
+    assert {log["category"] for log in settings[batch_id]["logs"]} == {"ServiceLog", "AuditLog"}
 
 
 def test_every_taggable_resource_carries_the_team_tag(ev):

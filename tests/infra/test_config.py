@@ -7,6 +7,9 @@ from infra import config
 from infra.config import ConfigError, parse
 from tests.infra.conftest import STACKS
 
+# What every stack must set (the deployers' egress IP); the cases below add their own values to it.
+BASE = {"allowedIpRanges": ["20.50.1.7/32"]}
+
 
 def test_repo_has_dev_and_a_second_team_stack():
     assert "dev" in STACKS and len(STACKS) >= 2
@@ -32,21 +35,25 @@ def test_team_address_spaces_do_not_overlap_so_they_can_be_peered():
 
 def test_schema_declares_type_default_and_description_for_every_field():
     schema = config.load_schema()
-    fields = {f.name for f in config.fields(config.StackConfig)} - {"stack"}
-    assert {config._field_name(k) for k in schema} == fields
+    fields = {f.name for f in config.fields(config.StackConfig)} - {"stack", "placeholders"}
+    # lowPriority stays declared so that `true` is refused with its reason rather than as an unknown key.
+    assert {config._field_name(k) for k in schema} - {"low_priority"} == fields
     for key in schema.values():
         assert key.type in ("string", "integer", "boolean", "array"), key.name
         assert key.default is not None, key.name
         assert len(key.description) > 20, key.name
 
 
-def test_defaults_alone_make_a_valid_config():
-    cfg = parse("x", {})
+def test_defaults_need_only_the_deployers_address():
+    with pytest.raises(ConfigError, match="allowedIpRanges.*is empty.*cannot upload the scripts"):
+        parse("x", {})
+    cfg = parse("x", BASE)
     assert cfg.team == "dev" and cfg.max_nodes == 2 and cfg.address_space == ipaddress.IPv4Network("10.10.0.0/16")
 
 
 def test_values_as_pulumi_passes_them_are_strings():
-    cfg = parse("x", {"maxNodes": "4", "retainOutputs": "true", "frameworks": '["pytorch"]'})
+    cfg = parse("x", {"maxNodes": "4", "retainOutputs": "true", "frameworks": '["pytorch"]',
+                      "allowedIpRanges": '["20.50.1.7/32"]'})
     assert (cfg.max_nodes, cfg.retain_outputs, cfg.frameworks) == (4, True, ("pytorch",))
 
 
@@ -109,7 +116,7 @@ BAD_CONFIGS = [
 @pytest.mark.parametrize("values,key,fix", BAD_CONFIGS, ids=[f"{k}-{i}" for i, (_, k, _) in enumerate(BAD_CONFIGS)])
 def test_bad_config_is_refused_naming_its_key_and_fix(values, key, fix):
     with pytest.raises(ConfigError) as raised:
-        parse("x", values)
+        parse("x", {**BASE, **values})
     assert raised.value.key == key
     message = str(raised.value)
     assert f"'{key}'" in message and fix in message

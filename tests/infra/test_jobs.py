@@ -16,6 +16,7 @@ OUTPUTS = {
     "imageRefs": {"pytorch": "cr.azurecr.io/pytorch:latest@sha256:00",
                   "tensorflow": "cr.azurecr.io/tensorflow:latest@sha256:00"},
     "registryLoginServer": "cr.azurecr.io", "pullIdentityId": "/subscriptions/s/.../pull",
+    "pullIdentityClientId": "client-pull",
     "containerUrls": {c: f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "outputs")},
     "sas": {"data": "sp=rl&sig=DATASIG", "scripts": "sp=rl&sig=SCRIPTSIG", "outputs": "sp=cw&sig=OUTSIG"},
 }
@@ -38,7 +39,6 @@ def test_diff_replaces_on_training_changes_only():
     provider = TrainingJobProvider(FakeBatch())
     old = {**props(), "train_args": ["--epochs", "90"], "nodes": 2.0}  # as the engine hands state back
     assert provider.diff("j", old, props()).changes is False
-    assert provider.diff("j", old, props(scripts_url="https://renewed?sig=NEW")).changes is False
     diff = provider.diff("j", old, props(train_args=("--epochs", "1")))
     assert diff.changes and diff.replaces == ["train_args"] and diff.delete_before_replace is False
     assert provider.diff("j", old, props(framework="keras")).replaces == ["framework"]
@@ -81,13 +81,20 @@ def test_submit_builds_the_job_from_config_and_outputs(outputs_file, capsys):
     assert task["containerSettings"]["imageName"] == OUTPUTS["imageRefs"]["tensorflow"]
     assert task["multiInstanceSettings"]["numberOfInstances"] == 1
     assert "--framework keras" in task["commandLine"] and "--epochs 1" in task["commandLine"]
-    assert task["outputFiles"][0]["destination"]["container"]["containerUrl"].endswith("?sp=cw&sig=OUTSIG")
-    assert "SIG" not in out + err  # SAS values never printed
+    destination = task["outputFiles"][0]["destination"]["container"]
+    assert destination["containerUrl"] == OUTPUTS["containerUrls"]["outputs"]  # no SAS: the nodes' identity
+    assert destination["identityReference"] == {"resourceId": OUTPUTS["pullIdentityId"]}
+    assert "SIG" not in json.dumps(task) + out + err
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--nodes", "9"], "maxNodes=2"),
+    (["--nodes", "0"], "give 1 to 2"),
     (["--args", "--data /elsewhere"], "set by the job"),
+    (["--args", "--epochs 1 --bacth-size 8"], "unrecognized arguments: --bacth-size"),
+    (["--args", "--precision fp8"], "invalid choice: 'fp8'"),
+    (["--args", "--epochs 'open"], "shell command line"),
+    (["--framework", "pytorch", "--args=--xla"], "--xla applies to --framework tensorflow only"),
 ])
 def test_submit_refuses_bad_requests_with_one_line(outputs_file, capsys, argv, message):
     batch = FakeBatch()
@@ -146,3 +153,71 @@ def test_outputs_come_from_the_pulumi_cli_when_no_file_is_given():
 
     assert jobs.load_outputs("dev", None, run=fake_run) == OUTPUTS
     assert seen == [["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "dev"]]
+
+
+class _RefusingCredential:
+    """What DefaultAzureCredential does without `az login`: it raises on the first token request."""
+
+    def get_token(self, *scopes, **kwargs):
+        from azure.identity import CredentialUnavailableError
+
+        raise CredentialUnavailableError("DefaultAzureCredential failed to retrieve a token from the included "
+                                         "credentials.\nAttempted credentials:\n\tEnvironmentCredential: ...")
+
+
+def test_job_verbs_without_az_login_end_in_one_line(outputs_file, capsys):
+    from infra.batch import AzureBatch
+
+    # The real Batch client, with a credential that cannot sign in: the first request fails as it would.
+    factory = lambda endpoint: AzureBatch(endpoint, credential=_RefusingCredential())  # noqa: E731
+    code = main(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch_factory=factory)
+    _, err = capsys.readouterr()
+    assert code == 1 and err.startswith("error: cannot sign in to Azure") and "az login" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_download_errors_end_in_one_line(outputs_file, tmp_path, capsys):
+    expired = dict(OUTPUTS, containerUrls={**OUTPUTS["containerUrls"],
+                                           "outputs": "https://st.blob.core.windows.net/outputs?sv=2024-01-01"
+                                                      "&se=2020-01-01T00:00:00Z&sp=r&sig=OLD"})
+    path = tmp_path / "expired.json"
+    path.write_text(json.dumps(expired))
+    code, out, err = run(["download", "--stack", "dev", "--outputs", str(path), "--job", "j1",
+                          "--dest", str(tmp_path)], FakeBatch(), capsys)
+    assert code == 1 and "the SAS expired" in err and err.count("\n") == 1 and "OLD" not in err
+
+
+class _RecordingBatchClient:
+    """azure.batch.BatchClient's job calls, with the rule the Batch service applies: a job whose
+    onAllTasksComplete is terminatejob completes as soon as it has no active task, and a completed job
+    takes no new task (https://learn.microsoft.com/rest/api/batchservice/job/add)."""
+
+    def __init__(self):
+        self.calls, self.state = [], {}
+
+    def create_job(self, job):
+        self.calls.append(("create_job", job["onAllTasksComplete"]))
+        self.state[job["id"]] = "completed" if job["onAllTasksComplete"] == "terminatejob" else "active"
+
+    def create_task(self, job_id, task):
+        self.calls.append(("create_task", task["id"]))
+        if self.state[job_id] == "completed":
+            raise RuntimeError("JobCompleted: the job is completed and cannot take tasks")
+
+    def update_job(self, job_id, job):
+        self.calls.append(("update_job", job["onAllTasksComplete"]))
+
+    def begin_delete_job(self, job_id, force=False):
+        self.calls.append(("delete_job", job_id))
+        return type("Poller", (), {"result": lambda self: None})()
+
+
+def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end():
+    from infra.batch import AzureBatch
+
+    client = _RecordingBatchClient()
+    spec = inputs()
+    job = jobspec.job_id(spec)
+    AzureBatch("unused", client=client).submit(jobspec.job_spec(spec, job), jobspec.task_spec(spec, job))
+    assert client.calls == [("create_job", "noaction"), ("create_task", "train"), ("update_job", "terminatejob")]
+    assert client.state[job] == "active"

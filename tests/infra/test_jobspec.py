@@ -1,23 +1,35 @@
-"""The Batch job and multi-instance task for 1, 2 and 8 nodes (pure functions)."""
+"""The Batch job and multi-instance task for 1, 2 and 8 nodes (pure functions), and its shell run for real."""
 import dataclasses
+import os
 import shlex
+import subprocess
+import sys
 
 import pytest
 from azure.batch import models
 
 from infra import jobspec
+from infra.config import REPO_ROOT
 
-SAS_SCRIPTS = "https://st.blob.core.windows.net/scripts?sv=1&sp=rl&sig=SCRIPTS"
-SAS_OUTPUTS = "https://st.blob.core.windows.net/outputs?sv=1&sp=cw&sig=OUTPUTS"
+SCRIPTS = "https://st.blob.core.windows.net/scripts"
+OUTPUTS = "https://st.blob.core.windows.net/outputs"
+IDENTITY = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/userAssignedIdentities/pull"
 
 
 def inputs(nodes=2, **changes):
     base = jobspec.JobInputs(
-        stack="dev", pool_id="gpu", nodes=nodes, gpus_per_node=8, infiniband=True, framework="pytorch",
+        stack="dev", pool_id="gpu", nodes=nodes, gpu_sku="Standard_ND96asr_v4", framework="pytorch",
         image="cr.azurecr.io/pytorch:latest@sha256:00", registry_server="cr.azurecr.io",
-        pull_identity_id="/subscriptions/s/.../userAssignedIdentities/pull", train_args=("--epochs", "90"),
-        retries=3, local_cache=False, scripts_url=SAS_SCRIPTS, outputs_url=SAS_OUTPUTS)
+        node_identity_id=IDENTITY, node_identity_client_id="client-pull", train_args=("--epochs", "90"),
+        retries=3, max_hours=24, data_wait_minutes=120, local_cache=False, scripts_url=SCRIPTS, outputs_url=OUTPUTS)
     return dataclasses.replace(base, **changes)
+
+
+def _script(command_line: str) -> str:
+    prefix = "/bin/bash -c "
+    assert command_line.startswith(prefix)
+    [script] = shlex.split(command_line[len(prefix):])
+    return script
 
 
 @pytest.mark.parametrize("nodes", [1, 2, 8])
@@ -26,8 +38,8 @@ def test_task_runs_horovod_on_every_gpu_of_every_node(nodes):
     job = jobspec.job_id(spec)
     task = jobspec.task_spec(spec, job)
     assert task["multiInstanceSettings"]["numberOfInstances"] == nodes
-    assert "sshd -p 2222" in task["multiInstanceSettings"]["coordinationCommandLine"]
-    script = shlex.split(task["commandLine"])[2]  # /bin/bash -c SCRIPT
+    assert "node-ssh --port 2222" in task["multiInstanceSettings"]["coordinationCommandLine"]
+    script = _script(task["commandLine"])
     assert "python -m training launch --slots 8 --ssh-port 2222 --" in script
     train = script.split("launch --slots 8 --ssh-port 2222 -- ")[1].split(";")[0]
     assert shlex.split(train) == ["--framework", "pytorch", "--data", "$AZ_BATCH_NODE_MOUNTS_DIR/data/imagenet",
@@ -40,68 +52,180 @@ def test_task_runs_horovod_on_every_gpu_of_every_node(nodes):
     assert parsed.multi_instance_settings.number_of_instances == nodes
 
 
-def test_environment_sets_nccl_over_infiniband_and_holds_no_secret():
-    env = {e["name"]: e["value"] for e in jobspec.environment(inputs())}
+@pytest.mark.parametrize("sku,topology", [("Standard_ND96asr_v4", "/opt/microsoft/ndv4-topo.xml"),
+                                          ("Standard_ND96amsr_A100_v4", "/opt/microsoft/ndv4-topo.xml"),
+                                          ("Standard_ND96isr_H100_v5", "/opt/microsoft/ndv5-topo.xml")])
+def test_nccl_topology_and_infiniband_options_follow_the_size(sku, topology):
+    spec = inputs(gpu_sku=sku)
+    env = {e["name"]: e["value"] for e in jobspec.environment(spec)}
     assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
-    assert env["OMPI_MCA_pml"] == "ucx" and "NCCL_TOPO_FILE" in env
-    assert not any("sig=" in v for v in env.values())
-    no_ib = {e["name"]: e["value"] for e in jobspec.environment(inputs(1, infiniband=False))}
-    assert no_ib["NCCL_IB_DISABLE"] == "1"
+    assert env["OMPI_MCA_pml"] == "ucx" and env["NCCL_TOPO_FILE"] == topology
+    options = jobspec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
+    assert "--device=/dev/infiniband" in options and "-v /opt/microsoft:/opt/microsoft:ro" in options
 
 
-def test_resource_and_output_files_use_the_container_sas_and_retries_resume():
+def test_a_size_without_infiniband_gets_neither_the_devices_nor_a_topology():
+    spec = inputs(1, gpu_sku="Standard_NC24ads_A100_v4")
+    env = {e["name"]: e["value"] for e in jobspec.environment(spec)}
+    assert env["NCCL_IB_DISABLE"] == "1" and "NCCL_TOPO_FILE" not in env
+    options = jobspec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
+    assert "infiniband" not in options and "/opt/microsoft" not in options and "--network=host" in options
+
+
+def test_storage_is_reached_with_the_pools_identity_and_no_sas_is_in_the_task():
     spec = inputs()
     job = jobspec.job_id(spec)
     task = jobspec.task_spec(spec, job)
+    identity = {"resourceId": IDENTITY}
     assert task["multiInstanceSettings"]["commonResourceFiles"] == [
-        {"storageContainerUrl": SAS_SCRIPTS, "blobPrefix": "training/"}]
+        {"storageContainerUrl": SCRIPTS, "blobPrefix": "training/", "identityReference": identity}]
     uploads = {o["filePattern"]: o["destination"]["container"] for o in task["outputFiles"]}
-    assert uploads == {"../std*.txt": {"containerUrl": SAS_OUTPUTS, "path": f"{job}/logs"},
-                       "outputs/**/*": {"containerUrl": SAS_OUTPUTS, "path": f"{job}/run"}}
+    assert uploads == {"../std*.txt": {"containerUrl": OUTPUTS, "path": f"{job}/logs", "identityReference": identity},
+                       "outputs/**/*": {"containerUrl": OUTPUTS, "path": f"{job}/run", "identityReference": identity}}
     assert all(o["uploadOptions"]["uploadCondition"] == "taskcompletion" for o in task["outputFiles"])
-    assert task["constraints"] == {"maxTaskRetryCount": 3}
-    assert "--resume auto" in task["commandLine"]
-    # The SAS travel in Batch properties, never in a command line.
-    assert "sig=" not in task["commandLine"] + task["multiInstanceSettings"]["coordinationCommandLine"]
+    env = {e["name"]: e["value"] for e in task["environmentSettings"]}
+    assert env["AZURE_CLIENT_ID"] == "client-pull"  # DefaultAzureCredential picks the pool's identity
+    assert "sig=" not in repr(task) and "?sv=" not in repr(task)
     registry = task["containerSettings"]["registry"]
-    assert registry == {"registryServer": "cr.azurecr.io", "identityReference": {"resourceId": spec.pull_identity_id}}
-    assert "--device=/dev/infiniband" in task["containerSettings"]["containerRunOptions"]
+    assert registry == {"registryServer": "cr.azurecr.io", "identityReference": identity}
+    assert models.BatchTaskCreateOptions(task).output_files[0].destination.container.identity_reference
 
 
-def test_job_ends_with_its_task_on_the_pool():
+def test_every_wait_is_bounded():
+    spec = inputs(max_hours=12, data_wait_minutes=30)
+    task = jobspec.task_spec(spec, "j")
+    assert task["constraints"] == {"maxTaskRetryCount": 3, "maxWallClockTime": "PT12H"}
+    assert "deadline=$((SECONDS + 1800))" in task["commandLine"]
+    assert "--resume auto" in task["commandLine"]
+    start = jobspec.start_task_command(True, 30)
+    assert "deadline=$((SECONDS + 1800))" in start
+
+
+def test_job_is_created_waiting_for_its_task():
     spec = inputs()
     job = jobspec.job_spec(spec, "train-dev-x")
-    assert job["poolInfo"] == {"poolId": "gpu"} and job["onAllTasksComplete"] == "terminatejob"
+    assert job["poolInfo"] == {"poolId": "gpu"} and job["onAllTasksComplete"] == "noaction"
+    assert jobspec.END_WITH_TASKS == {"onAllTasksComplete": "terminatejob"}
     assert models.BatchJobCreateOptions(job).pool_info.pool_id == "gpu"
 
 
-def test_fingerprint_follows_the_training_not_the_sas():
-    assert inputs().fingerprint() == inputs(scripts_url=SAS_SCRIPTS + "x", outputs_url="o", data_url="d").fingerprint()
+def test_fingerprint_follows_the_training():
+    assert inputs().fingerprint() == inputs().fingerprint()
     assert inputs().fingerprint() != inputs(train_args=("--epochs", "1")).fingerprint()
     assert inputs().fingerprint() != inputs(8).fingerprint()
     assert jobspec.job_id(inputs(), attempt="20261121") == f"train-dev-{inputs().fingerprint()}-20261121"
 
 
-def test_azure_files_job_stages_the_data_itself_with_the_sas_from_the_environment():
-    spec = inputs(data_url="https://st.blob.core.windows.net/data?sp=rl&sig=DATA")
+def test_azure_files_job_stages_the_data_itself_with_the_nodes_identity():
+    spec = inputs(data_url="https://st.blob.core.windows.net/data")
     task = jobspec.task_spec(spec, "j")
-    assert "python -m training stage env:DATA_CONTAINER_URL" in task["commandLine"]
-    assert "sig=" not in task["commandLine"]
-    env = {e["name"]: e["value"] for e in task["environmentSettings"]}
-    assert env["DATA_CONTAINER_URL"].endswith("sig=DATA")
+    assert "python -m training stage https://st.blob.core.windows.net/data" in task["commandLine"]
+    assert "sig=" not in repr(task)
 
 
-def test_local_cache_trains_from_local_disk_after_the_start_task_copied_it():
+def test_local_cache_is_where_the_container_sees_it():
     spec = inputs(local_cache=True)
-    assert "--data /mnt/data-cache/imagenet" in jobspec.task_spec(spec, "j")["commandLine"]
-    start = jobspec.start_task_command(True)
-    assert ".staged" in start and "rsync -a" in start
-    assert "rsync" not in jobspec.start_task_command(False)
+    script = _script(jobspec.task_spec(spec, "j")["commandLine"])
+    assert '--data "$AZ_BATCH_NODE_SHARED_DIR"/data-cache/imagenet' in script
+    start = jobspec.start_task_command(True, 120)
+    assert ".staged" in start and "rsync -a" in start and '"$AZ_BATCH_NODE_SHARED_DIR"/data-cache' in start
+    assert "/mnt/" not in start + script  # nothing outside AZ_BATCH_NODE_ROOT_DIR, which the container cannot see
+    assert "rsync" not in jobspec.start_task_command(False, 120)
 
 
-@pytest.mark.parametrize("low_priority,dedicated,spot", [(False, "$target", "0"), (True, "0", "$target")])
-def test_autoscale_formula(low_priority, dedicated, spot):
-    formula = jobspec.autoscale_formula(0, 8, low_priority)
+def test_autoscale_formula_uses_dedicated_nodes_only():
+    formula = jobspec.autoscale_formula(0, 8)
     assert "$target = $tasks > 0 ? 8 : 0;" in formula
-    assert f"$TargetDedicatedNodes = {dedicated};" in formula
-    assert f"$TargetLowPriorityNodes = {spot};" in formula
+    assert "$TargetDedicatedNodes = $target;" in formula and "$TargetLowPriorityNodes = 0;" in formula
+
+
+# --- The job's own shell, run for real in bash on Batch's folder layout ----------------------------------------
+
+def batch_node(tmp_path, job):
+    """One node's Batch folders and variables, as Batch documents them, with the scripts Batch downloaded
+    (the common resource files) in the task root and the NFS share with the staged marker."""
+    root = tmp_path / "batch"
+    task_dir = root / "workitems" / job / "job-1" / "train"
+    dirs = {"AZ_BATCH_NODE_ROOT_DIR": root, "AZ_BATCH_NODE_MOUNTS_DIR": root / "fsmounts",
+            "AZ_BATCH_NODE_SHARED_DIR": root / "shared", "AZ_BATCH_TASK_DIR": task_dir,
+            "AZ_BATCH_TASK_WORKING_DIR": task_dir / "wd", "AZ_BATCH_TASK_SHARED_DIR": task_dir / "shared"}
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cp", "-r", str(REPO_ROOT / "training"), str(task_dir)], check=True)
+    dataset = root / "fsmounts" / "data" / "imagenet"
+    dataset.mkdir(parents=True)
+    (dataset / ".staged").touch()
+    return {**{k: str(v) for k, v in dirs.items()}, "AZ_BATCH_HOST_LIST": "127.0.0.1",
+            "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true"}
+
+
+def fake_python(tmp_path, body):
+    """A `python` first on PATH: records what the job runs, then runs `body` (bash)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(f'#!/bin/bash\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\n{body}\n')
+    (bin_dir / "python").chmod(0o755)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("hostile", ["--seed $AZ_BATCH_JOB_ID$(touch PWNED)", "--seed `touch PWNED`",
+                                     "--seed '$(touch PWNED)'", "--seed \"x; touch PWNED\""])
+def test_no_user_text_reaches_the_shell(tmp_path, hostile):
+    from infra.config import ConfigError, parse
+
+    try:  # the stack config refuses it at plan time (not an int) ...
+        parse("x", {"allowedIpRanges": ["20.50.1.7/32"], "trainingArgs": hostile})
+    except ConfigError:
+        pass
+    # ... and even were it let through, the job's shell passes it on as text and runs nothing.
+    args = tuple(shlex.split(hostile))
+    spec = inputs(train_args=args)
+    job = jobspec.job_id(spec)
+    env = {**os.environ, **batch_node(tmp_path, job), "PATH": fake_python(tmp_path, "exit 0") + ":/usr/bin:/bin"}
+    result = subprocess.run(["bash", "-c", _script(jobspec.application_command(spec, job))], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert not list(tmp_path.rglob("PWNED")), "user text ran as a command"
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[-len(args):] == list(args)
+    assert argv[argv.index("--data") + 1] == f"{env['AZ_BATCH_NODE_MOUNTS_DIR']}/data/imagenet"
+
+
+def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
+    """Coordination (every node) puts the package in the task-shared folder; the application command runs
+    from there with it on PYTHONPATH, which launch forwards to the remote ranks (mpirun -x PYTHON*)."""
+    spec = inputs()
+    job = jobspec.job_id(spec)
+    node = batch_node(tmp_path, job)
+    # The coordination command up to the sshd: run it with a python that reports where `training` comes from.
+    probe = (f'[ "$1" = "-m" ] && [ "$2" = "training" ] || exit 9; cd /; '
+             f'{sys.executable} -c "import training, sys; print(training.__file__)" > "{tmp_path}/imported"')
+    env = {**os.environ, **node, "PATH": fake_python(tmp_path, probe) + ":/usr/bin:/bin"}
+    env.pop("PYTHONPATH", None)
+    coordination = _script(jobspec.coordination_command(job))
+    result = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    shared = node["AZ_BATCH_TASK_SHARED_DIR"]
+    assert (tmp_path / "imported").read_text().strip() == f"{shared}/training/__init__.py"
+    assert "node-ssh" in (tmp_path / "argv").read_text()
+    # The application command runs launch in the shared folder with it on PYTHONPATH.
+    record = f'pwd > "{tmp_path}/cwd"; echo "$PYTHONPATH" > "{tmp_path}/pythonpath"'
+    (tmp_path / "bin").rename(tmp_path / "bin-coordination")
+    env["PATH"] = fake_python(tmp_path, record) + ":/usr/bin:/bin"
+    result = subprocess.run(["bash", "-c", _script(jobspec.application_command(spec, job))],
+                            cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "cwd").read_text().strip() == shared
+    assert (tmp_path / "pythonpath").read_text().strip() == shared
+
+
+def test_the_data_wait_gives_up_at_its_deadline_with_a_clear_message(tmp_path):
+    dataset = tmp_path / "imagenet"
+    dataset.mkdir()
+    script = jobspec.wait_for_data(shlex.quote(str(dataset)), 0)
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert result.returncode == jobspec.DATA_WAIT_EXIT_CODE
+    assert "not staged after 0 minutes" in result.stderr and "journalctl -u dltrain-stage" in result.stderr
+    (dataset / ".staged").touch()
+    assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0

@@ -22,7 +22,7 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
                      "├─ dltrain:nfs:NfsServer", "azure-native:compute:VirtualMachine", "NFS server VM (Standard_D16s_v5)",
                      "azure-native:batch:Pool", "provision=NoPublicIPAddresses", "interNodeCommunication=Enabled",
                      "mountConfiguration.nfsMountConfiguration.source=10.10.16.4:/data",
-                     "dltrain-dev-job  framework=pytorch nodes=2 gpus_per_node=8",
+                     "dltrain-dev-job  framework=pytorch nodes=2 gpu_sku=Standard_ND96asr_v4",
                      "launched on `pulumi up`: pytorch on 2 node(s) x 8 GPUs", "PASS batch-pool-private",
                      "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]"):
         assert expected in out, expected
@@ -32,7 +32,8 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
 
 def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
     shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path)
-    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  azure-dl-training:gpuSku: Standard_NC24rs_v3\n")
+    (tmp_path / "Pulumi.bad.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n"
+                                              "  azure-dl-training:gpuSku: Standard_NC24rs_v3\n")
     result = run_plan("--stack", "bad", "--project-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stdout == ""
