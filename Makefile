@@ -8,7 +8,8 @@ help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
 AZURITE_VERSION := 3.37.0
-setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch, .venv-tf: TensorFlow/Keras, Azurite)
+DEBS := .cache/debs
+setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch, .venv-tf: TensorFlow/Keras, Azurite, Debian's cloud-init and OpenSSH unpacked)
 
 # Azurite, the Azure Storage emulator (npm), for the demo and the data-path tests.
 .cache/azurite/.installed-$(AZURITE_VERSION):
@@ -16,10 +17,19 @@ setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurit
 	npm install --prefix .cache/azurite --no-audit --no-fund --silent azurite@$(AZURITE_VERSION)
 	touch $@
 
+# Debian's own cloud-init (its code checks the NFS server's user data) and OpenSSH (the job's sshd, run for real
+# in the tests), unpacked into .cache without installing anything (apt-get download + dpkg -x).
+DEB_PACKAGES := cloud-init openssh-server openssh-client openssh-sftp-server libwrap0
+$(DEBS)/.installed: Makefile
+	rm -rf $(DEBS) && mkdir -p $(DEBS)
+	cd $(DEBS) && (apt-get download $(DEB_PACKAGES) 2>/dev/null || (apt-get update -qq && apt-get download $(DEB_PACKAGES)))
+	for deb in $(DEBS)/*.deb; do dpkg -x "$$deb" $(DEBS)/root; done
+	touch $@
+
 # The deployer: Pulumi program, infra CLI, data upload/stage, test tools. No ML framework.
-.venv/.installed: requirements.txt training/requirements-stage.txt requirements-dev.txt
+.venv/.installed: requirements.txt training/requirements-stage.txt requirements-dev.txt requirements-infra-test.txt
 	$(PYTHON) -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+	.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -r requirements-infra-test.txt
 	touch $@
 
 # PyTorch training: torch + torchvision pinned in training/requirements-torch.txt (the image installs the same

@@ -156,8 +156,9 @@ def download(outputs_container_url: str, job: str, dest: Path, workers: int = 16
     """The job's logs and run folder from the `outputs` container into DEST/JOB (verified, resumable)."""
     from training import stage, transfer
 
-    target = transfer.ContainerTarget.parse(outputs_container_url, "outputs container")
-    stats = stage.stage(target, dest / job, f"{job}/", workers, extract=False)
+    target = transfer.ContainerTarget.parse(outputs_container_url, "outputs container", verb="download")
+    with transfer.stopping_cleanly("download"):
+        stats = stage.stage(target, dest / job, f"{job}/", workers, extract=False)
     if stats.files + stats.skipped == 0:
         raise JobError(f"no outputs for {job} yet: Batch uploads them when the task ends (see `python -m infra "
                        "status`)")

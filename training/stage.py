@@ -133,6 +133,7 @@ def _blobs(reader: BlobReader, prefix: str, stats: transfer.Stats) -> Iterator[B
 
 
 def stage(target: transfer.ContainerTarget, dest: Path, prefix: str, workers: int, extract: bool) -> transfer.Stats:
+    target.check_reachable()
     stats = transfer.Stats()
     reader = BlobReader(target, workers)
     dest.mkdir(parents=True, exist_ok=True)
@@ -156,7 +157,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    target = transfer.ContainerTarget.parse(args.container_url)
+    target = transfer.ContainerTarget.parse(args.container_url, verb="stage")
     try:
         args.dest.mkdir(parents=True, exist_ok=True)
         probe = args.dest / f".stage-write-test-{os.getpid()}"

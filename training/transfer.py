@@ -10,6 +10,7 @@ import hashlib
 import os
 import random
 import re
+import socket
 import sys
 import threading
 import time
@@ -49,8 +50,19 @@ def stopping_cleanly(verb: str):
 
 
 def redact(text: str) -> str:
-    """Remove SAS parameters from any URL in `text`."""
-    return _SAS.sub(lambda m: f"{m.group(1)}{m.group(2)}=REDACTED" if m.group(2).lower() == "sig" else "", text)
+    """Remove SAS parameters from any URL in `text` (the signature shows as sig=REDACTED, after a `?` where
+    the query began)."""
+    def replace(m: re.Match) -> str:
+        if m.group(2).lower() == "sig":
+            return f"{m.group(1)}sig=REDACTED"
+        return "?" if m.group(1) == "?" else ""  # keep the query's `?` when its first parameter goes
+
+    return re.sub(r"\?(&|(?=[\s'\"]|$))", lambda m: "?" if m.group(1) == "&" else "", _SAS.sub(replace, text))
+
+
+# What each verb needs of a SAS (https://learn.microsoft.com/rest/api/storageservices/create-service-sas#permissions-for-a-directory-container-or-blob).
+SAS_NEEDS = {"upload": "cw", "stage": "rl", "download": "rl"}
+REACH_TIMEOUT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -61,8 +73,9 @@ class ContainerTarget:
     has_sas: bool
 
     @staticmethod
-    def parse(url: str, name: str = "CONTAINER_URL") -> "ContainerTarget":
-        """`url`, or `env:VAR` to read it from the environment: arguments show in `ps`, a SAS must not."""
+    def parse(url: str, name: str = "CONTAINER_URL", verb: str = "") -> "ContainerTarget":
+        """`url`, or `env:VAR` to read it from the environment: arguments show in `ps`, a SAS must not. A SAS
+        is checked before any request: its version and signature present, its permissions enough for `verb`."""
         if url.startswith("env:"):
             variable = url[len("env:"):]
             if not os.environ.get(variable):
@@ -84,7 +97,19 @@ class ContainerTarget:
         if parsed.scheme == "http" and not ip_style:
             raise UsageError(f"{name}: use https (http is accepted only for a local emulator)")
         account_url = f"{parsed.scheme}://{parsed.netloc}" + (f"/{parts[0]}" if ip_style else "")
-        expiry = parse_qs(parsed.query).get("se", [None])[0]
+        query = parse_qs(parsed.query)
+        if query and _SAS.search("?" + parsed.query):
+            missing = [p for p in ("sv", "sig") if p not in query]
+            if missing:
+                raise UsageError(f"{name}: the SAS lacks {' and '.join(missing)}; copy the whole token "
+                                 "(`pulumi stack output sas --show-secrets`)")
+            needs = SAS_NEEDS.get(verb, "")
+            granted = query.get("sp", [""])[0]
+            lacking = [p for p in needs if p not in granted]
+            if lacking:
+                raise UsageError(f"{name}: the SAS grants sp={granted or '(none)'}, but {verb} needs {needs} "
+                                 f"(lacks {''.join(lacking)}); use the container's {needs} SAS")
+        expiry = query.get("se", [None])[0]
         if expiry:
             try:
                 expires = datetime.fromisoformat(expiry.replace("Z", "+00:00"))
@@ -109,6 +134,17 @@ class ContainerTarget:
         from azure.identity import DefaultAzureCredential
 
         return ContainerClient(self.account_url, self.container, credential=DefaultAzureCredential(), **options)
+
+    def check_reachable(self, timeout: float = REACH_TIMEOUT_S) -> None:
+        """Fail in seconds, not minutes of retries, when the account cannot be reached at all."""
+        parsed = urlparse(self.account_url)
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        except OSError as err:
+            reason = err.strerror or type(err).__name__
+            raise PermanentError(f"cannot reach {parsed.hostname}:{port} ({reason}): check the URL, your network, "
+                                 "and that the storage firewall admits your IP (allowedIpRanges)") from None
 
     @property
     def display(self) -> str:

@@ -74,6 +74,7 @@ class Uploader:
 
 
 def upload(src: Path, target: transfer.ContainerTarget, prefix: str, workers: int) -> transfer.Stats:
+    target.check_reachable()
     stats = transfer.Stats()
     uploader = Uploader(target.client(workers), prefix, stats)
     with transfer.Progress("upload", stats):
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"SRC {args.src}: no such file or folder")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    target = transfer.ContainerTarget.parse(args.container_url)
+    target = transfer.ContainerTarget.parse(args.container_url, verb="upload")
     print(f"upload: {args.src} -> {target.display}{' prefix ' + args.prefix if args.prefix else ''}", file=sys.stderr)
     with transfer.stopping_cleanly("upload"):
         stats = upload(args.src, target, args.prefix, args.workers)

@@ -1,0 +1,111 @@
+"""The NFS server's user data as cloud-init itself reads it (Debian's cloud-init 22.4, unpacked by `make setup`),
+its scripts under bash -n and ShellCheck, and what brings it back after a reboot."""
+import base64
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infra import nfs
+from infra.config import REPO_ROOT
+
+CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+URLS = ("https://st.blob.core.windows.net/data", "https://st.blob.core.windows.net/scripts")
+
+
+@pytest.fixture(scope="module")
+def cloudinit():
+    if not (CLOUD_INIT / "cloudinit").is_dir():
+        pytest.fail("Debian's cloud-init is not unpacked in .cache/debs: run `make setup`")
+    sys.path.insert(0, str(CLOUD_INIT))
+    import cloudinit
+
+    yield cloudinit
+    sys.path.remove(str(CLOUD_INIT))
+
+
+def merged_cloud_config(data: bytes, tmp_path) -> dict:
+    """What cloud-init makes of the user data: its own processor splits it into parts, its own cloud-config
+    handler merges them (by each part's Merge-Type header, or the default), as on first boot."""
+    from cloudinit import helpers
+    from cloudinit.user_data import UserDataProcessor
+    from cloudinit.handlers.cloud_config import CloudConfigPartHandler
+
+    paths = helpers.Paths({"cloud_dir": str(tmp_path / "cloud"), "run_dir": str(tmp_path / "run")})
+    message = UserDataProcessor(paths).process(data)
+    handler = CloudConfigPartHandler(paths)
+    handler.handle_part(None, "__begin__", None, None, None, None)
+    for part in message.walk():
+        if part.get_content_maintype() == "multipart":
+            continue
+        handler.handle_part(None, part.get_content_type(), part.get_filename(), part.get_payload(decode=True).decode(),
+                            None, dict(part.items()))
+    return handler.cloud_buf  # the merged config (cloud-init writes it to the instance folder at __end__)
+
+
+def user_data(disks=4):
+    return base64.b64decode(nfs.custom_data("10.10.0.0/20", disks, *URLS, "client-nfs"))
+
+
+def test_cloud_init_keeps_every_file_and_command(cloudinit, tmp_path):
+    config = merged_cloud_config(user_data(), tmp_path)
+    files = {f["path"]: f for f in config["write_files"]}
+    assert set(files) == {"/usr/local/sbin/dltrain-nfs-setup", "/usr/local/sbin/dltrain-stage",
+                          "/etc/dltrain/stage.env", "/etc/systemd/system/dltrain-stage.service",
+                          "/etc/systemd/system/nfs-server.service.d/dltrain.conf"}
+    assert files["/usr/local/sbin/dltrain-nfs-setup"]["content"] == nfs.setup_script("10.10.0.0/20", 4)
+    assert files["/usr/local/sbin/dltrain-stage"]["permissions"] == "0700"
+    assert config["runcmd"][0] == ["/usr/local/sbin/dltrain-nfs-setup"]  # the script it runs is written
+    assert ["systemctl", "enable", "--now", "--no-block", nfs.STAGE_UNIT] in config["runcmd"]
+    assert set(config["packages"]) >= {"nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"}
+
+
+def test_the_user_data_passes_cloud_inits_own_schema(cloudinit):
+    from cloudinit.config.schema import get_schema, validate_cloudconfig_schema
+    from cloudinit.util import load_yaml
+
+    text = nfs.cloud_config("10.10.0.0/20", 4, *URLS, "client-nfs")
+    assert text.startswith("#cloud-config\n")
+    validate_cloudconfig_schema(load_yaml(text), get_schema(), strict=True)
+
+
+def test_the_old_two_part_user_data_lost_the_setup_script(cloudinit, tmp_path):
+    """Why the user data is one document: with a `Content-Type-Merge` header (which cloud-init does not read),
+    cloud-init's default merge let the second part's write_files replace the first's."""
+    boundary = "==b=="
+    parts = ["#cloud-config\nwrite_files:\n  - path: /usr/local/sbin/setup\n    content: echo\n"
+             "runcmd:\n  - [/usr/local/sbin/setup]\n",
+             "#cloud-config\nwrite_files:\n  - path: /etc/dltrain/stage.env\n    content: X=1\n"]
+    body = "".join(f"--{boundary}\nContent-Type: text/cloud-config\nContent-Type-Merge: list(append)+dict(recurse_array)"
+                   f"+str()\n\n{part}\n" for part in parts)
+    mime = f"Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n{body}--{boundary}--\n"
+    config = merged_cloud_config(mime.encode(), tmp_path)
+    assert [f["path"] for f in config["write_files"]] == ["/etc/dltrain/stage.env"]
+    assert config["runcmd"] == [["/usr/local/sbin/setup"]]  # runs a script that was never written
+
+
+@pytest.mark.parametrize("disks", [1, 4])
+def test_scripts_pass_bash_and_shellcheck(disks, tmp_path):
+    for name, text in (("setup", nfs.setup_script("10.10.0.0/20", disks)), ("stage", nfs.stage_script())):
+        path = tmp_path / name
+        path.write_text(text)
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+        result = subprocess.run([str(SHELLCHECK), "--severity=warning", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+
+
+def test_a_reboot_brings_the_array_mount_export_and_staging_back():
+    setup = nfs.setup_script("10.10.0.0/20", 4)
+    assert 'mdadm --detail --brief "$device" >> /etc/mdadm/mdadm.conf' in setup and "update-initramfs -u" in setup
+    assert 'echo "UUID=$uuid /data xfs defaults,nofail 0 2" >> /etc/fstab' in setup  # not /dev/md0 (md127 later)
+    unit = nfs.stage_unit()
+    assert "WantedBy=multi-user.target" in unit and "Restart=on-failure" in unit  # every boot, until done
+    assert "ConditionPathExists=!/data/imagenet/.staged" in unit and "RequiresMountsFor=/data" in unit
+    assert nfs.NFS_SERVER_DROP_IN == "[Unit]\nRequiresMountsFor=/data\n"  # no export of an empty mount point
+
+
+@pytest.mark.parametrize("size,caching", [(512, "ReadOnly"), (4095, "ReadOnly"), (4096, "None")])
+def test_host_caching_only_where_azure_allows_it(size, caching):
+    assert nfs.data_disk_caching(size) == caching
