@@ -58,3 +58,48 @@ def test_build_script_refuses_bad_options_with_one_line():
         "build_horovod: --framework must be pytorch or tensorflow, got 'mxnet'"
     help_text = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True)
     assert help_text.returncode == 0 and "C++20" in help_text.stdout and "--ops" in help_text.stdout
+
+
+# Each Ubuntu release the images build on: its python3 and its glibc (which manylinux wheels it can run).
+UBUNTU = {"22.04": ("3.10", 35), "24.04": ("3.12", 39)}
+
+
+def image_python(text: str) -> tuple[str, int]:
+    """The Python an image's venv runs (a python3.X package it installs, or its Ubuntu's python3) and its glibc."""
+    ubuntu = re.search(r"^FROM \S+-ubuntu(\d\d\.\d\d)\b", text, re.M).group(1)
+    default, glibc = UBUNTU[ubuntu]
+    venv = re.search(r"^RUN (python3(?:\.\d+)?) -m venv", text, re.M).group(1)
+    version = venv[len("python"):] if venv != "python3" else default
+    if venv != "python3":
+        assert f"{venv}-venv" in text, f"{venv} is used but its -venv package is not installed"
+    return version, glibc
+
+
+@pytest.mark.parametrize("dockerfile,requirements", [
+    ("pytorch.Dockerfile", "training/requirements-torch.txt"),
+    ("tensorflow.Dockerfile", "training/requirements-tf-gpu.txt"),
+])
+def test_the_image_pins_resolve_for_the_images_own_python(dockerfile, requirements, tmp_path):
+    """pip resolves (wheels only, no install) what the image installs, for its Python and glibc: a pin with no
+    wheel for them (onnxruntime 1.31 for Ubuntu 22.04's Python 3.10) fails here instead of in `pulumi up`."""
+    version, glibc = image_python((REPO_ROOT / "images" / dockerfile).read_text())
+    platforms = [arg for minor in range(17, glibc + 1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")]
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
+         "--ignore-installed", "--only-binary=:all:", "--python-version", version, *platforms,
+         "--platform", "manylinux2014_x86_64", "--target", str(tmp_path / "target"),
+         "-r", str(REPO_ROOT / requirements), "-r", str(REPO_ROOT / "training/requirements-stage.txt")],
+        capture_output=True, text=True, timeout=600)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+    assert result.returncode == 0, f"{dockerfile} (Python {version}): " + "; ".join(errors)
+
+
+def test_the_image_python_is_read_from_the_dockerfile():
+    assert image_python("FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04\nRUN python3 -m venv /v\n") == ("3.10", 35)
+    assert image_python("FROM x-ubuntu22.04\nRUN apt-get install python3.11-venv\nRUN python3.11 -m venv /v\n") == \
+        ("3.11", 35)
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_package_imports_from_any_directory(dockerfile):
+    assert "ENV PYTHONPATH=/opt/dltrain" in dockerfile.read_text()  # the job's copy comes first on its PYTHONPATH

@@ -110,6 +110,20 @@ BAD_CONFIGS = [
     ({"trainingArgs": "--epochs 'unterminated"}, "trainingArgs", "shell command line"),
     ({"trainingRetries": 11}, "trainingRetries", "0-10"),
     ({"trainingLaunchOnUp": "later"}, "trainingLaunchOnUp", "true or false"),
+    # Refused at plan, not on a GPU node: the training command line's own parser and checks.
+    ({"trainingArgs": "--epochs 1 --bacth-size 8"}, "trainingArgs", "unrecognized arguments: --bacth-size"),
+    ({"trainingArgs": "--batch-size many"}, "trainingArgs", "invalid int value: 'many'"),
+    ({"trainingArgs": "--precision fp8"}, "trainingArgs", "invalid choice: 'fp8'"),
+    ({"trainingArgs": "--image-size 16"}, "trainingArgs", "too small for ResNet50"),
+    ({"trainingArgs": "--xla"}, "trainingArgs", "--xla applies to --framework tensorflow only"),
+    ({"trainingArgs": "--seed $(id)"}, "trainingArgs", "invalid int value"),
+    ({"location": "westeurop"}, "location", "did you mean 'westeurope'"),
+    ({"location": "moon"}, "location", "az account list-locations"),
+    ({"storageSubnet": "10.10.16.0/30"}, "storageSubnet", "smallest subnet, /29"),
+    ({"allowedIpRanges": []}, "allowedIpRanges", "is empty"),
+    ({"lowPriority": True}, "lowPriority", "retired low-priority nodes in Batch-service pools on 2025-09-30"),
+    ({"trainingMaxHours": 0}, "trainingMaxHours", "1-168 hours"),
+    ({"trainingDataWaitMinutes": 1}, "trainingDataWaitMinutes", "5-1440 minutes"),
 ]
 
 
@@ -136,3 +150,50 @@ def test_invalid_yaml_stack_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML") as raised:
         config.from_stack_file("a", tmp_path)
     assert "\n" not in str(raised.value)
+
+
+def test_the_example_placeholder_passes_plan_but_not_pulumi_up():
+    values = {"allowedIpRanges": ["203.0.113.0/24"]}
+    cfg = parse("x", values, placeholders_ok=True)  # plan, job verbs
+    assert len(cfg.placeholders) == 1 and "replace it with your deployers' egress IPs" in cfg.placeholders[0]
+    with pytest.raises(ConfigError, match="203.0.113.0/24 is a placeholder") as raised:
+        parse("x", values)  # what `pulumi up` runs (from_pulumi)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_example_stacks_name_their_placeholder(stack):
+    assert config.from_stack_file(stack).placeholders
+
+
+def _stack_file(tmp_path, body):
+    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.a.yaml").write_text(body)
+
+
+@pytest.mark.parametrize("body,words", [
+    ("config:\n  maxNodes: 4\n", "config key 'maxNodes': has no namespace, so Pulumi would not give it to this "
+                                  "program; write azure-dl-training:maxNodes"),
+    ("config:\n  other-project:maxNodes: 4\n", "namespace 'other-project' is neither this project's"),
+    ("config:\n  azure-dl-training:maxNodes: 4\n  azure-dl-training:maxNodes: 8\n",
+     "config key 'azure-dl-training:maxNodes': given twice (line 3); keep one"),
+])
+def test_stack_file_keys_the_program_would_ignore_are_refused(tmp_path, body, words):
+    _stack_file(tmp_path, body)
+    with pytest.raises(ConfigError) as raised:
+        config.from_stack_file("a", tmp_path)
+    assert words in str(raised.value)
+
+
+def test_provider_keys_are_left_to_pulumi(tmp_path):
+    _stack_file(tmp_path, "config:\n  azure-native:location: westeurope\n  azure-dl-training:allowedIpRanges: "
+                          "[20.50.1.7/32]\n")
+    assert config.from_stack_file("a", tmp_path).location == "westeurope"
+
+
+def test_yaml_errors_keep_their_line_and_column(tmp_path):
+    _stack_file(tmp_path, "config:\n  azure-dl-training:team: dev\n  azure-dl-training:maxNodes: [2\n")
+    with pytest.raises(ConfigError) as raised:
+        config.from_stack_file("a", tmp_path)
+    message = str(raised.value)
+    assert message.startswith("not valid YAML at line 4, column 1") and "--stack" not in message

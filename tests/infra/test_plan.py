@@ -24,7 +24,10 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
                      "mountConfiguration.nfsMountConfiguration.source=10.10.16.4:/data",
                      "dltrain-dev-job  framework=pytorch nodes=2 gpu_sku=Standard_ND96asr_v4",
                      "launched on `pulumi up`: pytorch on 2 node(s) x 8 GPUs", "PASS batch-pool-private",
-                     "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]"):
+                     "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]",
+                     # What `pulumi up` will need that the program cannot do: the placeholder, the GPU quota.
+                     "Before `pulumi up`", "203.0.113.0/24 is the example stack's placeholder",
+                     "Batch dedicated core quota for the Standard_ND96asr_v4 family in westeurope: 192 vCPUs"):
         assert expected in out, expected
     assert "FAIL" not in out
     assert MOCK_SAS_SIGNATURE not in out + result.stderr  # SAS values are never printed
@@ -51,3 +54,10 @@ def test_plan_unknown_stack_names_the_known_ones():
 def test_help_teaches_the_commands():
     result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0 and "plan" in result.stdout and "Examples" in result.stdout
+
+
+def test_plan_passes_its_security_checks_for_every_stack_in_the_repo():
+    for stack in ("dev", "vision"):
+        result = run_plan("--stack", stack)
+        assert result.returncode == 0 and "FAIL" not in result.stdout, result.stdout + result.stderr
+        assert "note: allowedIpRanges: 203.0.113.0/24" in result.stderr
