@@ -179,7 +179,7 @@ def test_job_verbs_without_az_login_end_in_one_line(outputs_file, capsys):
 def test_download_errors_end_in_one_line(outputs_file, tmp_path, capsys):
     expired = dict(OUTPUTS, containerUrls={**OUTPUTS["containerUrls"],
                                            "outputs": "https://st.blob.core.windows.net/outputs?sv=2024-01-01"
-                                                      "&se=2020-01-01T00:00:00Z&sp=r&sig=OLD"})
+                                                      "&se=2020-01-01T00:00:00Z&sp=rl&sig=OLD"})
     path = tmp_path / "expired.json"
     path.write_text(json.dumps(expired))
     code, out, err = run(["download", "--stack", "dev", "--outputs", str(path), "--job", "j1",

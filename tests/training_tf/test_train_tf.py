@@ -20,11 +20,13 @@ def learnable_runs(dataset, tmp_path_factory):
     """Each framework trained once, 2 ranks, on the 4-class JPEG set: framework -> output folder.
 
     Batch 8 per rank and peak LR 0.002: ResNet50 from scratch at 32 px diverges at 0.0125 with batch 4, in
-    PyTorch too on the same batches."""
+    PyTorch too on the same batches. 48 steps: after 32 the top-1 on the 16 validation images was still at
+    chance on some CPUs (0.25 for both paths, here, with pillow 13 and TF 2.15.1), while at 48 both reach 1.0
+    and the loss halves (2.37 -> 1.23, quarter means)."""
     runs = {}
     for framework in FRAMEWORKS:
         runs[framework] = out = tmp_path_factory.mktemp(framework) / "run"
-        horovod("--framework", framework, "--data", dataset, "--num-classes", "4", "--steps", "32", "--base-lr",
+        horovod("--framework", framework, "--data", dataset, "--num-classes", "4", "--steps", "48", "--base-lr",
                 "0.032", "--warmup-steps", "2", "--image-size", "32", "--batch-size", "8", "--workers", "1",
                 "--log-every", "1", "--output-dir", out, script=REPO_ROOT / "tests/training_tf/rank_weights.py")
     return runs
@@ -41,7 +43,7 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     assert len(ranks[0]) == len(ranks[1]) > 100
     assert all(np.array_equal(a, b) for a, b in zip(*ranks))
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, 33))
+    assert [r["step"] for r in records] == list(range(1, 49))
     losses = [r["loss"] for r in records]
     first, last = np.mean(losses[:8]), np.mean(losses[-8:])  # per step it is noisy: quarters of the run
     assert last < 0.8 * first, losses
@@ -50,7 +52,7 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     # Better than one class for all (0.25): evaluation uses BatchNorm statistics that followed training.
     assert summary["top1"] > 0.25, summary["top1"]
     assert list((out / "tensorboard").iterdir())
-    assert [p.name for p in (out / "checkpoints").iterdir()] == ["ckpt-00000032.tfckpt"]
+    assert [p.name for p in (out / "checkpoints").iterdir()] == ["ckpt-00000048.tfckpt"]
     # The SavedModel loads and classifies in a process of its own.
     check = ("import sys, numpy as np, tensorflow as tf; m = tf.saved_model.load(sys.argv[1]); "
              "y = m.signatures['serving_default'](images=tf.zeros((2, 32, 32, 3))); "
