@@ -66,9 +66,9 @@ def _azure_error_line(err: Exception) -> str | None:
     return None
 
 
-def _job_verb(args: argparse.Namespace, batch_factory) -> int:
+def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
     try:
-        return _run_job_verb(args, batch_factory)
+        return _run_job_verb(args, batch_factory, staged)
     except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
         line = _azure_error_line(err)
         if line is None:
@@ -79,7 +79,7 @@ def _job_verb(args: argparse.Namespace, batch_factory) -> int:
         return 1
 
 
-def _run_job_verb(args: argparse.Namespace, batch_factory) -> int:
+def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
     import shlex
 
     from infra import config, jobs
@@ -108,6 +108,8 @@ def _run_job_verb(args: argparse.Namespace, batch_factory) -> int:
                 config.parse(args.stack, values, config.load_schema(args.project_dir / "Pulumi.yaml"),
                              placeholders_ok=True)
             inputs = jobs.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+            if stack_config.nfs_kind == "vm" and not args.skip_data_check:
+                jobs.require_staged(outputs, staged)
             jobs.submit(service, inputs, jobs.now_utc(), sys.stdout)
             return 0
         job = jobs.resolve_job(service, args.stack, args.job)
@@ -133,8 +135,11 @@ def _azure_batch(endpoint: str):
     return AzureBatch(endpoint)
 
 
-def main(argv: list[str] | None = None, batch_factory=_azure_batch) -> int:
-    """`batch_factory(endpoint) -> BatchService`: the tests pass a fake; everyone else gets Azure Batch."""
+def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None) -> int:
+    """`batch_factory(endpoint) -> BatchService` and `staged(status_url) -> bool`: the tests pass their own;
+    everyone else gets Azure Batch and the `status` container (infra/staging.py)."""
+    if staged is None:
+        from infra.staging import staged
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -165,7 +170,11 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch) -> int:
             sub.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"),
                              help="default: the stack's trainingFramework")
             sub.add_argument("--nodes", type=int, help="nodes for this job (default: maxNodes)")
-            sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. \"--epochs 1\"")
+            sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. "
+                                            "--args=\"--epochs 1\" (write --args=... when they start with --)")
+            sub.add_argument("--skip-data-check", action="store_true",
+                             help="submit even if the NFS server has not reported the data staged (the job then "
+                                  "waits for it, up to trainingDataWaitMinutes, holding its nodes)")
         else:
             sub.add_argument("--job", help="job ID (default: the stack's newest job)")
         if verb == "logs":
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch) -> int:
         if verb == "download":
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
-        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory))
+        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged))
     args = parser.parse_args(argv)
     return args.run(args)
 

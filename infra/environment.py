@@ -51,9 +51,9 @@ class Environment(pulumi.ComponentResource):
         urls = self.storage.container_urls
         self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
             cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
-            compute_subnet_id=self.network.compute_subnet.id, data_url=urls["data"], scripts_url=urls["scripts"],
-            data_container_id=self.storage.containers["data"].id,
-            scripts_container_id=self.storage.containers["scripts"].id),
+            compute_subnet_id=self.network.compute_subnet.id,
+            container_urls={c: urls[c] for c in ("data", "scripts", "status")},
+            container_ids={c: self.storage.containers[c].id for c in ("data", "scripts", "status")}),
             pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
         # The GPU nodes reach storage with their identity, so no SAS sits in the Batch task definitions:
         # the scripts and data to read, the outputs to write (Batch uploads output files with it).
@@ -71,7 +71,9 @@ class Environment(pulumi.ComponentResource):
         self.monitoring.watch_batch("batch", self.cluster.account.id)
         self.job = None
         if cfg.training_launch_on_up:
-            self.job = TrainingJob(f"{name}-job", self.cluster.endpoint, {
+            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
+            status = urls["status"] if cfg.nfs_kind == "vm" else ""
+            self.job = TrainingJob(f"{name}-job", self.cluster.endpoint, status, {
                 "stack": cfg.stack, "pool_id": self.cluster.pool.name, "nodes": cfg.max_nodes,
                 "gpu_sku": cfg.gpu_sku, "framework": cfg.training_framework,
                 "image": self.registry.image_refs[cfg.training_image],

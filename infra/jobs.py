@@ -78,6 +78,17 @@ def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None 
         data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")
 
 
+def require_staged(outputs: dict[str, Any], staged: Callable[[str], bool]) -> None:
+    """Refuse to submit while the NFS server is still staging the data (a job would hold its GPU nodes)."""
+    from infra.staging import not_staged_message
+
+    status_url = outputs["containerUrls"].get("status")
+    if not status_url:
+        raise JobError("stack outputs lack the `status` container: run `pulumi up` with this version of the project")
+    if not staged(status_url):
+        raise JobError(not_staged_message("submit again (or pass --skip-data-check to let the job wait)"))
+
+
 def submit(service: BatchService, inputs: jobspec.JobInputs, now: datetime, out: TextIO) -> str:
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = jobspec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))

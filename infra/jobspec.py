@@ -40,6 +40,7 @@ LOCAL_CACHE = "data-cache"  # under AZ_BATCH_NODE_SHARED_DIR: on the node's loca
 SSH_PORT = 2222  # the containers' sshd for mpirun; the host's own sshd keeps port 22
 TASK_ID = "train"
 STAGED_MARKER = ".staged"  # written into the dataset folder once staging has finished
+STAGED_BLOB = DATASET + STAGED_MARKER  # ... and reported as this blob in the `status` container
 SCRIPTS_PREFIX = "training/"
 DATA_WAIT_EXIT_CODE = 3  # the data was not staged within the deadline
 POLL_S = 60

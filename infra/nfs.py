@@ -30,7 +30,7 @@ from pulumi_azure_native import compute, managedidentity, network, storage
 
 from infra import naming, roles
 from infra.config import REPO_ROOT, StackConfig
-from infra.jobspec import DATASET, SCRIPTS_PREFIX, STAGED_MARKER
+from infra.jobspec import DATASET, SCRIPTS_PREFIX, STAGED_BLOB, STAGED_MARKER
 
 EXPORT_PATH = "/data"
 ADMIN_USER = "nfsadmin"
@@ -109,6 +109,14 @@ for blob in scripts.list_blobs(name_starts_with="{SCRIPTS_PREFIX}"):
 PY
 /opt/dltrain/venv/bin/python -m training stage "$DATA_CONTAINER_URL" {dataset}
 touch {dataset}/{STAGED_MARKER}
+# Tell the deployer (`infra submit` and `pulumi up` submit only once this blob exists).
+/opt/dltrain/venv/bin/python - <<'PY'
+import os, socket
+from azure.identity import DefaultAzureCredential
+from azure.storage.blob import ContainerClient
+status = ContainerClient.from_container_url(os.environ["STATUS_CONTAINER_URL"], credential=DefaultAzureCredential())
+status.upload_blob("{STAGED_BLOB}", f"staged by {{socket.gethostname()}}\n", overwrite=True)
+PY
 """
 
 
@@ -138,18 +146,28 @@ WantedBy=multi-user.target
 NFS_SERVER_DROP_IN = f"[Unit]\nRequiresMountsFor={EXPORT_PATH}\n"
 
 
-def stage_env(data_url: str, scripts_url: str, client_id: str) -> str:
+@dataclass(frozen=True)
+class StagingUrls:
+    """The containers the staging unit reads (data, scripts) and reports to (status), without SAS."""
+
+    data: str
+    scripts: str
+    status: str
+
+
+def stage_env(urls: StagingUrls, client_id: str) -> str:
     """What the staging unit needs; no secret (the identity's client ID picks it for DefaultAzureCredential)."""
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in (
-        ("AZURE_CLIENT_ID", client_id), ("DATA_CONTAINER_URL", data_url), ("SCRIPTS_CONTAINER_URL", scripts_url)))
+        ("AZURE_CLIENT_ID", client_id), ("DATA_CONTAINER_URL", urls.data), ("SCRIPTS_CONTAINER_URL", urls.scripts),
+        ("STATUS_CONTAINER_URL", urls.status)))
 
 
-def cloud_config(compute_cidr: str, disk_count: int, data_url: str, scripts_url: str, client_id: str) -> str:
+def cloud_config(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str) -> str:
     """The whole user data: one #cloud-config document (no MIME parts, so nothing to merge)."""
     files = [
         ("/usr/local/sbin/dltrain-nfs-setup", "0700", setup_script(compute_cidr, disk_count)),
         ("/usr/local/sbin/dltrain-stage", "0700", stage_script()),
-        ("/etc/dltrain/stage.env", "0644", stage_env(data_url, scripts_url, client_id)),
+        ("/etc/dltrain/stage.env", "0644", stage_env(urls, client_id)),
         (f"/etc/systemd/system/{STAGE_UNIT}", "0644", stage_unit()),
         ("/etc/systemd/system/nfs-server.service.d/dltrain.conf", "0644", NFS_SERVER_DROP_IN),
     ]
@@ -171,8 +189,8 @@ _LiteralDumper.add_representer(str, lambda dumper, value: dumper.represent_scala
     "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def custom_data(compute_cidr: str, disk_count: int, data_url: str, scripts_url: str, client_id: str) -> str:
-    return base64.b64encode(cloud_config(compute_cidr, disk_count, data_url, scripts_url, client_id).encode()).decode()
+def custom_data(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str) -> str:
+    return base64.b64encode(cloud_config(compute_cidr, disk_count, urls, client_id).encode()).decode()
 
 
 def throwaway_ssh_public_key() -> str:
@@ -191,10 +209,8 @@ class NfsArgs:
     resource_group_name: pulumi.Input[str]
     storage_subnet_id: pulumi.Input[str]
     compute_subnet_id: pulumi.Input[str]
-    data_url: pulumi.Input[str]  # data container URL (no SAS: the VM reads with its identity)
-    scripts_url: pulumi.Input[str]  # scripts container URL (no SAS)
-    data_container_id: pulumi.Input[str]  # the containers' resource IDs, for the VM identity's read access
-    scripts_container_id: pulumi.Input[str]
+    container_urls: dict[str, pulumi.Input[str]]  # data, scripts, status (no SAS: the VM uses its identity)
+    container_ids: dict[str, pulumi.Input[str]]  # the same containers' resource IDs, for the VM identity's roles
 
 
 class NfsServer(pulumi.ComponentResource):
@@ -219,16 +235,19 @@ class NfsServer(pulumi.ComponentResource):
                 name="private", subnet=network.SubnetArgs(id=args.storage_subnet_id),
                 private_ip_allocation_method=network.IPAllocationMethod.DYNAMIC)],
             opts=child)
-        # Its own identity, granted read on `data` and `scripts` before the VM boots (the staging unit retries
-        # until the assignments have reached storage).
+        # Its own identity, granted before the VM boots (the staging unit retries until the assignments have
+        # reached storage): read `data` and `scripts`, write its report to `status`.
         self.identity = managedidentity.UserAssignedIdentity(f"{name}-id", **common, opts=child)
         key = f"{cfg.team}/{cfg.stack}/nfs"
-        self.grants = [roles.assign(f"{name}-{container}-read", key=f"{key}/{container}", role=roles.BLOB_DATA_READER,
-                                    principal_id=self.identity.principal_id, scope=scope, parent=self)
-                       for container, scope in (("data", args.data_container_id),
-                                                ("scripts", args.scripts_container_id))]
-        data = pulumi.Output.all(args.data_url, args.scripts_url, self.identity.client_id).apply(
-            lambda v: custom_data(str(cfg.compute_subnet), cfg.nfs_disk_count, v[0], v[1], v[2]))
+        self.grants = [roles.assign(f"{name}-{container}-{label}", key=f"{key}/{container}", role=role,
+                                    principal_id=self.identity.principal_id, scope=args.container_ids[container],
+                                    parent=self)
+                       for container, label, role in (("data", "read", roles.BLOB_DATA_READER),
+                                                      ("scripts", "read", roles.BLOB_DATA_READER),
+                                                      ("status", "write", roles.BLOB_DATA_CONTRIBUTOR))]
+        urls = args.container_urls
+        data = pulumi.Output.all(urls["data"], urls["scripts"], urls["status"], self.identity.client_id).apply(
+            lambda v: custom_data(str(cfg.compute_subnet), cfg.nfs_disk_count, StagingUrls(v[0], v[1], v[2]), v[3]))
         self.vm = compute.VirtualMachine(
             f"{name}-vm", **common, vm_name=f"nfs-{cfg.team}-{cfg.stack}",
             hardware_profile=compute.HardwareProfileArgs(vm_size=cfg.nfs_vm_size),

@@ -1,7 +1,8 @@
 """Storage: the StorageV2 account with the blob containers that carry the data path, and their SAS.
 
 `data` holds the dataset as uploaded (ImageNet layout or tarballs), `scripts` what jobs fetch, `outputs`
-what jobs write back (models, metrics, logs). Access is by SAS, one per container, least permission,
+what jobs write back (models, metrics, logs), `status` what machines report (the NFS server's staging).
+People reach the first three by SAS, one per container, least permission,
 https only, bounded expiry, minted by Azure from the account key without the key ever leaving Azure
 (`listServiceSas`). The SAS values are Pulumi secrets: encrypted in state, masked in output.
 """
@@ -20,6 +21,10 @@ from infra.jobspec import SCRIPTS_PREFIX
 # Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
 # writes (it can neither read back nor delete what other runs wrote).
 SAS_PERMISSIONS: dict[str, str] = {"data": "rl", "scripts": "rl", "outputs": "cw"}
+# `status`: what machines report to the deployer (the NFS server: "the data is staged"). No SAS: the NFS server
+# writes it with its identity, deployers read it with Azure AD.
+STATUS = "status"
+CONTAINERS = (*SAS_PERMISSIONS, STATUS)
 RESULTS_SHARE = "results"
 RESULTS_SHARE_QUOTA_GIB = 1024
 TRAINING_PACKAGE = REPO_ROOT / "training"
@@ -87,7 +92,7 @@ class Storage(pulumi.ComponentResource):
             container: storage.BlobContainer(
                 f"{name}-{container}", container_name=container, account_name=self.account.name,
                 resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE, opts=child)
-            for container in SAS_PERMISSIONS
+            for container in CONTAINERS
         }
         self.results_share = storage.FileShare(
             f"{name}-{RESULTS_SHARE}", share_name=RESULTS_SHARE, account_name=self.account.name,

@@ -8,13 +8,14 @@ replace with a fake.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 
-from infra import jobspec
+from infra import jobspec, staging
 from infra.batch import AzureBatch, BatchService
 
 INPUT_FIELDS = [f.name for f in fields(jobspec.JobInputs)]
@@ -29,14 +30,18 @@ def inputs_from(props: dict[str, Any]) -> jobspec.JobInputs:
 
 
 class TrainingJobProvider(ResourceProvider):
-    def __init__(self, service: BatchService | None = None):
+    def __init__(self, service: BatchService | None = None, staged: Callable[[str], bool] = staging.staged):
         self._service = service
+        self._staged = staged
 
     def _batch(self, props: dict[str, Any]) -> BatchService:
         return self._service or AzureBatch(props["batch_endpoint"])
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         inputs = inputs_from(props)
+        status_url = props.get("data_status_url") or ""
+        if status_url and not self._staged(status_url):
+            raise RuntimeError(staging.not_staged_message("run `pulumi up` again to submit the training job"))
         job = jobspec.job_id(inputs)
         self._batch(props).submit(jobspec.job_spec(inputs, job), jobspec.task_spec(inputs, job))
         return CreateResult(id_=job, outs={**props, "job_id": job})
@@ -63,11 +68,14 @@ def _norm(value: Any) -> Any:
 class TrainingJob(pulumi.dynamic.Resource):
     job_id: pulumi.Output[str]
 
-    def __init__(self, name: str, batch_endpoint: pulumi.Input[str], inputs: dict[str, pulumi.Input[Any]],
-                 opts: pulumi.ResourceOptions | None = None):
-        """`inputs`: one value per `jobspec.JobInputs` field (Outputs allowed)."""
+    def __init__(self, name: str, batch_endpoint: pulumi.Input[str], data_status_url: pulumi.Input[str],
+                 inputs: dict[str, pulumi.Input[Any]], opts: pulumi.ResourceOptions | None = None):
+        """`inputs`: one value per `jobspec.JobInputs` field (Outputs allowed). `data_status_url`: the `status`
+        container, when the job must wait for the NFS server's staging report before it is submitted ("" when
+        the job stages the data itself)."""
         missing = set(INPUT_FIELDS) - set(inputs) - {"data_url"}
         if missing:
             raise ValueError(f"TrainingJob {name}: missing inputs {sorted(missing)}")
         super().__init__(TrainingJobProvider(), name,
-                         {"batch_endpoint": batch_endpoint, "data_url": "", **inputs, "job_id": None}, opts)
+                         {"batch_endpoint": batch_endpoint, "data_status_url": data_status_url, "data_url": "",
+                          **inputs, "job_id": None}, opts)

@@ -28,3 +28,16 @@ def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, c
                  "--dest", str(dest)], batch_factory=lambda endpoint: FakeBatch())
     _, err = capsys.readouterr()
     assert code == 1 and "no outputs for train-dev-none yet" in err
+
+
+def test_the_staging_report_is_read_from_the_status_container(azurite, container):
+    """infra/staging.py against a real blob service: no report, then the blob the NFS server writes."""
+    from azure.storage.blob import ContainerClient
+
+    from infra import jobspec, staging
+
+    url = azurite.container_url(container, "rl")
+    assert staging.staged(url) is False
+    ContainerClient.from_container_url(azurite.container_url(container, "racwl")).upload_blob(
+        jobspec.STAGED_BLOB, b"staged by nfs-dev\n")
+    assert staging.staged(url) is True

@@ -92,9 +92,10 @@ def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_s
     assert vm.inputs["identity"]["type"] == "SystemAssigned, UserAssigned"  # Entra login + storage
     assert vm.inputs["identity"]["userAssignedIdentities"] == [identity_id]
     grants = [r.inputs for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nfs" in r.name]
-    assert sorted(g["scope"].rsplit("/", 1)[-1] for g in grants) == sorted(
-        ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"].rsplit("/", 1)[-1] for c in ("data", "scripts"))
-    assert {g["roleDefinitionId"].rsplit("/", 1)[-1] for g in grants} == {roles.BLOB_DATA_READER}
+    container = {ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"]: c
+                 for c in ("data", "scripts", "status")}
+    assert {container[g["scope"]]: g["roleDefinitionId"].rsplit("/", 1)[-1] for g in grants} == {
+        "data": roles.BLOB_DATA_READER, "scripts": roles.BLOB_DATA_READER, "status": roles.BLOB_DATA_CONTRIBUTOR}
     user_data = base64.b64decode(vm.inputs["osProfile"]["customData"]).decode()
     assert "sig=" not in user_data and "?sv=" not in user_data
     assert f"AZURE_CLIENT_ID={ev.one('azure-native:managedidentity:UserAssignedIdentity', 'nfs-id').state['clientId']}" \
@@ -130,6 +131,8 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     assert job.inputs["node_identity_id"] == ev.outputs["pullIdentityId"]
     assert job.inputs["scripts_url"] == ev.outputs["containerUrls"]["scripts"]
     assert "sig=" not in repr(job.inputs)
+    # Submitted only once the NFS server reports the data staged (vm kind).
+    assert job.inputs["data_status_url"] == ev.outputs["containerUrls"]["status"]
     assert job.inputs["max_hours"] == ev.config.training_max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
     # The nodes may read scripts and data and write outputs, each container on its own, before the job starts.

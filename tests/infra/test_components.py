@@ -66,7 +66,7 @@ def test_storage_account_invariants(ev):
 
 def test_storage_containers_and_results_share(ev):
     containers = {c.inputs["containerName"]: c for c in ev.of_type("azure-native:storage:BlobContainer")}
-    assert set(containers) == {"data", "scripts", "outputs"}
+    assert set(containers) == {"data", "scripts", "outputs", "status"}
     assert all(c.inputs["publicAccess"] == "None" for c in containers.values())
     share = ev.one("azure-native:storage:FileShare")
     assert share.inputs["shareName"] == "results" and share.inputs["shareQuota"] > 0

@@ -17,26 +17,49 @@ OUTPUTS = {
                   "tensorflow": "cr.azurecr.io/tensorflow:latest@sha256:00"},
     "registryLoginServer": "cr.azurecr.io", "pullIdentityId": "/subscriptions/s/.../pull",
     "pullIdentityClientId": "client-pull",
-    "containerUrls": {c: f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "outputs")},
+    "containerUrls": {c: f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "outputs", "status")},
     "sas": {"data": "sp=rl&sig=DATASIG", "scripts": "sp=rl&sig=SCRIPTSIG", "outputs": "sp=cw&sig=OUTSIG"},
 }
 
 
+STATUS = OUTPUTS["containerUrls"]["status"]
+
+
 def props(**changes):
-    return {"batch_endpoint": "badev.westeurope.batch.azure.com", **dataclasses.asdict(inputs(**changes))}
+    return {"batch_endpoint": "badev.westeurope.batch.azure.com", "data_status_url": STATUS,
+            **dataclasses.asdict(inputs(**changes))}
+
+
+def staged(url):
+    assert url == STATUS
+    return True
+
+
+def not_staged(url):
+    return False
 
 
 def test_create_submits_the_job_and_its_task():
     batch = FakeBatch()
-    result = TrainingJobProvider(batch).create(props())
+    result = TrainingJobProvider(batch, staged).create(props())
     job = jobspec.job_id(inputs())
     assert result.id == job and result.outs["job_id"] == job
     assert batch.calls == [("submit", job)]
     assert batch.tasks[job]["multiInstanceSettings"]["numberOfInstances"] == 2
 
 
+def test_up_submits_nothing_while_the_nfs_server_is_still_staging():
+    batch = FakeBatch()
+    with pytest.raises(RuntimeError, match="has not finished staging the data yet.*run `pulumi up` again"):
+        TrainingJobProvider(batch, not_staged).create(props())
+    assert batch.calls == []
+    # The job that stages the data itself (azure-files) does not wait for a report.
+    TrainingJobProvider(batch, not_staged).create({**props(), "data_status_url": ""})
+    assert len(batch.jobs) == 1
+
+
 def test_diff_replaces_on_training_changes_only():
-    provider = TrainingJobProvider(FakeBatch())
+    provider = TrainingJobProvider(FakeBatch(), staged)
     old = {**props(), "train_args": ["--epochs", "90"], "nodes": 2.0}  # as the engine hands state back
     assert provider.diff("j", old, props()).changes is False
     diff = provider.diff("j", old, props(train_args=("--epochs", "1")))
@@ -46,7 +69,7 @@ def test_diff_replaces_on_training_changes_only():
 
 def test_delete_terminates_and_deletes_and_tolerates_a_gone_job():
     batch = FakeBatch()
-    provider = TrainingJobProvider(batch)
+    provider = TrainingJobProvider(batch, staged)
     created = provider.create(props())
     provider.delete(created.id, created.outs)
     provider.delete(created.id, created.outs)
@@ -64,8 +87,8 @@ def outputs_file(tmp_path):
     return path
 
 
-def run(argv, batch, capsys):
-    code = main(argv, batch_factory=lambda endpoint: batch)
+def run(argv, batch, capsys, staged=staged):
+    code = main(argv, batch_factory=lambda endpoint: batch, staged=staged)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -221,3 +244,13 @@ def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end():
     AzureBatch("unused", client=client).submit(jobspec.job_spec(spec, job), jobspec.task_spec(spec, job))
     assert client.calls == [("create_job", "noaction"), ("create_task", "train"), ("update_job", "terminatejob")]
     assert client.state[job] == "active"
+
+
+def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, capsys):
+    batch = FakeBatch()
+    submit = ["submit", "--stack", "dev", "--outputs", str(outputs_file)]
+    code, _, err = run(submit, batch, capsys, staged=not_staged)
+    assert code == 1 and "has not finished staging the data yet" in err and "--skip-data-check" in err
+    assert not batch.jobs and err.count("\n") == 1
+    code, out, _ = run([*submit, "--skip-data-check"], batch, capsys, staged=not_staged)
+    assert code == 0 and len(batch.jobs) == 1

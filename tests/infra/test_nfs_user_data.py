@@ -12,7 +12,7 @@ from infra.config import REPO_ROOT
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-URLS = ("https://st.blob.core.windows.net/data", "https://st.blob.core.windows.net/scripts")
+URLS = nfs.StagingUrls(*(f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "status")))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def merged_cloud_config(data: bytes, tmp_path) -> dict:
 
 
 def user_data(disks=4):
-    return base64.b64decode(nfs.custom_data("10.10.0.0/20", disks, *URLS, "client-nfs"))
+    return base64.b64decode(nfs.custom_data("10.10.0.0/20", disks, URLS, "client-nfs"))
 
 
 def test_cloud_init_keeps_every_file_and_command(cloudinit, tmp_path):
@@ -66,7 +66,7 @@ def test_the_user_data_passes_cloud_inits_own_schema(cloudinit):
     from cloudinit.config.schema import get_schema, validate_cloudconfig_schema
     from cloudinit.util import load_yaml
 
-    text = nfs.cloud_config("10.10.0.0/20", 4, *URLS, "client-nfs")
+    text = nfs.cloud_config("10.10.0.0/20", 4, URLS, "client-nfs")
     assert text.startswith("#cloud-config\n")
     validate_cloudconfig_schema(load_yaml(text), get_schema(), strict=True)
 
@@ -109,3 +109,9 @@ def test_a_reboot_brings_the_array_mount_export_and_staging_back():
 @pytest.mark.parametrize("size,caching", [(512, "ReadOnly"), (4095, "ReadOnly"), (4096, "None")])
 def test_host_caching_only_where_azure_allows_it(size, caching):
     assert nfs.data_disk_caching(size) == caching
+
+
+def test_staging_reports_to_the_status_container_when_done():
+    stage = nfs.stage_script()
+    assert stage.index("touch /data/imagenet/.staged") < stage.index('upload_blob("imagenet.staged"')
+    assert "STATUS_CONTAINER_URL=https://st.blob.core.windows.net/status" in nfs.stage_env(URLS, "c")
