@@ -51,7 +51,7 @@ $(DEBS)/.installed: Makefile
 DEMO := demo-out
 FRAMEWORK ?= pytorch
 TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
-demo: setup  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX (FRAMEWORK=pytorch|tensorflow|keras)
+demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX (FRAMEWORK=pytorch|tensorflow|keras)
 	.venv/bin/python -m infra plan --stack dev
 	rm -rf $(DEMO)
 	$(TRAIN_VENV)/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
