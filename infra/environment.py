@@ -20,7 +20,8 @@ from infra.network import Network, NetworkArgs
 from infra.nfs import NfsArgs, NfsServer
 from infra.registry import Registry, RegistryArgs
 from infra.storage import Storage, StorageArgs
-from infra.training_job import TrainingJob
+from infra.jobs import job_inputs
+from infra.training_job import TrainingJob, TrainingJobArgs
 
 
 @dataclass
@@ -73,19 +74,16 @@ class Environment(pulumi.ComponentResource):
         if cfg.training_launch_on_up:
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
             status = urls["status"] if cfg.nfs_kind == "vm" else ""
-            self.job = TrainingJob(f"{name}-job", self.cluster.endpoint, status, {
-                "stack": cfg.stack, "pool_id": self.cluster.pool.name, "nodes": cfg.max_nodes,
-                "gpu_sku": cfg.gpu_sku, "framework": cfg.training_framework,
-                "image": self.registry.image_refs[cfg.training_image],
-                "registry_server": self.registry.registry.login_server,
-                "node_identity_id": nodes.id, "node_identity_client_id": nodes.client_id,
-                "train_args": list(cfg.training_args), "retries": cfg.training_retries,
-                "max_hours": cfg.training_max_hours, "data_wait_minutes": cfg.training_data_wait_minutes,
-                "local_cache": cfg.data_local_cache, "scripts_url": urls["scripts"], "outputs_url": urls["outputs"],
-                # azure-files has no server of its own to stage the data: the job does it, once.
-                "data_url": urls["data"] if cfg.nfs_kind == "azure-files" else "",
-            }, pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
-                                                               *self.node_grants]))
+            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+            stack_outputs = pulumi.Output.all(
+                poolId=self.cluster.pool.name, imageRefs=self.registry.image_refs,
+                registryLoginServer=self.registry.registry.login_server, pullIdentityId=nodes.id,
+                pullIdentityClientId=nodes.client_id, containerUrls=urls)
+            self.job = TrainingJob(f"{name}-job", TrainingJobArgs(
+                batch_endpoint=self.cluster.endpoint, data_status_url=status,
+                inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
+                                                                *self.node_grants]))
 
         self.outputs = {
             "resourceGroupName": rg,

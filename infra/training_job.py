@@ -9,7 +9,7 @@ replace with a fake.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pulumi
@@ -65,17 +65,25 @@ def _norm(value: Any) -> Any:
     return value
 
 
+@dataclass
+class TrainingJobArgs:
+    batch_endpoint: pulumi.Input[str]
+    # The `status` container, when the job must wait for the NFS server's staging report before it is
+    # submitted ("" when the job stages the data itself).
+    data_status_url: pulumi.Input[str]
+    inputs: pulumi.Output[jobspec.JobInputs]  # built by infra.jobs.job_inputs, as for `infra submit`
+
+
 class TrainingJob(pulumi.dynamic.Resource):
     job_id: pulumi.Output[str]
 
-    def __init__(self, name: str, batch_endpoint: pulumi.Input[str], data_status_url: pulumi.Input[str],
-                 inputs: dict[str, pulumi.Input[Any]], opts: pulumi.ResourceOptions | None = None):
-        """`inputs`: one value per `jobspec.JobInputs` field (Outputs allowed). `data_status_url`: the `status`
-        container, when the job must wait for the NFS server's staging report before it is submitted ("" when
-        the job stages the data itself)."""
-        missing = set(INPUT_FIELDS) - set(inputs) - {"data_url"}
-        if missing:
-            raise ValueError(f"TrainingJob {name}: missing inputs {sorted(missing)}")
+    def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
+        fields_ = {field: args.inputs.apply(lambda inputs, field=field: _plain(getattr(inputs, field)))
+                   for field in INPUT_FIELDS}
         super().__init__(TrainingJobProvider(), name,
-                         {"batch_endpoint": batch_endpoint, "data_status_url": data_status_url, "data_url": "",
-                          **inputs, "job_id": None}, opts)
+                         {"batch_endpoint": args.batch_endpoint, "data_status_url": args.data_status_url,
+                          **fields_, "job_id": None}, opts)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value  # the engine stores lists

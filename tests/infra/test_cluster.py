@@ -162,3 +162,13 @@ def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
 
     assert not {i.token for i in ev.invocations} & security.KEY_RETURNING_FUNCTIONS
     assert offline.MOCK_ACCOUNT_KEY not in repr(ev.outputs)
+
+
+def test_up_and_submit_build_the_same_job_from_the_same_outputs(ev):
+    """One mapping from stack config to job inputs: `pulumi up`'s job is what `infra submit` would send."""
+    from infra import jobs
+
+    job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
+    expected = dataclasses.asdict(jobs.job_inputs(ev.config, ev.outputs))
+    expected["train_args"] = list(expected["train_args"])
+    assert {name: job.inputs[name] for name in expected} == expected
