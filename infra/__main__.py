@@ -80,8 +80,6 @@ def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
 
 
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
-    import shlex
-
     from infra import config, jobs
     from training.errors import UsageError
 
@@ -97,16 +95,9 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
             return 0
         service = batch_factory(outputs["batchAccountEndpoint"])
         if args.command == "submit":
-            try:
-                train_args = tuple(shlex.split(args.args)) if args.args is not None else None
-            except ValueError as err:
-                raise config.ConfigError(None, f"--args: cannot be split like a shell command line ({err})") from None
-            if train_args:  # the stack config's refusals, with the training command line's own parser
-                values = {**config.read_stack_file(args.stack, args.project_dir), "trainingArgs": args.args}
-                if args.framework:
-                    values["trainingFramework"] = args.framework
-                config.parse(args.stack, values, config.load_schema(args.project_dir / "Pulumi.yaml"),
-                             placeholders_ok=True)
+            # The stack config's refusals of trainingArgs, with the training command line's own parser.
+            train_args = None if args.args is None else config.parse_training_args(
+                args.framework or stack_config.training_framework, args.args, key="--args")
             inputs = jobs.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
             if stack_config.nfs_kind == "vm" and not args.skip_data_check:
                 jobs.require_staged(outputs, staged)

@@ -51,8 +51,10 @@ class ConfigError(Exception):
     """A stack config value the program refuses; `str()` is the one line shown to the user."""
 
     def __init__(self, key: str | None, message: str):
+        """`key`: a config key, a command-line flag standing in for one (`--args`), or None (the whole file)."""
         self.key = key
-        super().__init__(f"config key '{key}': {message}" if key else message)
+        prefix = "" if not key else f"{key}: " if key.startswith("--") else f"config key '{key}': "
+        super().__init__(prefix + message)
 
 
 @dataclass(frozen=True)
@@ -227,8 +229,8 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace it "
                    "with your deployers' egress IPs before `pulumi up`")
             if not placeholders_ok:
-                raise ConfigError(None, f"config key 'allowedIpRanges': {cidr} is a placeholder (a documentation "
-                                        "range); put your deployers' egress IPs there")
+                raise ConfigError("allowedIpRanges", f"{cidr} is a placeholder (a documentation range); put your "
+                                                     "deployers' egress IPs there")
             placeholders.append(fix)
             continue
         if not network.is_global or network.prefixlen < 16:
@@ -306,15 +308,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     if TRAINING_FRAMEWORKS[framework] not in frameworks:
         raise ConfigError("trainingFramework", f"{framework} runs in the {TRAINING_FRAMEWORKS[framework]} image, "
                                                f"which frameworks {list(frameworks)} does not build; add it there")
-    try:
-        training_args = tuple(shlex.split(raw["training_args"]))
-    except ValueError as err:
-        raise ConfigError("trainingArgs", f"cannot be split like a shell command line ({err})") from None
-    for arg in training_args:
-        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
-            raise ConfigError("trainingArgs", f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
-                                              "(trainingFramework picks the framework)")
-    check_training_args(framework, training_args)
+    training_args = parse_training_args(framework, raw["training_args"])
     for key, (low, high), unit in (("trainingRetries", TRAINING_RETRIES, ""),
                                    ("trainingMaxHours", TRAINING_MAX_HOURS, " hours"),
                                    ("trainingDataWaitMinutes", DATA_WAIT_MINUTES, " minutes")):
@@ -337,15 +331,25 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     )
 
 
-def check_training_args(framework: str, args: tuple[str, ...]) -> None:
-    """Refuse train flags that `python -m training train` would refuse on the node, with its own parser."""
+def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
+    """The job's extra train flags from `text`, refused (naming `key`) where the job sets the flag itself or
+    where `python -m training train` would refuse it on the node, with its own parser."""
     from training.config import check_args
     from training.errors import UsageError
 
     try:
+        args = tuple(shlex.split(text))
+    except ValueError as err:
+        raise ConfigError(key, f"cannot be split like a shell command line ({err})") from None
+    for arg in args:
+        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
+            raise ConfigError(key, f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
+                                   "(trainingFramework picks the framework)")
+    try:
         check_args(["--framework", framework, "--data", "x", "--output-dir", "x", *args])
     except UsageError as err:
-        raise ConfigError("trainingArgs", f"{err} (the flags of `python -m training train --help`)") from None
+        raise ConfigError(key, f"{err} (the flags of `python -m training train --help`)") from None
+    return args
 
 
 def stack_names(root: Path = REPO_ROOT) -> list[str]:
