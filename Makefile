@@ -54,8 +54,8 @@ TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
 demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX (FRAMEWORK=pytorch|tensorflow|keras)
 	.venv/bin/python -m infra plan --stack dev
 	rm -rf $(DEMO)
-	$(TRAIN_VENV)/bin/python -m training synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
-	.venv/bin/python -m training data-demo $(DEMO)/dataset $(DEMO)/nfs
+	$(TRAIN_VENV)/bin/python -m devtools synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
+	.venv/bin/python -m devtools data-demo $(DEMO)/dataset $(DEMO)/nfs
 	$(TRAIN_VENV)/bin/horovodrun --gloo -np 2 -H localhost:2 $(TRAIN_VENV)/bin/python -m training train \
 	    --framework $(FRAMEWORK) --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 \
 	    --log-every 5 --checkpoint-every 20 --workers 1 --output-dir $(DEMO)/run
@@ -66,9 +66,9 @@ plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
 test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks)
-	.venv/bin/python -m pytest tests/infra tests/data tests/test_images.py
-	.venv-torch/bin/python -m pytest tests/training
-	.venv-tf/bin/python -m pytest tests/training_tf
+	.venv/bin/python -m pytest tests/infra tests/data_path tests/images tests/frameworks
+	.venv-torch/bin/python -m pytest tests/train_pytorch
+	.venv-tf/bin/python -m pytest tests/train_tensorflow
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
 	rm -rf .venv .venv-torch .venv-tf .pytest_cache

@@ -1,8 +1,8 @@
 """The Pulumi program: load and validate the stack config, build the team environment, export outputs."""
 import pulumi
 
-from infra import config
-from infra.environment import deploy
+from infra.core import config
+from infra.components.environment import deploy
 
 try:
     stack_config = config.from_pulumi()

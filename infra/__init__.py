@@ -1,1 +1,12 @@
-"""The Pulumi program (one ComponentResource per module) and the deployer-side CLI (`python -m infra`)."""
+"""The deployer's side: the Pulumi program and `python -m infra`.
+
+  core/        pure logic the rest shares (config, GPU catalog, costs, Batch job spec, NFS user data, security
+               checks); imports no Pulumi component and no Azure client
+  components/  one Pulumi ComponentResource per module, and the TrainingJob dynamic resource
+  dataplane/   the seams to Azure's data planes (Batch jobs, the staging report blob), replaceable in tests
+  cli/         `python -m infra`: plan (offline evaluation under Pulumi's mocks) and the job verbs
+  policy/      the CrossGuard policy pack over core/security.py
+"""
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent  # the project: Pulumi.yaml, stack files, training/, .cache/

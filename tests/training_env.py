@@ -3,7 +3,7 @@ as real processes; each training test package's conftest binds one environment."
 import os
 import subprocess
 
-from tests.conftest import REPO_ROOT
+from infra import REPO_ROOT
 
 
 class TrainingEnv:
@@ -23,6 +23,12 @@ class TrainingEnv:
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return result
 
+    def devtools(self, *args, timeout=300):
+        result = subprocess.run([self.python, "-m", "devtools", *map(str, args)], cwd=REPO_ROOT, env=self.env(),
+                                capture_output=True, text=True, timeout=timeout)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result
+
     def horovod(self, *args, np=2, timeout=300, script=None):
         command = [self.horovodrun, "--gloo", "-np", str(np), "-H", f"localhost:{np}", self.python]
         command += [str(script), *map(str, args)] if script else ["-m", "training", *map(str, args)]
@@ -33,6 +39,6 @@ class TrainingEnv:
 
     def synth_dataset(self, root):
         """4 learnable classes of real JPEG files, 16 train + 4 val each, 40 px."""
-        self.training("synth-data", "--out", root, "--classes", "4", "--per-class", "16", "--val-per-class", "4",
+        self.devtools("synth-data", "--out", root, "--classes", "4", "--per-class", "16", "--val-per-class", "4",
                       "--size", "40")
         return root

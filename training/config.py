@@ -6,7 +6,7 @@ framework happens here, so a bad value fails in a second, before any model is bu
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,9 @@ import yaml
 
 from training.errors import UsageError
 
-FRAMEWORKS = ("pytorch", "tensorflow", "keras")
+TRAINING_LOOPS = ("pytorch", "tensorflow", "keras")  # --framework: Keras runs in the TensorFlow image
 DIST_BACKENDS = ("horovod", "ddp")
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "step")
 
 
@@ -27,7 +27,7 @@ def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
 @dataclass(kw_only=True)
 class TrainConfig:
     # What and where
-    framework: str = _opt("pytorch", "framework and its training loop", FRAMEWORKS)
+    framework: str = _opt("pytorch", "framework and its training loop", TRAINING_LOOPS)
     dist: str = _opt("horovod", "distribution: horovod (launch with horovodrun) or ddp (launch with torchrun; "
                                 "pytorch only)", DIST_BACKENDS)
     data: str = _opt("synthetic", "'synthetic' (random tensors made on the device, like Horovod's benchmark) or "
@@ -47,8 +47,12 @@ class TrainConfig:
     weight_decay: float = _opt(1e-4, "L2 weight decay")
     label_smoothing: float = _opt(0.1, "label smoothing of the cross-entropy loss")
     # Speed
-    precision: str = _opt("fp32", "compute precision (autocast; fp16 adds loss scaling)", PRECISIONS)
-    channels_last: bool = _opt(False, "NHWC memory format (faster convolutions on tensor cores and CPU)")
+    # Defaults fit the hardware: what is fastest on a GPU (bf16 on tensor cores, NHWC convolutions) there, fp32
+    # in NCHW on CPU (see resolve_for_device).
+    precision: str = _opt("auto", "compute precision (autocast; fp16 adds loss scaling); auto: bf16 on a GPU, "
+                                  "fp32 on CPU", PRECISIONS)
+    channels_last: bool | None = _opt(None, "NHWC memory format for pytorch (faster convolutions on tensor "
+                                            "cores); default: on for pytorch on a GPU, off on CPU")
     compile: bool = _opt(False, "torch.compile the model (pytorch)")
     xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
@@ -88,8 +92,15 @@ class TrainConfig:
                              + ("use --compile" if self.framework == "pytorch" else
                                 "Keras fit would compile Horovod's allreduce into the step, which XLA cannot run")
                              + ")")
-        if self.channels_last and self.framework != "pytorch":
+        if self.channels_last is True and self.framework != "pytorch":
             raise UsageError(f"--channels-last applies to pytorch only ({self.framework} is channels-last already)")
+
+
+def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:
+    """`cfg` with the hardware-dependent defaults (precision auto, channels-last unset) decided for this device."""
+    precision = ("bf16" if gpu else "fp32") if cfg.precision == "auto" else cfg.precision
+    channels_last = (gpu and cfg.framework == "pytorch") if cfg.channels_last is None else cfg.channels_last
+    return replace(cfg, precision=precision, channels_last=channels_last)
 
 
 def _flag(name: str) -> str:
@@ -113,8 +124,8 @@ def build_parser(prog: str = "python -m training train", description: str = "",
     parser.add_argument("--config", type=Path, help="YAML file of defaults (keys: the flag names with _ or -); "
                                                     "flags given on the command line win")
     for f in fields(TrainConfig):
-        help_text = f"{f.metadata['help']} (default: {f.default})"
-        if f.type == "bool":
+        help_text = f.metadata["help"] + ("" if f.default is None else f" (default: {f.default})")
+        if f.type in ("bool", "bool | None"):
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
         else:
             kind = {"int": int, "float": float, "str": str}[f.type]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
 
-from infra.security import RESOURCE_CHECKS, TAG_CHECK, Check
+from infra.core.security import RESOURCE_CHECKS, TAG_CHECK, Check
 
 PACK_NAME = "dltrain-security"
 

@@ -3,7 +3,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra import config, offline
+from infra.cli import offline
+from infra.core import config
 
 NOW = datetime(2026, 11, 21, 12, 34, 56, tzinfo=timezone.utc)
 STACKS = config.stack_names()

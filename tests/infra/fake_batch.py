@@ -1,5 +1,5 @@
 """The one fake: an in-memory `infra.batch.BatchService`, recording what was asked of it."""
-from infra.batch import JobNotFound
+from infra.dataplane.batch import JobNotFound
 
 
 class FakeBatch:

@@ -1,7 +1,7 @@
 """The ACR token password dynamic provider against a fake ARM client (the one seam)."""
 import pytest
 
-from infra.acr_token import TokenPasswordProvider
+from infra.components.acr_token import TokenPasswordProvider
 
 PROPS = {"registry_id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerRegistry/registries/cr",
          "token_id": "/subscriptions/s/.../tokens/training-image-push", "expiry": "2027-01-01T00:00:00Z",

@@ -4,8 +4,10 @@ import dataclasses
 
 import pytest
 
-from infra import config, jobspec, nfs, offline, roles
-from infra.cluster import REPLACE_ON_CHANGES
+from infra.cli import offline
+from infra.components import nfs, roles
+from infra.core import batch_spec, config
+from infra.components.cluster import REPLACE_ON_CHANGES
 from tests.infra.conftest import NOW, evaluation_for
 
 POOL = "azure-native:batch:Pool"
@@ -43,7 +45,7 @@ def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
     pool = ev.one(POOL).inputs
     [mount] = pool["mountConfiguration"]
     assert mount["nfsMountConfiguration"]["source"] == ev.outputs["nfsMountSource"]
-    assert mount["nfsMountConfiguration"]["relativeMountPath"] == jobspec.NFS_MOUNT
+    assert mount["nfsMountConfiguration"]["relativeMountPath"] == batch_spec.NFS_MOUNT
     formula = pool["scaleSettings"]["autoScale"]["formula"]
     assert f"$target = $tasks > 0 ? {ev.config.max_nodes} : {ev.config.min_nodes};" in formula
     assert "$NodeDeallocationOption = taskcompletion;" in formula
@@ -117,7 +119,7 @@ def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys()
     share = ev.one("azure-native:storage:FileShare", "nfs").inputs
     assert share["enabledProtocols"] == "NFS" and share["shareQuota"] == 1024
     assert ev.outputs["nfsMountSource"].endswith(".file.core.windows.net:/" + account["accountName"] + "/data")
-    from infra import plan
+    from infra.cli import plan
 
     text, secure = plan.render(ev)
     assert secure, text  # https-only is waived for the NFS account only because it is keyless and VNet-only
@@ -158,7 +160,7 @@ def test_launch_on_up_false_deploys_the_pool_without_a_job():
 @pytest.mark.parametrize("stack", ["dev"])
 def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
     ev = evaluation_for(stack)
-    from infra import security
+    from infra.core import security
 
     assert not {i.token for i in ev.invocations} & security.KEY_RETURNING_FUNCTIONS
     assert offline.MOCK_ACCOUNT_KEY not in repr(ev.outputs)
@@ -166,9 +168,9 @@ def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
 
 def test_up_and_submit_build_the_same_job_from_the_same_outputs(ev):
     """One mapping from stack config to job inputs: `pulumi up`'s job is what `infra submit` would send."""
-    from infra import jobs
+    from infra.cli import operate
 
     job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
-    expected = dataclasses.asdict(jobs.job_inputs(ev.config, ev.outputs))
+    expected = dataclasses.asdict(operate.job_inputs(ev.config, ev.outputs))
     expected["train_args"] = list(expected["train_args"])
     assert {name: job.inputs[name] for name in expected} == expected

@@ -2,7 +2,9 @@
 import json
 from datetime import timedelta
 
-from infra import naming, offline, registry, roles, storage
+from infra.cli import offline
+from infra.components import registry, roles, storage
+from infra.core import naming
 from tests.infra.conftest import NOW
 
 

@@ -3,8 +3,8 @@ import itertools
 
 import pytest
 
-from infra import config
-from infra.config import ConfigError, parse
+from infra.core import config
+from infra.core.config import ConfigError, parse
 from tests.infra.conftest import STACKS
 
 # What every stack must set (the deployers' egress IP); the cases below add their own values to it.

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from infra import config, jobs, jobspec
-from infra.__main__ import main
-from infra.training_job import INPUT_FIELDS, TrainingJobProvider
+from infra.cli import operate
+from infra.core import batch_spec, config
+from infra.cli.main import main
+from infra.components.training_job import INPUT_FIELDS, TrainingJobProvider
 from tests.infra.fake_batch import FakeBatch
 from tests.infra.test_jobspec import inputs
 
@@ -42,7 +43,7 @@ def not_staged(url):
 def test_create_submits_the_job_and_its_task():
     batch = FakeBatch()
     result = TrainingJobProvider(batch, staged).create(props())
-    job = jobspec.job_id(inputs())
+    job = batch_spec.job_id(inputs())
     assert result.id == job and result.outs["job_id"] == job
     assert batch.calls == [("submit", job)]
     assert batch.tasks[job]["multiInstanceSettings"]["numberOfInstances"] == 2
@@ -77,7 +78,7 @@ def test_delete_terminates_and_deletes_and_tolerates_a_gone_job():
 
 
 def test_provider_inputs_cover_every_job_input():
-    assert set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(jobspec.JobInputs)}
+    assert set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(batch_spec.JobInputs)}
 
 
 @pytest.fixture
@@ -127,9 +128,9 @@ def test_submit_refuses_bad_requests_with_one_line(outputs_file, capsys, argv, m
 
 def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
     batch = FakeBatch()
-    spec = jobs.job_inputs(config.from_stack_file("dev"), OUTPUTS)
-    old = jobs.submit(batch, spec, jobs.now_utc().replace(year=2025), io.StringIO())
-    new = jobs.submit(batch, spec, jobs.now_utc(), io.StringIO())
+    spec = operate.job_inputs(config.from_stack_file("dev"), OUTPUTS)
+    old = operate.submit(batch, spec, operate.now_utc().replace(year=2025), io.StringIO())
+    new = operate.submit(batch, spec, operate.now_utc(), io.StringIO())
     batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "startTime": "t0", "endTime": "t1"}
     code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
     assert code == 0 and f"job {new}: active" in out and "exit code 0, retried 1 time(s)" in out
@@ -145,7 +146,7 @@ def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
     original = batch.get_task
     batch.get_task = lambda job, task: {**original(job, task), "state": next(states)}
     printed = io.StringIO()
-    jobs.logs(batch, new, "stdout", True, printed, sleep=sleep)
+    operate.logs(batch, new, "stdout", True, printed, sleep=sleep)
     assert printed.getvalue() == log.decode()
     reads = [c for c in batch.calls if c[0] == "read"]
     assert [c[3] for c in reads] == [0, 17, 39]  # each read starts where the last ended; stops once completed
@@ -174,7 +175,7 @@ def test_outputs_come_from_the_pulumi_cli_when_no_file_is_given():
 
         return subprocess.CompletedProcess(command, 0, json.dumps(OUTPUTS), "")
 
-    assert jobs.load_outputs("dev", None, run=fake_run) == OUTPUTS
+    assert operate.load_outputs("dev", None, run=fake_run) == OUTPUTS
     assert seen == [["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "dev"]]
 
 
@@ -189,7 +190,7 @@ class _RefusingCredential:
 
 
 def test_job_verbs_without_az_login_end_in_one_line(outputs_file, capsys):
-    from infra.batch import AzureBatch
+    from infra.dataplane.batch import AzureBatch
 
     # The real Batch client, with a credential that cannot sign in: the first request fails as it would.
     factory = lambda endpoint: AzureBatch(endpoint, credential=_RefusingCredential())  # noqa: E731
@@ -236,12 +237,12 @@ class _RecordingBatchClient:
 
 
 def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end():
-    from infra.batch import AzureBatch
+    from infra.dataplane.batch import AzureBatch
 
     client = _RecordingBatchClient()
     spec = inputs()
-    job = jobspec.job_id(spec)
-    AzureBatch("unused", client=client).submit(jobspec.job_spec(spec, job), jobspec.task_spec(spec, job))
+    job = batch_spec.job_id(spec)
+    AzureBatch("unused", client=client).submit(batch_spec.job_spec(spec, job), batch_spec.task_spec(spec, job))
     assert client.calls == [("create_job", "noaction"), ("create_task", "train"), ("update_job", "terminatejob")]
     assert client.state[job] == "active"
 

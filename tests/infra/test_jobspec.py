@@ -8,8 +8,8 @@ import sys
 import pytest
 from azure.batch import models
 
-from infra import jobspec
-from infra.config import REPO_ROOT
+from infra.core import batch_spec
+from infra import REPO_ROOT
 
 SCRIPTS = "https://st.blob.core.windows.net/scripts"
 OUTPUTS = "https://st.blob.core.windows.net/outputs"
@@ -17,7 +17,7 @@ IDENTITY = "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdenti
 
 
 def inputs(nodes=2, **changes):
-    base = jobspec.JobInputs(
+    base = batch_spec.JobInputs(
         stack="dev", pool_id="gpu", nodes=nodes, gpu_sku="Standard_ND96asr_v4", framework="pytorch",
         image="cr.azurecr.io/pytorch:latest@sha256:00", registry_server="cr.azurecr.io",
         node_identity_id=IDENTITY, node_identity_client_id="client-pull", train_args=("--epochs", "90"),
@@ -35,8 +35,8 @@ def _script(command_line: str) -> str:
 @pytest.mark.parametrize("nodes", [1, 2, 8])
 def test_task_runs_horovod_on_every_gpu_of_every_node(nodes):
     spec = inputs(nodes)
-    job = jobspec.job_id(spec)
-    task = jobspec.task_spec(spec, job)
+    job = batch_spec.job_id(spec)
+    task = batch_spec.task_spec(spec, job)
     assert task["multiInstanceSettings"]["numberOfInstances"] == nodes
     assert "node-ssh --port 2222" in task["multiInstanceSettings"]["coordinationCommandLine"]
     script = _script(task["commandLine"])
@@ -57,25 +57,25 @@ def test_task_runs_horovod_on_every_gpu_of_every_node(nodes):
                                           ("Standard_ND96isr_H100_v5", "/opt/microsoft/ndv5-topo.xml")])
 def test_nccl_topology_and_infiniband_options_follow_the_size(sku, topology):
     spec = inputs(gpu_sku=sku)
-    env = {e["name"]: e["value"] for e in jobspec.environment(spec)}
+    env = {e["name"]: e["value"] for e in batch_spec.environment(spec)}
     assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_PCI_RELAXED_ORDERING"] == "1"
     assert env["OMPI_MCA_pml"] == "ucx" and env["NCCL_TOPO_FILE"] == topology
-    options = jobspec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
+    options = batch_spec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
     assert "--device=/dev/infiniband" in options and "-v /opt/microsoft:/opt/microsoft:ro" in options
 
 
 def test_a_size_without_infiniband_gets_neither_the_devices_nor_a_topology():
     spec = inputs(1, gpu_sku="Standard_NC24ads_A100_v4")
-    env = {e["name"]: e["value"] for e in jobspec.environment(spec)}
+    env = {e["name"]: e["value"] for e in batch_spec.environment(spec)}
     assert env["NCCL_IB_DISABLE"] == "1" and "NCCL_TOPO_FILE" not in env
-    options = jobspec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
+    options = batch_spec.task_spec(spec, "j")["containerSettings"]["containerRunOptions"]
     assert "infiniband" not in options and "/opt/microsoft" not in options and "--network=host" in options
 
 
 def test_storage_is_reached_with_the_pools_identity_and_no_sas_is_in_the_task():
     spec = inputs()
-    job = jobspec.job_id(spec)
-    task = jobspec.task_spec(spec, job)
+    job = batch_spec.job_id(spec)
+    task = batch_spec.task_spec(spec, job)
     identity = {"resourceId": IDENTITY}
     assert task["multiInstanceSettings"]["commonResourceFiles"] == [
         {"storageContainerUrl": SCRIPTS, "blobPrefix": "training/", "identityReference": identity}]
@@ -93,19 +93,19 @@ def test_storage_is_reached_with_the_pools_identity_and_no_sas_is_in_the_task():
 
 def test_every_wait_is_bounded():
     spec = inputs(max_hours=12, data_wait_minutes=30)
-    task = jobspec.task_spec(spec, "j")
+    task = batch_spec.task_spec(spec, "j")
     assert task["constraints"] == {"maxTaskRetryCount": 3, "maxWallClockTime": "PT12H"}
     assert "deadline=$((SECONDS + 1800))" in task["commandLine"]
     assert "--resume auto" in task["commandLine"]
-    start = jobspec.start_task_command(True, 30)
+    start = batch_spec.start_task_command(True, 30)
     assert "deadline=$((SECONDS + 1800))" in start
 
 
 def test_job_is_created_waiting_for_its_task():
     spec = inputs()
-    job = jobspec.job_spec(spec, "train-dev-x")
+    job = batch_spec.job_spec(spec, "train-dev-x")
     assert job["poolInfo"] == {"poolId": "gpu"} and job["onAllTasksComplete"] == "noaction"
-    assert jobspec.END_WITH_TASKS == {"onAllTasksComplete": "terminatejob"}
+    assert batch_spec.END_WITH_TASKS == {"onAllTasksComplete": "terminatejob"}
     assert models.BatchJobCreateOptions(job).pool_info.pool_id == "gpu"
 
 
@@ -113,28 +113,28 @@ def test_fingerprint_follows_the_training():
     assert inputs().fingerprint() == inputs().fingerprint()
     assert inputs().fingerprint() != inputs(train_args=("--epochs", "1")).fingerprint()
     assert inputs().fingerprint() != inputs(8).fingerprint()
-    assert jobspec.job_id(inputs(), attempt="20261121") == f"train-dev-{inputs().fingerprint()}-20261121"
+    assert batch_spec.job_id(inputs(), attempt="20261121") == f"train-dev-{inputs().fingerprint()}-20261121"
 
 
 def test_azure_files_job_stages_the_data_itself_with_the_nodes_identity():
     spec = inputs(data_url="https://st.blob.core.windows.net/data")
-    task = jobspec.task_spec(spec, "j")
+    task = batch_spec.task_spec(spec, "j")
     assert "python -m training stage https://st.blob.core.windows.net/data" in task["commandLine"]
     assert "sig=" not in repr(task)
 
 
 def test_local_cache_is_where_the_container_sees_it():
     spec = inputs(local_cache=True)
-    script = _script(jobspec.task_spec(spec, "j")["commandLine"])
+    script = _script(batch_spec.task_spec(spec, "j")["commandLine"])
     assert '--data "$AZ_BATCH_NODE_SHARED_DIR"/data-cache/imagenet' in script
-    start = jobspec.start_task_command(True, 120)
+    start = batch_spec.start_task_command(True, 120)
     assert ".staged" in start and "rsync -a" in start and '"$AZ_BATCH_NODE_SHARED_DIR"/data-cache' in start
     assert "/mnt/" not in start + script  # nothing outside AZ_BATCH_NODE_ROOT_DIR, which the container cannot see
-    assert "rsync" not in jobspec.start_task_command(False, 120)
+    assert "rsync" not in batch_spec.start_task_command(False, 120)
 
 
 def test_autoscale_formula_uses_dedicated_nodes_only():
-    formula = jobspec.autoscale_formula(0, 8)
+    formula = batch_spec.autoscale_formula(0, 8)
     assert "$target = $tasks > 0 ? 8 : 0;" in formula
     assert "$TargetDedicatedNodes = $target;" in formula and "$TargetLowPriorityNodes = 0;" in formula
 
@@ -171,7 +171,7 @@ def fake_python(tmp_path, body):
 @pytest.mark.parametrize("hostile", ["--seed $AZ_BATCH_JOB_ID$(touch PWNED)", "--seed `touch PWNED`",
                                      "--seed '$(touch PWNED)'", "--seed \"x; touch PWNED\""])
 def test_no_user_text_reaches_the_shell(tmp_path, hostile):
-    from infra.config import ConfigError, parse
+    from infra.core.config import ConfigError, parse
 
     try:  # the stack config refuses it at plan time (not an int) ...
         parse("x", {"allowedIpRanges": ["20.50.1.7/32"], "trainingArgs": hostile})
@@ -180,9 +180,9 @@ def test_no_user_text_reaches_the_shell(tmp_path, hostile):
     # ... and even were it let through, the job's shell passes it on as text and runs nothing.
     args = tuple(shlex.split(hostile))
     spec = inputs(train_args=args)
-    job = jobspec.job_id(spec)
+    job = batch_spec.job_id(spec)
     env = {**os.environ, **batch_node(tmp_path, job), "PATH": fake_python(tmp_path, "exit 0") + ":/usr/bin:/bin"}
-    result = subprocess.run(["bash", "-c", _script(jobspec.application_command(spec, job))], cwd=tmp_path, env=env,
+    result = subprocess.run(["bash", "-c", _script(batch_spec.application_command(spec, job))], cwd=tmp_path, env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert not list(tmp_path.rglob("PWNED")), "user text ran as a command"
@@ -195,14 +195,14 @@ def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
     """Coordination (every node) puts the package in the task-shared folder; the application command runs
     from there with it on PYTHONPATH, which launch forwards to the remote ranks (mpirun -x PYTHON*)."""
     spec = inputs()
-    job = jobspec.job_id(spec)
+    job = batch_spec.job_id(spec)
     node = batch_node(tmp_path, job)
     # The coordination command up to the sshd: run it with a python that reports where `training` comes from.
     probe = (f'[ "$1" = "-m" ] && [ "$2" = "training" ] || exit 9; cd /; '
              f'{sys.executable} -c "import training, sys; print(training.__file__)" > "{tmp_path}/imported"')
     env = {**os.environ, **node, "PATH": fake_python(tmp_path, probe) + ":/usr/bin:/bin"}
     env.pop("PYTHONPATH", None)
-    coordination = _script(jobspec.coordination_command(job))
+    coordination = _script(batch_spec.coordination_command(job))
     result = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -213,7 +213,7 @@ def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
     record = f'pwd > "{tmp_path}/cwd"; echo "$PYTHONPATH" > "{tmp_path}/pythonpath"'
     (tmp_path / "bin").rename(tmp_path / "bin-coordination")
     env["PATH"] = fake_python(tmp_path, record) + ":/usr/bin:/bin"
-    result = subprocess.run(["bash", "-c", _script(jobspec.application_command(spec, job))],
+    result = subprocess.run(["bash", "-c", _script(batch_spec.application_command(spec, job))],
                             cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cwd").read_text().strip() == shared
@@ -223,9 +223,9 @@ def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
 def test_the_data_wait_gives_up_at_its_deadline_with_a_clear_message(tmp_path):
     dataset = tmp_path / "imagenet"
     dataset.mkdir()
-    script = jobspec.wait_for_data(shlex.quote(str(dataset)), 0)
+    script = batch_spec.wait_for_data(shlex.quote(str(dataset)), 0)
     result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
-    assert result.returncode == jobspec.DATA_WAIT_EXIT_CODE
+    assert result.returncode == batch_spec.DATA_WAIT_EXIT_CODE
     assert "not staged after 0 minutes" in result.stderr and "journalctl -u dltrain-stage" in result.stderr
     (dataset / ".staged").touch()
     assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import nfs
-from infra.config import REPO_ROOT
+from infra.components import nfs
+from infra import REPO_ROOT
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"

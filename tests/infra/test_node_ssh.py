@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.config import REPO_ROOT
-from training import node_ssh
+from infra import REPO_ROOT
+from training.cluster import node_ssh
 from training.errors import UsageError
 
 DEBS = REPO_ROOT / ".cache" / "debs" / "root"

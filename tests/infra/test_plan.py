@@ -3,8 +3,8 @@ import shutil
 import subprocess
 import sys
 
-from infra.config import REPO_ROOT
-from infra.offline import MOCK_SAS_SIGNATURE
+from infra import REPO_ROOT
+from infra.cli.offline import MOCK_SAS_SIGNATURE
 
 
 def run_plan(*args):

@@ -3,7 +3,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra import plan, security
+from infra.cli import plan
+from infra.core import security
 from infra.policy.pack import policies
 
 GOOD_ACCOUNT = {

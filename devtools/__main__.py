@@ -1,0 +1,41 @@
+"""Developer's-machine tools: `python -m devtools COMMAND --help`. Nothing here is shipped to the cluster
+(the scripts container holds the `training` package only).
+
+Commands:
+  synth-data       write a small dataset of real JPEG files in ImageNet layout
+  benchmark        synthetic ResNet50 throughput: our best settings vs the Horovod benchmark recipe
+  data-demo        the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
+  stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
+
+Examples:
+  python -m devtools synth-data --out /tmp/ds --classes 4 --per-class 32 --size 64
+  python -m devtools data-demo /tmp/ds /tmp/nfs
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from training.errors import UsageError
+
+COMMANDS = {"synth-data": "devtools.synth_data", "benchmark": "devtools.benchmark",
+            "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark"}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}; commands: {', '.join(COMMANDS)} (see --help)", file=sys.stderr)
+        return 2
+    try:
+        return importlib.import_module(COMMANDS[command]).main(rest)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,90 @@
+"""Azurite, the Azure Storage emulator, as the local stand-in for blob storage (demo and tests).
+
+`make setup` installs the pinned npm package into .cache/azurite. `Azurite()` starts its blob service on
+127.0.0.1 on a free port with its data in a temporary folder, and always stops it on exit. It enforces SAS
+permissions and expiry like Azure. The emulator's account key is the well-known public development key: it
+signs SAS here the way Azure's listServiceSas does in the real stack, and never leaves this module.
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from infra import REPO_ROOT
+
+AZURITE = REPO_ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+ACCOUNT = "devstoreaccount1"
+_DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Azurite:
+    def __init__(self, port: int | None = None):
+        if not AZURITE.exists():
+            raise RuntimeError(f"Azurite is not installed at {AZURITE}; run `make setup`")
+        self.port = port or _free_port()
+        self.data_dir = Path(tempfile.mkdtemp(prefix="azurite-"))
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def account_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    def start(self) -> "Azurite":
+        self.process = subprocess.Popen(
+            [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.data_dir),
+             "--skipApiVersionCheck", "--silent"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"Azurite exited with status {self.process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"Azurite did not listen on 127.0.0.1:{self.port} within 30 s")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def __enter__(self) -> "Azurite":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def create_container(self, name: str) -> None:
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient(self.account_url, credential={"account_name": ACCOUNT, "account_key": _DEV_KEY})
+        service.create_container(name)
+
+    def container_url(self, container: str, permission: str, hours: float = 1.0) -> str:
+        """A container URL with a SAS: permission like 'rl' (read+list) or 'racwl'; hours < 0 gives an expired one."""
+        from azure.storage.blob import generate_container_sas
+
+        now = datetime.now(timezone.utc)
+        sas = generate_container_sas(ACCOUNT, container, account_key=_DEV_KEY, permission=permission,
+                                     start=now - timedelta(minutes=5) if hours > 0 else now - timedelta(hours=2),
+                                     expiry=now + timedelta(hours=hours), protocol="https,http")
+        return f"{self.account_url}/{container}?{sas}"

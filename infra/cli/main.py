@@ -1,0 +1,181 @@
+"""Deployer-side command line: `python -m infra COMMAND --help`.
+
+Commands:
+  plan      what a stack would deploy, its cost per hour and its security verdicts, offline (no Azure access)
+  submit    start a training job on a deployed stack's GPU pool
+  status    state of a job (default: the stack's newest)
+  logs      a job's stdout (or --stderr); --follow streams it until the task ends
+  download  a finished job's logs, metrics, summary and model from the outputs container
+  cancel    stop a running job (its outputs so far stay)
+
+The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
+and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
+
+Examples:
+  python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
+  python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
+  python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
+  python -m infra logs --stack dev --follow
+  python -m infra download --stack dev --dest results/
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from infra import REPO_ROOT
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from infra.core import config
+
+    started = time.monotonic()
+    try:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+    except config.ConfigError as err:
+        print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
+        return 2
+    for placeholder in stack_config.placeholders:
+        print(f"note: {placeholder}", file=sys.stderr)
+    from infra.cli import offline, plan
+
+    text, secure = plan.render(offline.evaluate(stack_config))
+    print(text)
+    print(f"\nPlanned in {time.monotonic() - started:.1f} s.")
+    if not secure:
+        print("error: security checks failed (see FAIL above)", file=sys.stderr)
+    return 0 if secure else 1
+
+
+def _azure_error_line(err: Exception) -> str | None:
+    """One line for an Azure SDK error a user causes (not signed in, no access, refused), or None."""
+    try:
+        from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+        from azure.identity import CredentialUnavailableError
+    except ImportError:
+        return None
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if isinstance(err, (CredentialUnavailableError, ClientAuthenticationError)):
+        return (f"cannot sign in to Azure ({first[:200]}): run `az login` (or set up a managed identity / "
+                "AZURE_CLIENT_ID), then try again")
+    if isinstance(err, HttpResponseError):
+        return (f"Azure refused the request ({err.status_code}: {first[:200]}); check that you may use the stack's "
+                "Batch account and that your IP is in allowedIpRanges")
+    return None
+
+
+def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
+    try:
+        return _run_job_verb(args, batch_factory, staged)
+    except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
+        line = _azure_error_line(err)
+        if line is None:
+            raise
+        from training.data.transfer import redact
+
+        print(f"error: {redact(line)}", file=sys.stderr)
+        return 1
+
+
+def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
+    from infra.cli import operate
+    from infra.core import config
+    from training.errors import UsageError
+
+    try:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        outputs = operate.load_outputs(args.stack, args.outputs)
+        if args.command == "download":
+            job = args.job
+            if not job:
+                job = operate.resolve_job(batch_factory(outputs["batchAccountEndpoint"]), args.stack, None)
+            print(operate.download(outputs["containerUrls"]["outputs"], job, args.dest))
+            print(f"outputs of {job} in {args.dest / job}")
+            return 0
+        service = batch_factory(outputs["batchAccountEndpoint"])
+        if args.command == "submit":
+            # The stack config's refusals of trainingArgs, with the training command line's own parser.
+            train_args = None if args.args is None else config.parse_training_args(
+                args.framework or stack_config.training_framework, args.args, key="--args")
+            inputs = operate.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+            if stack_config.nfs_kind == "vm" and not args.skip_data_check:
+                operate.require_staged(outputs, staged)
+            operate.submit(service, inputs, operate.now_utc(), sys.stdout)
+            return 0
+        job = operate.resolve_job(service, args.stack, args.job)
+        if args.command == "status":
+            print("\n".join(operate.status(service, job).lines()))
+        elif args.command == "logs":
+            operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
+        elif args.command == "cancel":
+            operate.cancel(service, job)
+            print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
+        return 0
+    except config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (operate.JobError, UsageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def _azure_batch(endpoint: str):
+    from infra.dataplane.batch import AzureBatch
+
+    return AzureBatch(endpoint)
+
+
+def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None) -> int:
+    """`batch_factory(endpoint) -> BatchService` and `staged(status_url) -> bool`: the tests pass their own;
+    everyone else gets Azure Batch and the `status` container (infra/staging.py)."""
+    if staged is None:
+        from infra.dataplane.staging import staged
+    parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    plan = commands.add_parser(
+        "plan", help="show a stack's resources, cost and security verdicts, offline",
+        description="Evaluate the Pulumi program for one stack file with Pulumi's mocks (no Azure, no Pulumi CLI) "
+                    "and print the resource tree, the hourly cost at min and max nodes and each security check. "
+                    "Exit status: 0 all checks pass, 1 a security check fails, 2 the stack config is refused.")
+    plan.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
+                      help="folder with Pulumi.yaml and the stack files (default: this checkout)")
+    plan.set_defaults(run=_plan)
+
+    verbs = {
+        "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
+        "status": "show a job's state, exit code and retries",
+        "logs": "print a job's stdout (or --stderr); --follow streams it until the task ends",
+        "download": "fetch a job's logs and run folder (metrics, summary, TensorBoard, model) from `outputs`",
+        "cancel": "stop a job's task; outputs written so far stay",
+    }
+    for verb, help_text in verbs.items():
+        sub = commands.add_parser(verb, help=help_text, description=help_text)
+        sub.add_argument("--stack", default="dev", help="stack name (default: dev)")
+        sub.add_argument("--outputs", type=Path, default=None,
+                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+        sub.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+        if verb == "submit":
+            sub.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"),
+                             help="default: the stack's trainingFramework")
+            sub.add_argument("--nodes", type=int, help="nodes for this job (default: maxNodes)")
+            sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. "
+                                            "--args=\"--epochs 1\" (write --args=... when they start with --)")
+            sub.add_argument("--skip-data-check", action="store_true",
+                             help="submit even if the NFS server has not reported the data staged (the job then "
+                                  "waits for it, up to trainingDataWaitMinutes, holding its nodes)")
+        else:
+            sub.add_argument("--job", help="job ID (default: the stack's newest job)")
+        if verb == "logs":
+            sub.add_argument("--follow", action="store_true", help="keep printing until the task ends")
+            sub.add_argument("--stderr", action="store_true", help="stderr.txt instead of stdout.txt")
+        if verb == "download":
+            sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
+                                                                                "results/); files land in DEST/JOB")
+        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged))
+    args = parser.parse_args(argv)
+    return args.run(args)
+

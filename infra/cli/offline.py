@@ -1,0 +1,209 @@
+"""Evaluate the Pulumi program without Azure and without the Pulumi CLI, using Pulumi's own mocks.
+
+`evaluate(config)` runs `infra.environment.deploy` under `pulumi.runtime.set_mocks` and returns every
+resource it declared (type, name, parent, inputs), every provider function it invoked, and its stack
+outputs resolved. `plan` prints that; the tests assert on it. The mocks echo inputs and add what Azure
+would compute (ids, names, endpoints): they stand in for the engine, not for our code.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks, settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from infra.core.config import PROJECT, StackConfig
+
+SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+MOCK_SAS_SIGNATURE = "sig=MOCK"
+MOCK_ACCOUNT_KEY = "MOCK-ACCOUNT-KEY-a2V5"  # what the mock's SAS tokens carry, so tests can find leaked ones
+
+
+@dataclass
+class DeclaredResource:
+    urn: str
+    type: str
+    name: str
+    parent_urn: str
+    custom: bool
+    inputs: dict[str, Any]
+    state: dict[str, Any]
+    retain_on_delete: bool = False
+    replace_on_changes: list[str] = field(default_factory=list)
+    ignore_changes: list[str] = field(default_factory=list)
+    additional_secret_outputs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Invocation:
+    token: str
+    args: dict[str, Any]
+
+
+@dataclass
+class Evaluation:
+    config: StackConfig
+    resources: list[DeclaredResource]
+    invocations: list[Invocation]
+    outputs: dict[str, Any]
+    secret_outputs: set[str] = field(default_factory=set)
+
+    def of_type(self, type_: str) -> list[DeclaredResource]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, name_contains: str = "") -> DeclaredResource:
+        found = [r for r in self.of_type(type_) if name_contains in r.name]
+        assert len(found) == 1, f"expected one {type_} named *{name_contains}*, found {[r.name for r in found]}"
+        return found[0]
+
+
+# The input that carries a resource's own name, where the program sets one.
+OWN_NAME_KEYS = {
+    "azure-native:resources:ResourceGroup": "resourceGroupName",
+    "azure-native:storage:StorageAccount": "accountName",
+    "azure-native:storage:BlobContainer": "containerName",
+    "azure-native:storage:FileShare": "shareName",
+    "azure-native:containerregistry:Registry": "registryName",
+    "azure-native:containerregistry:ScopeMap": "scopeMapName",
+    "azure-native:containerregistry:Token": "tokenName",
+    "azure-native:authorization:RoleAssignment": "roleAssignmentName",
+    "azure-native:batch:BatchAccount": "accountName",
+    "azure-native:batch:Pool": "poolName",
+    "azure-native:compute:VirtualMachine": "vmName",
+}
+
+
+def _arm_id(typ: str, name: str) -> str:
+    # azure-native:network:Subnet -> .../providers/Microsoft.Network/subnet/<name>, close enough for wiring.
+    _, module, kind = (typ.split(":") + ["", ""])[:3]
+    return (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg-mock/providers/"
+            f"Microsoft.{module.capitalize()}/{kind[:1].lower()}{kind[1:]}s/{name}")
+
+
+class AzureMocks(pulumi.runtime.Mocks):
+    """Echo inputs and add the outputs the providers would compute."""
+
+    def __init__(self) -> None:
+        self.invocations: list[Invocation] = []
+        self._subnets: dict[str, str] = {}  # subnet ID -> its CIDR, to give NICs addresses inside it
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = dict(args.inputs)
+        # A resource named explicitly keeps that name; others get an autoname, as azure-native gives.
+        explicit = inputs.get(OWN_NAME_KEYS.get(args.typ, ""))
+        name = explicit or f"{args.name}{hashlib.sha256(args.name.encode()).hexdigest()[:6]}"
+        state = {**inputs, "name": name}
+        if args.typ.startswith("azure-native:"):
+            state["id"] = _arm_id(args.typ, name)
+        identity = state.get("identity")
+        if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
+            # Inputs list the identity IDs; Azure answers with a map of ID -> principal.
+            state["identity"] = {**identity, "userAssignedIdentities": {
+                i: {"principalId": f"principal-{i}", "clientId": f"client-{i}"}
+                for i in identity["userAssignedIdentities"]}}
+        if args.typ == "azure-native:storage:StorageAccount":
+            state["primaryEndpoints"] = {"blob": f"https://{name}.blob.core.windows.net/",
+                                         "file": f"https://{name}.file.core.windows.net/"}
+        elif args.typ == "azure-native:containerregistry:Registry":
+            state["loginServer"] = f"{name}.azurecr.io"
+        elif args.typ == "azure-native:managedidentity:UserAssignedIdentity":
+            state.update(principalId=f"principal-{name}", clientId=f"client-{name}", tenantId=SUBSCRIPTION)
+        elif args.typ == "azure-native:network:PublicIPAddress":
+            state["ipAddress"] = "203.0.113.10"  # TEST-NET-3: documentation range
+        elif args.typ == "docker-build:index:Image":
+            tag = inputs["tags"][0]
+            state.update(ref=f"{tag}@sha256:{'0' * 64}", digest=f"sha256:{'0' * 64}")
+        elif args.typ == "azure-native:network:Subnet":
+            self._subnets[state["id"]] = inputs.get("addressPrefix", "")
+        elif args.typ == "azure-native:network:NetworkInterface":
+            # Azure gives a NIC the first free address of its subnet: .4 (the first four are reserved).
+            for config in state.get("ipConfigurations") or []:
+                prefix = self._subnets.get((config.get("subnet") or {}).get("id"), "")
+                if prefix:
+                    config["privateIPAddress"] = str(ipaddress.IPv4Network(prefix)[4])
+        elif args.typ == "azure-native:batch:BatchAccount":
+            state["accountEndpoint"] = f"{name}.{inputs.get('location')}.batch.azure.com"
+        elif args.typ == "pulumi-python:dynamic:Resource" and "batch_endpoint" in inputs:
+            from infra.components import training_job
+            from infra.core import batch_spec
+
+            state["job_id"] = batch_spec.job_id(training_job.inputs_from(inputs))
+        elif args.typ == "pulumi-python:dynamic:Resource":
+            state.update(username="training-image-push", password="mock-token-password")
+        return (state.get("id") or f"{args.name}-id"), state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        self.invocations.append(Invocation(args.token, dict(args.args)))
+        if args.token == "azure-native:storage:listStorageAccountKeys":
+            # Never called by the program; recognisable if it ever is and the key leaks somewhere.
+            return {"keys": [{"keyName": "key1", "value": MOCK_ACCOUNT_KEY, "permissions": "FULL"}]}
+        if args.token == "azure-native:storage:listStorageAccountServiceSAS":
+            a = args.args
+            token = f"sv=2024-01-01&sr={a['resource']}&sp={a['permissions']}&spr={a['protocols']}&se={a['sharedAccessExpiryTime']}&{MOCK_SAS_SIGNATURE}"
+            return {"serviceSasToken": token}
+        if args.token == "azure-native:authorization:getClientConfig":
+            return {"subscriptionId": SUBSCRIPTION, "tenantId": SUBSCRIPTION, "clientId": "deployer",
+                    "objectId": "deployer"}
+        return {}
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    """The mock monitor, also remembering each resource's parent, so the tree can be shown."""
+
+    def __init__(self, azure_mocks: AzureMocks):
+        super().__init__(azure_mocks)
+        self.declared: list[DeclaredResource] = []
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            registration = self.resources[response.urn]
+            inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
+            self.declared.append(DeclaredResource(
+                urn=response.urn, type=request.type, name=request.name, parent_urn=request.parent,
+                custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state),
+                retain_on_delete=bool(request.retainOnDelete),
+                replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
+                additional_secret_outputs=list(request.additionalSecretOutputs)))
+        return response
+
+
+def _plain(value: Any) -> Any:
+    """Drop Pulumi's secret wrappers and resource references so values can be compared and printed."""
+    if isinstance(value, dict):
+        if value.get(pulumi.runtime.rpc._special_sig_key) == pulumi.runtime.rpc._special_secret_sig:
+            return _plain(value.get("value"))
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def evaluate(config: StackConfig, now: datetime | None = None) -> Evaluation:
+    """Run the program for `config` under mocks; nothing leaves this process."""
+    from infra.components.environment import deploy
+
+    azure_mocks = AzureMocks()
+    monitor = RecordingMonitor(azure_mocks)
+    mocks.set_mocks(azure_mocks, project=PROJECT, stack=config.stack, preview=False, monitor=monitor)
+    settings.SETTINGS.rpc_manager.clear()
+    settings.SETTINGS.outputs.clear()
+    resolved: dict[str, Any] = {}
+    secret: set[str] = set()
+
+    async def program():
+        environment = deploy(config, now)
+        for key, value in environment.outputs.items():
+            output = pulumi.Output.from_input(value)
+            resolved[key] = await output.future(with_unknowns=True)
+            if await output.is_secret():
+                secret.add(key)
+
+    _sync_await(run_pulumi_func(program))
+    return Evaluation(config, monitor.declared, azure_mocks.invocations, resolved, secret)

@@ -1,0 +1,188 @@
+"""Job operations from a deployed stack: submit, status, logs (--follow), download, cancel.
+
+What a verb needs comes from the stack's outputs (`pulumi stack output --json --show-secrets`, or a file
+holding that JSON) and its config (Pulumi.<stack>.yaml). Batch is reached as the signed-in Azure AD user
+(DefaultAzureCredential) through `infra.batch.BatchService`; results are downloaded from the `outputs`
+container with Azure AD as well (its SAS may only write). No verb touches an account key, and no job carries a
+SAS: the nodes reach storage with the pool's identity.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from infra.core import batch_spec
+from infra.dataplane.batch import BatchService, JobNotFound
+from infra.core.config import TRAINING_FRAMEWORKS, StackConfig
+
+REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
+                    "pullIdentityClientId", "containerUrls")
+FOLLOW_INTERVAL_S = 5.0
+DONE = "completed"
+
+
+class JobError(Exception):
+    """A job operation that cannot proceed; `str()` is the one line for the user."""
+
+
+def load_outputs(stack: str, outputs_file: Path | None,
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+    if outputs_file:
+        try:
+            outputs = json.loads(outputs_file.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
+    else:
+        try:
+            result = run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
+                         capture_output=True, text=True)
+        except FileNotFoundError:
+            raise JobError("the Pulumi CLI is not installed; install it, or pass --outputs FILE with the JSON of "
+                           f"`pulumi stack output --json --show-secrets --stack {stack}`") from None
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise JobError(f"cannot read the outputs of stack {stack!r} ({last}); is it deployed (`pulumi up`)?")
+        outputs = json.loads(result.stdout or "{}")
+    missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
+    if missing:
+        raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
+    return outputs
+
+
+def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
+               train_args: tuple[str, ...] | None = None) -> batch_spec.JobInputs:
+    """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
+    framework = framework or cfg.training_framework
+    image = TRAINING_FRAMEWORKS[framework]
+    if image not in outputs["imageRefs"]:
+        raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
+                       f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
+    nodes = cfg.max_nodes if nodes is None else nodes
+    if not 1 <= nodes <= cfg.max_nodes:
+        raise JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the pool grows to maxNodes={cfg.max_nodes} "
+                       "at most)")
+    urls = outputs["containerUrls"]
+    return batch_spec.JobInputs(
+        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpu_sku=cfg.gpu_sku, framework=framework,
+        image=outputs["imageRefs"][image], registry_server=outputs["registryLoginServer"],
+        node_identity_id=outputs["pullIdentityId"], node_identity_client_id=outputs["pullIdentityClientId"],
+        train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
+        max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
+        local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
+        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")
+
+
+def require_staged(outputs: dict[str, Any], staged: Callable[[str], bool]) -> None:
+    """Refuse to submit while the NFS server is still staging the data (a job would hold its GPU nodes)."""
+    from infra.dataplane.staging import not_staged_message
+
+    status_url = outputs["containerUrls"].get("status")
+    if not status_url:
+        raise JobError("stack outputs lack the `status` container: run `pulumi up` with this version of the project")
+    if not staged(status_url):
+        raise JobError(not_staged_message("submit again (or pass --skip-data-check to let the job wait)"))
+
+
+def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO) -> str:
+    # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
+    job = batch_spec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
+    service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
+    print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {inputs.sku.gpus} GPUs", file=out)
+    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow", file=out)
+    print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}", file=out)
+    return job
+
+
+def resolve_job(service: BatchService, stack: str, job: str | None) -> str:
+    """The job named, or the stack's newest one."""
+    if job:
+        return job
+    jobs = service.list_jobs(f"train-{stack}-")
+    if not jobs:
+        raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
+    return jobs[0]["id"]
+
+
+@dataclass(frozen=True)
+class Status:
+    job: str
+    job_state: str
+    task_state: str
+    exit_code: int | None
+    retries: int
+    node: str
+    started: str
+    ended: str
+
+    def lines(self) -> list[str]:
+        exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
+        return [f"job {self.job}: {self.job_state}",
+                f"  task: {self.task_state}{exit_text}, retried {self.retries} time(s)",
+                f"  primary node: {self.node or '-'}",
+                f"  started: {self.started or '-'}   ended: {self.ended or '-'}"]
+
+
+def _not_found(job: str) -> JobError:
+    return JobError(f"job {job} not found (see `python -m infra status` for the newest)")
+
+
+def status(service: BatchService, job: str) -> Status:
+    try:
+        job_info = service.get_job(job)
+        task = service.get_task(job, batch_spec.TASK_ID)
+    except JobNotFound:
+        raise _not_found(job) from None
+    execution = task.get("executionInfo") or {}
+    return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
+                  int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
+                  str(execution.get("startTime") or ""), str(execution.get("endTime") or ""))
+
+
+def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO,
+         sleep: Callable[[float], None] = time.sleep) -> None:
+    """Print the task's stdout or stderr; with follow, keep printing what it appends until the task ends."""
+    path, offset = f"{stream}.txt", 0
+    while True:
+        try:  # the state first: text written before completion is then all there
+            state = service.get_task(job, batch_spec.TASK_ID).get("state")
+        except JobNotFound:
+            raise _not_found(job) from None
+        data = service.read_task_file(job, batch_spec.TASK_ID, path, offset)
+        if data:
+            out.write(data.decode("utf-8", errors="replace"))
+            out.flush()
+            offset += len(data)
+        if not follow or state == DONE:
+            return
+        sleep(FOLLOW_INTERVAL_S)
+
+
+def download(outputs_container_url: str, job: str, dest: Path, workers: int = 16) -> str:
+    """The job's logs and run folder from the `outputs` container into DEST/JOB (verified, resumable)."""
+    from training.data import stage, transfer
+
+    target = transfer.ContainerTarget.parse(outputs_container_url, "outputs container", verb="download")
+    with transfer.stopping_cleanly("download"):
+        stats = stage.stage(target, dest / job, f"{job}/", workers, extract=False)
+    if stats.files + stats.skipped == 0:
+        raise JobError(f"no outputs for {job} yet: Batch uploads them when the task ends (see `python -m infra "
+                       "status`)")
+    return stats.line("download")
+
+
+def cancel(service: BatchService, job: str) -> None:
+    try:
+        service.terminate(job)
+    except JobNotFound:
+        raise JobError(f"job {job} not found") from None
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
+

@@ -1,0 +1,165 @@
+"""`python -m infra plan`: what a stack would deploy, what it costs per hour, and whether it is secure,
+evaluated offline (Pulumi mocks: no Azure, no Pulumi CLI), for review in pull requests."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from infra.core import cost, security
+from infra.cli.offline import Evaluation
+
+# Properties worth a reviewer's eye, per resource type (dotted paths into the inputs).
+KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "azure-native:resources:ResourceGroup": ("resourceGroupName", "location"),
+    "azure-native:network:VirtualNetwork": ("addressSpace.addressPrefixes",),
+    "azure-native:network:Subnet": ("addressPrefix", "serviceEndpoints.service"),
+    "azure-native:network:NetworkSecurityGroup": ("securityRules.name",),
+    "azure-native:network:NatGateway": ("sku.name",),
+    "azure-native:network:PublicIPAddress": ("sku.name",),
+    "azure-native:storage:StorageAccount": ("accountName", "kind", "sku.name", "minimumTlsVersion",
+                                            "allowBlobPublicAccess", "networkRuleSet.defaultAction"),
+    "azure-native:storage:BlobContainer": ("containerName", "publicAccess"),
+    "azure-native:storage:FileShare": ("shareName", "shareQuota"),
+    "azure-native:containerregistry:Registry": ("registryName", "sku.name", "adminUserEnabled"),
+    "azure-native:containerregistry:ScopeMap": ("actions",),
+    "azure-native:authorization:RoleAssignment": ("principalType",),
+    "azure-native:operationalinsights:Workspace": ("retentionInDays",),
+    "azure-native:monitor:DiagnosticSetting": ("logs.category",),
+    "docker-build:index:Image": ("dockerfile.location", "tags", "push", "buildOnPreview"),
+    "azure-native:network:NetworkInterface": ("ipConfigurations.privateIPAllocationMethod",),
+    "azure-native:compute:VirtualMachine": ("vmName", "hardwareProfile.vmSize", "storageProfile.dataDisks.diskSizeGB",
+                                            "osProfile.linuxConfiguration.disablePasswordAuthentication"),
+    "azure-native:storage:Blob": ("blobName",),
+    "azure-native:batch:BatchAccount": ("accountName", "allowedAuthenticationModes",
+                                        "networkProfile.accountAccess.defaultAction"),
+    "azure-native:batch:Pool": ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
+                                "networkConfiguration.publicIPAddressConfiguration.provision",
+                                "mountConfiguration.nfsMountConfiguration.source",
+                                "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
+    # The training job (dynamic resource): the ACR token password shares the type but has none of these.
+    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries"),
+}
+COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
+
+
+def _get(props: Any, path: str) -> Any:
+    head, _, rest = path.partition(".")
+    if isinstance(props, list):
+        values = [_get(item, path) for item in props]
+        return [v for v in values if v is not None] or None
+    value = props.get(head) if isinstance(props, dict) else None
+    return _get(value, rest) if rest and value is not None else value
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(_format(v) for v in value)
+    if isinstance(value, str) and "/" in value and len(value) > 40:
+        return "..." + value[-37:]  # long paths: the end is what tells them apart
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))  # the engine hands numbers over as floats
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _tree(evaluation: Evaluation) -> list[str]:
+    children = defaultdict(list)
+    for resource in evaluation.resources:
+        children[resource.parent_urn].append(resource)
+    known = {r.urn for r in evaluation.resources}
+    roots = [r for r in evaluation.resources if r.parent_urn not in known]
+    lines: list[str] = []
+
+    def show(resource, prefix: str, connector: str, continuation: str) -> None:
+        props = " ".join(f"{path}={_format(value)}" for path in KEY_PROPERTIES.get(resource.type, ())
+                         if (value := _get(resource.inputs, path)) is not None)
+        lines.append(f"{prefix}{connector}{resource.type}  {resource.name}" + (f"  {props}" if props else ""))
+        kids = sorted(children[resource.urn], key=lambda r: (r.custom, r.type, r.name))
+        by_type = defaultdict(list)
+        for kid in kids:
+            by_type[kid.type].append(kid)
+        shown: list = []
+        for kid in kids:
+            siblings = by_type[kid.type]
+            if len(siblings) <= COLLAPSE_AFTER or kid is siblings[0]:
+                shown.append(kid)
+        for i, kid in enumerate(shown):
+            last = i == len(shown) - 1
+            show(kid, prefix + continuation, "└─ " if last else "├─ ", "   " if last else "│  ")
+            more = len(by_type[kid.type]) - 1
+            if more >= COLLAPSE_AFTER:
+                lines.append(f"{prefix}{continuation}{'   ' if last else '│  '}   (and {more} more {kid.type})")
+
+    for root in roots:
+        show(root, "  ", "", "")
+    return lines
+
+
+def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
+    """(verdict, check name, detail) for every security check; verdict is PASS, FAIL or n/a."""
+    results = []
+    for check in [*security.RESOURCE_CHECKS, security.TAG_CHECK]:
+        applicable = [r for r in evaluation.resources if r.custom and check.applies_to(r.type)
+                      and (check is not security.TAG_CHECK or "tags" in r.inputs)]
+        failures = [f"{r.name}: {message}" for r in applicable if (message := check.validate(r.inputs))]
+        if not applicable:
+            results.append(("n/a", check.name, "no resource of this type in the stack"))
+        elif failures:
+            results.append(("FAIL", check.name, "; ".join(failures)))
+        else:
+            results.append(("PASS", check.name, f"{len(applicable)} resource(s)"))
+    sas_requests = [i.args for i in evaluation.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
+    sas_failures = [message for args in sas_requests if (message := security.check_sas_request(args))]
+    results.append(("FAIL" if sas_failures else "PASS", "sas-least-privilege",
+                    "; ".join(sas_failures) or f"{len(sas_requests)} SAS: container-scoped, https only, least permission, "
+                                              f"expiry within {security.SAS_EXPIRY_HOURS[1]} h"))
+    key_calls = sorted({i.token for i in evaluation.invocations if i.token in security.KEY_RETURNING_FUNCTIONS})
+    exposed = sorted(k for k in ("sas",) if k in evaluation.outputs and k not in evaluation.secret_outputs)
+    results.append(("FAIL" if key_calls or exposed else "PASS", "no-keys-in-outputs",
+                    f"called {key_calls}; plain outputs {exposed}" if key_calls or exposed
+                    else "no key-returning function called; SAS exported only as secrets"))
+    return results
+
+
+def before_up(cfg) -> list[str]:
+    """What a real subscription needs that the program cannot do for itself."""
+    sku = cfg.sku
+    return [*cfg.placeholders,
+            # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
+            # dedicated core quota per VM family is often 0 for GPU families.
+            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {cfg.max_nodes * sku.vcpus} "
+            f"vCPUs ({cfg.max_nodes} node(s) x {sku.vcpus}). A new Batch account often has 0 for GPU families: "
+            "after the account exists, request it (portal: Batch account > Quotas > Request quota increase), or "
+            "the pool stays at 0 nodes with a quota error in its resize errors.",
+            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
+            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+
+
+def render(evaluation: Evaluation) -> tuple[str, bool]:
+    """The plan as text, and whether every security check passed."""
+    cfg = evaluation.config
+    sku = cfg.sku
+    estimate = cost.estimate(cfg)
+    lines = [f"Plan for stack '{cfg.stack}' (team {cfg.team}, {cfg.location}); evaluated offline with Pulumi "
+             "mocks, nothing was sent to Azure.", "",
+             f"Resources ({sum(r.custom for r in evaluation.resources)} Azure resources in "
+             f"{sum(not r.custom for r in evaluation.resources)} components)"]
+    lines += _tree(evaluation)
+    lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
+              f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
+              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"]
+    lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
+    lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",
+              f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
+              f"({cfg.max_nodes * sku.gpus} GPUs)"]
+    results = verdicts(evaluation)
+    job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {sku.gpus} GPUs, "
+            f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
+           else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                 f"{cfg.stack}`"])
+    lines += ["", "Training job"] + job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg)]
+    lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
+    lines += ["", "Stack outputs"] + [
+        f"  {key}: [secret]" if key in evaluation.secret_outputs else f"  {key}: {_format(value)}"
+        for key, value in evaluation.outputs.items()]
+    return "\n".join(lines), all(v != "FAIL" for v, _, _ in results)

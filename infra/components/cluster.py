@@ -1,0 +1,100 @@
+"""Cluster: the Azure Batch account and its InfiniBand GPU pool (Batch AI, the reference's cluster
+service, ran on Azure Batch and was retired; a Batch pool is what it was).
+
+The account takes Azure AD only (no shared keys) and admits the deployers' IPs only. The pool: the GPU size
+from the catalog, Microsoft's HPC Ubuntu image (InfiniBand and GPU drivers), Docker-compatible containers
+pulled from the registry with the pool's managed identity, inter-node communication for MPI, one task
+slot per node (a node belongs to one training job), nodes in the compute subnet without public IPs, the
+NFS share mounted at $AZ_BATCH_NODE_MOUNTS_DIR/data, and an autoscale formula that is `minNodes` when
+idle and `maxNodes` while a job waits or runs. Azure cannot change most of a pool in place, so a change
+to those properties replaces the pool (when no job runs on it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import batch
+
+from infra.core import batch_spec, naming
+from infra.core.config import StackConfig
+
+POOL = "gpu"
+HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2204", version="latest")
+NODE_AGENT = "batch.node.ubuntu 22.04"
+AUTOSCALE_INTERVAL = "PT5M"
+# Pool properties Azure Batch cannot update in place (anything else is patched).
+REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
+                      "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
+
+
+@dataclass
+class ClusterArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+    compute_subnet_id: pulumi.Input[str]
+    registry_server: pulumi.Input[str]
+    image_names: dict[str, pulumi.Input[str]]  # registry/name:tag, no digest (see Registry.image_names)
+    pull_identity_id: pulumi.Input[str]
+    nfs_source: pulumi.Input[str]
+    nfs_options: str
+    depends_on: list[pulumi.Resource]  # what the nodes need first (the registry pull permission)
+
+
+class Cluster(pulumi.ComponentResource):
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:cluster:Cluster", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        self.account = batch.BatchAccount(
+            f"{name}-batch", account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location),
+            resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags,
+            pool_allocation_mode=batch.PoolAllocationMode.BATCH_SERVICE,
+            allowed_authentication_modes=[batch.AuthenticationMode.AAD],  # Azure AD only: no account keys
+            identity=batch.BatchAccountIdentityArgs(type=batch.ResourceIdentityType.SYSTEM_ASSIGNED),
+            public_network_access=batch.PublicNetworkAccessType.ENABLED,
+            network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
+                default_action=batch.EndpointAccessDefaultAction.DENY,
+                ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=cidr)
+                          for cidr in cfg.allowed_ip_ranges])),
+            opts=child)
+        self.pool = batch.Pool(
+            f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
+            pool_name=POOL, display_name=f"{cfg.sku.gpus}x {cfg.sku.gpu_model} per node ({cfg.gpu_sku})",
+            vm_size=cfg.gpu_sku,
+            deployment_configuration=batch.DeploymentConfigurationArgs(
+                virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
+                    image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
+                    container_configuration=batch.ContainerConfigurationArgs(
+                        type=batch.ContainerType.DOCKER_COMPATIBLE,
+                        container_image_names=list(args.image_names.values()),  # prefetched when a node starts
+                        container_registries=[batch.ContainerRegistryArgs(
+                            registry_server=args.registry_server,
+                            identity_reference=batch.ComputeNodeIdentityReferenceArgs(
+                                resource_id=args.pull_identity_id))]))),
+            identity=batch.BatchPoolIdentityArgs(type=batch.PoolIdentityType.USER_ASSIGNED,
+                                                 user_assigned_identities=[args.pull_identity_id]),
+            inter_node_communication=batch.InterNodeCommunicationState.ENABLED,
+            task_slots_per_node=1,
+            network_configuration=batch.NetworkConfigurationArgs(
+                subnet_id=args.compute_subnet_id, enable_accelerated_networking=True,
+                public_ip_address_configuration=batch.PublicIPAddressConfigurationArgs(
+                    provision=batch.IPAddressProvisioningType.NO_PUBLIC_IP_ADDRESSES)),
+            # Nodes call the Batch service outbound (through the NAT gateway); nothing calls in.
+            target_node_communication_mode=batch.NodeCommunicationMode.SIMPLIFIED,
+            mount_configuration=[batch.MountConfigurationArgs(nfs_mount_configuration=batch.NFSMountConfigurationArgs(
+                source=args.nfs_source, relative_mount_path=batch_spec.NFS_MOUNT, mount_options=args.nfs_options))],
+            scale_settings=batch.ScaleSettingsArgs(auto_scale=batch.AutoScaleSettingsArgs(
+                formula=batch_spec.autoscale_formula(cfg.min_nodes, cfg.max_nodes),
+                evaluation_interval=AUTOSCALE_INTERVAL)),
+            start_task=batch.StartTaskArgs(
+                command_line=batch_spec.start_task_command(cfg.data_local_cache, cfg.training_data_wait_minutes),
+                wait_for_success=True,
+                max_task_retry_count=2,
+                user_identity=batch.UserIdentityArgs(auto_user=batch.AutoUserSpecificationArgs(
+                    scope=batch.AutoUserScope.POOL, elevation_level=batch.ElevationLevel.ADMIN))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on,
+                                        replace_on_changes=REPLACE_ON_CHANGES, delete_before_replace=True))
+        self.endpoint = self.account.account_endpoint
+        self.register_outputs({"batch_account": self.account.name, "pool": self.pool.name,
+                               "endpoint": self.endpoint})

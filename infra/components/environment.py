@@ -1,0 +1,119 @@
+"""Environment: one team's whole training environment, the root of the resource tree.
+
+Order follows the data path: resource group -> monitoring -> network -> storage (+SAS) -> registry and
+images -> NFS file server (staged from storage) -> Batch account and GPU pool (mounting NFS, pulling the
+images) -> the training job, launched once the pool exists (unless trainingLaunchOnUp is false).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import pulumi
+from pulumi_azure_native import resources
+
+from infra.components import roles
+from infra.core import naming
+from infra.components.cluster import Cluster, ClusterArgs
+from infra.core.config import StackConfig
+from infra.components.monitoring import Monitoring, MonitoringArgs
+from infra.components.network import Network, NetworkArgs
+from infra.components.nfs import NfsArgs, NfsServer
+from infra.components.registry import Registry, RegistryArgs
+from infra.components.storage import Storage, StorageArgs
+from infra.cli.operate import job_inputs
+from infra.components.training_job import TrainingJob, TrainingJobArgs
+
+
+@dataclass
+class EnvironmentArgs:
+    config: StackConfig
+    now: datetime | None = None  # the clock for SAS and token expiry; tests pin it
+
+
+class Environment(pulumi.ComponentResource):
+    def __init__(self, name: str, args: EnvironmentArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:index:Environment", name, None, opts)
+        cfg = args.config
+        now = args.now or datetime.now(timezone.utc)
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.resource_group = resources.ResourceGroup(
+            f"{name}-rg", resource_group_name=naming.resource_group(cfg.team, cfg.stack), location=cfg.location,
+            tags=cfg.tags,
+            # The resource group holds the storage account: keep it too when outputs are retained.
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs))
+        rg = self.resource_group.name
+        self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg, rg), child)
+        self.network = Network(f"{name}-net", NetworkArgs(cfg, rg), child)
+        self.storage = Storage(f"{name}-data", StorageArgs(
+            cfg, rg, subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id], now=now), child)
+        self.monitoring.watch_storage("storage", self.storage.account.id)
+        self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
+        urls = self.storage.container_urls
+        self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
+            cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
+            compute_subnet_id=self.network.compute_subnet.id,
+            container_urls={c: urls[c] for c in ("data", "scripts", "status")},
+            container_ids={c: self.storage.containers[c].id for c in ("data", "scripts", "status")}),
+            pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
+        # The GPU nodes reach storage with their identity, so no SAS sits in the Batch task definitions:
+        # the scripts and data to read, the outputs to write (Batch uploads output files with it).
+        nodes = self.registry.pull_identity
+        self.node_grants = [
+            self.storage.grant("nodes-scripts", nodes.principal_id, "scripts", roles.BLOB_DATA_READER),
+            self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
+            self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_CONTRIBUTOR),
+        ]
+        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
+            registry_server=self.registry.registry.login_server, image_names=self.registry.image_names,
+            pull_identity_id=nodes.id, nfs_source=self.nfs.mount_source,
+            nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
+        self.monitoring.watch_batch("batch", self.cluster.account.id)
+        self.job = None
+        if cfg.training_launch_on_up:
+            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
+            status = urls["status"] if cfg.nfs_kind == "vm" else ""
+            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+            stack_outputs = pulumi.Output.all(
+                poolId=self.cluster.pool.name, imageRefs=self.registry.image_refs,
+                registryLoginServer=self.registry.registry.login_server, pullIdentityId=nodes.id,
+                pullIdentityClientId=nodes.client_id, containerUrls=urls)
+            self.job = TrainingJob(f"{name}-job", TrainingJobArgs(
+                batch_endpoint=self.cluster.endpoint, data_status_url=status,
+                inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
+                                                                *self.node_grants]))
+
+        self.outputs = {
+            "resourceGroupName": rg,
+            "vnetId": self.network.vnet.id,
+            "computeSubnetId": self.network.compute_subnet.id,
+            "storageSubnetId": self.network.storage_subnet.id,
+            "storageAccountName": self.storage.account.name,
+            "containerUrls": self.storage.container_urls,
+            "resultsShareName": self.storage.results_share.name,
+            "sas": pulumi.Output.secret(self.storage.sas),
+            "registryLoginServer": self.registry.registry.login_server,
+            "imageRefs": self.registry.image_refs,
+            "pullIdentityId": self.registry.pull_identity.id,
+            "pullIdentityClientId": self.registry.pull_identity.client_id,
+            "logAnalyticsWorkspaceId": self.monitoring.workspace.id,
+            "appInsightsId": self.monitoring.app_insights.id,
+            "nfsKind": cfg.nfs_kind,
+            "nfsMountSource": self.nfs.mount_source,
+            "batchAccountName": self.cluster.account.name,
+            "batchAccountEndpoint": self.cluster.endpoint,
+            "poolId": self.cluster.pool.name,
+            "trainingJobId": self.job.job_id if self.job else "",
+        }
+        self.register_outputs(self.outputs)
+
+
+def deploy(config: StackConfig, now: datetime | None = None) -> Environment:
+    """The whole program, given its config: what __main__.py runs and what `plan` evaluates offline."""
+    environment = Environment(f"dltrain-{config.team}", EnvironmentArgs(config, now))
+    for key, value in environment.outputs.items():
+        pulumi.export(key, value)
+    return environment

@@ -1,0 +1,68 @@
+"""Monitoring: a Log Analytics workspace and Application Insights, fed by diagnostic settings.
+
+Storage access logs (who read or wrote which blob, with which SAS) matter for a data path built on SAS;
+the cluster component adds the Batch account's settings to the same workspace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import applicationinsights, monitor, operationalinsights
+
+from infra.core.config import StackConfig
+
+BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
+# Batch: service logs (pool resizes, task starts and ends), audit (who changed what) and metrics (nodes).
+# `ServiceLog` is the category's name; `ServiceLogs` is deprecated
+# (https://learn.microsoft.com/azure/batch/batch-diagnostics#service-log-events).
+BATCH_LOG_CATEGORIES = ("ServiceLog", "AuditLog")
+
+
+@dataclass
+class MonitoringArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+
+
+class Monitoring(pulumi.ComponentResource):
+    def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:monitoring:Monitoring", name, None, opts)
+        cfg = args.config
+        self._name = name
+        child = pulumi.ResourceOptions(parent=self)
+        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+
+        self.workspace = operationalinsights.Workspace(
+            f"{name}-logs", **common,
+            sku=operationalinsights.WorkspaceSkuArgs(name=operationalinsights.WorkspaceSkuNameEnum.PER_GB2018),
+            retention_in_days=cfg.log_retention_days, opts=child)
+        self.app_insights = applicationinsights.Component(
+            f"{name}-appinsights", **common, kind="other",
+            application_type=applicationinsights.ApplicationType.OTHER,
+            workspace_resource_id=self.workspace.id,
+            ingestion_mode=applicationinsights.IngestionMode.LOG_ANALYTICS, opts=child)
+        self.register_outputs({"workspace_id": self.workspace.id, "app_insights_id": self.app_insights.id})
+
+    def watch_storage(self, label: str, account_id: pulumi.Input[str]) -> list[monitor.DiagnosticSetting]:
+        """Send the account's metrics and its blob service's access logs to the workspace."""
+        child = pulumi.ResourceOptions(parent=self)
+        name = f"{self._name}-{label}"
+        return [
+            monitor.DiagnosticSetting(
+                f"{name}-account-diag", resource_uri=account_id, workspace_id=self.workspace.id,
+                metrics=[monitor.DiagnosticsMetricSettingsArgs(category="Transaction", enabled=True)], opts=child),
+            monitor.DiagnosticSetting(
+                f"{name}-blob-diag", resource_uri=pulumi.Output.concat(account_id, "/blobServices/default"),
+                workspace_id=self.workspace.id,
+                logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in BLOB_LOG_CATEGORIES],
+                metrics=[monitor.DiagnosticsMetricSettingsArgs(category="Transaction", enabled=True)], opts=child),
+        ]
+
+    def watch_batch(self, label: str, account_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the Batch account's service logs, audit log and metrics (node counts, tasks) to the workspace."""
+        return monitor.DiagnosticSetting(
+            f"{self._name}-{label}-diag", resource_uri=account_id, workspace_id=self.workspace.id,
+            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in BATCH_LOG_CATEGORIES],
+            metrics=[monitor.DiagnosticsMetricSettingsArgs(category="AllMetrics", enabled=True)],
+            opts=pulumi.ResourceOptions(parent=self))

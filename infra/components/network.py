@@ -1,0 +1,90 @@
+"""Network: the team VNet, a compute subnet for the GPU nodes and a storage subnet for the NFS server.
+
+Nodes get no public IP, so outbound traffic (image pulls, package installs, Batch node agent) leaves
+through a NAT gateway. NSGs deny everything inbound from the Internet and allow all traffic inside the
+VNet, which MPI, NCCL and NFS need between nodes on arbitrary ports.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import network
+
+from infra.core.config import StackConfig
+
+
+@dataclass
+class NetworkArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+
+
+# Priorities: VNet traffic first, the Internet deny last (Azure's implicit rules sit at 65000+).
+ALLOW_VNET_INBOUND = network.SecurityRuleArgs(
+    name="allow-vnet-inbound", priority=100, direction=network.SecurityRuleDirection.INBOUND,
+    access=network.SecurityRuleAccess.ALLOW, protocol=network.SecurityRuleProtocol.ASTERISK,
+    source_address_prefix="VirtualNetwork", source_port_range="*",
+    destination_address_prefix="VirtualNetwork", destination_port_range="*",
+)
+DENY_INTERNET_INBOUND = network.SecurityRuleArgs(
+    name="deny-internet-inbound", priority=4000, direction=network.SecurityRuleDirection.INBOUND,
+    access=network.SecurityRuleAccess.DENY, protocol=network.SecurityRuleProtocol.ASTERISK,
+    source_address_prefix="Internet", source_port_range="*",
+    destination_address_prefix="*", destination_port_range="*",
+)
+
+
+class Network(pulumi.ComponentResource):
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:network:Network", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+
+        # Static egress IP for the NAT gateway; the only public IP in the stack, and it accepts no inbound.
+        self.egress_ip = network.PublicIPAddress(
+            f"{name}-egress-ip", **common,
+            sku=network.PublicIPAddressSkuArgs(name=network.PublicIPAddressSkuName.STANDARD),
+            public_ip_allocation_method=network.IPAllocationMethod.STATIC, opts=child)
+        self.nat_gateway = network.NatGateway(
+            f"{name}-nat", **common,
+            sku=network.NatGatewaySkuArgs(name=network.NatGatewaySkuName.STANDARD),
+            public_ip_addresses=[network.SubResourceArgs(id=self.egress_ip.id)], opts=child)
+
+        self.vnet = network.VirtualNetwork(
+            f"{name}-vnet", **common,
+            address_space=network.AddressSpaceArgs(address_prefixes=[str(cfg.address_space)]), opts=child)
+
+        self.compute_nsg = self._nsg(f"{name}-compute-nsg", common)
+        self.storage_nsg = self._nsg(f"{name}-storage-nsg", common)
+        # Service endpoints keep storage (and registry) traffic on the Azure backbone and let the storage
+        # firewall admit these subnets while denying everything else.
+        self.compute_subnet = network.Subnet(
+            f"{name}-compute", resource_group_name=args.resource_group_name,
+            virtual_network_name=self.vnet.name, address_prefix=str(cfg.compute_subnet),
+            network_security_group=network.NetworkSecurityGroupArgs(id=self.compute_nsg.id),
+            nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
+            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage"),
+                               network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.ContainerRegistry")],
+            opts=child)
+        # Subnets of one VNet are created one after the other: Azure rejects concurrent subnet writes.
+        self.storage_subnet = network.Subnet(
+            f"{name}-storage", resource_group_name=args.resource_group_name,
+            virtual_network_name=self.vnet.name, address_prefix=str(cfg.storage_subnet),
+            network_security_group=network.NetworkSecurityGroupArgs(id=self.storage_nsg.id),
+            nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
+            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage")],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.compute_subnet]))
+
+        self.register_outputs({
+            "vnet_id": self.vnet.id,
+            "compute_subnet_id": self.compute_subnet.id,
+            "storage_subnet_id": self.storage_subnet.id,
+            "egress_ip": self.egress_ip.ip_address,
+        })
+
+    def _nsg(self, name: str, common: dict) -> network.NetworkSecurityGroup:
+        return network.NetworkSecurityGroup(
+            name, **common, security_rules=[ALLOW_VNET_INBOUND, DENY_INTERNET_INBOUND],
+            opts=pulumi.ResourceOptions(parent=self))

@@ -1,0 +1,96 @@
+"""Registry: ACR with one training image per framework, pulled by the cluster's managed identity.
+
+The admin user stays disabled. The cluster pulls with a user-assigned identity holding AcrPull; the
+images are pushed by a token scoped to their repositories, whose password is generated at deploy time
+and kept as a secret (infra/acr_token.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pulumi
+import pulumi_docker_build as docker_build
+from pulumi_azure_native import containerregistry, managedidentity
+
+from infra.components import roles
+from infra.core import naming
+from infra.components.acr_token import TokenPassword
+from infra.core.config import StackConfig
+
+DOCKERFILES = {"pytorch": "images/pytorch.Dockerfile", "tensorflow": "images/tensorflow.Dockerfile"}
+
+
+def push_scope(frameworks: tuple[str, ...]) -> list[str]:
+    """What the push token may do: read and write the framework repositories, nothing else."""
+    return [f"repositories/{fw}/content/{action}" for fw in frameworks for action in ("read", "write")]
+
+
+def token_expiry(now: datetime) -> str:
+    """First day of the month after next: 1-2 months out, and stable within a month so `up` does not
+    regenerate the password (and rebuild every image) on each run."""
+    month = now.month + 2
+    return datetime(now.year + (month - 1) // 12, (month - 1) % 12 + 1, 1).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class RegistryArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+    now: datetime
+
+
+class Registry(pulumi.ComponentResource):
+    def __init__(self, name: str, args: RegistryArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:registry:Registry", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+
+        self.registry = containerregistry.Registry(
+            f"{name}-acr", **common, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
+            sku=containerregistry.SkuArgs(name=cfg.registry_sku), admin_user_enabled=False, opts=child)
+
+        # The GPU nodes' identity: pulls the images here; the environment grants it its storage containers.
+        self.pull_identity = managedidentity.UserAssignedIdentity(f"{name}-pull-id", **common, opts=child)
+        self.acr_pull = roles.assign(f"{name}-acr-pull", key=f"{cfg.team}/{cfg.stack}/acrpull", role=roles.ACR_PULL,
+                                     principal_id=self.pull_identity.principal_id, scope=self.registry.id, parent=self)
+
+        self.push_scope_map = containerregistry.ScopeMap(
+            f"{name}-push-scope", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
+            scope_map_name="training-image-push", actions=push_scope(cfg.frameworks),
+            description="Push the training images, nothing else", opts=child)
+        self.push_token = containerregistry.Token(
+            f"{name}-push-token", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
+            token_name="training-image-push", scope_map_id=self.push_scope_map.id,
+            status=containerregistry.TokenStatus.ENABLED, opts=child)
+        self.push_password = TokenPassword(
+            f"{name}-push-password", registry_id=self.registry.id, token_id=self.push_token.id,
+            expiry=token_expiry(args.now), opts=child)
+
+        login = docker_build.RegistryArgs(address=self.registry.login_server, username=self.push_token.name,
+                                          password=self.push_password.password)
+        self.images = {
+            framework: docker_build.Image(
+                f"{name}-{framework}-image",
+                # Paths relative to the project folder, where Pulumi runs the program.
+                context=docker_build.BuildContextArgs(location="."),
+                dockerfile=docker_build.DockerfileArgs(location=DOCKERFILES[framework]),
+                platforms=[docker_build.Platform.LINUX_AMD64],
+                tags=[pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")],
+                registries=[login],
+                push=True,
+                build_on_preview=False,  # a preview (and a PR review) must not spend 20 minutes building CUDA images
+                opts=child)
+            for framework in cfg.frameworks
+        }
+        # By digest for the job (it runs exactly what was built); by tag for the pool's prefetch list, which
+        # Azure can only change by replacing the pool (a digest there would redeploy it on every rebuild).
+        self.image_refs = {framework: image.ref for framework, image in self.images.items()}
+        self.image_names = {framework: pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")
+                            for framework in cfg.frameworks}
+        self.register_outputs({
+            "login_server": self.registry.login_server,
+            "image_refs": self.image_refs,
+            "pull_identity_id": self.pull_identity.id,
+        })

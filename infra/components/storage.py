@@ -1,0 +1,144 @@
+"""Storage: the StorageV2 account with the blob containers that carry the data path, and their SAS.
+
+`data` holds the dataset as uploaded (ImageNet layout or tarballs), `scripts` what jobs fetch, `outputs`
+what jobs write back (models, metrics, logs), `status` what machines report (the NFS server's staging).
+People reach the first three by SAS, one per container, least permission,
+https only, bounded expiry, minted by Azure from the account key without the key ever leaving Azure
+(`listServiceSas`). The SAS values are Pulumi secrets: encrypted in state, masked in output.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import pulumi
+from pulumi_azure_native import storage
+
+from infra.components import roles
+from infra.core import naming
+from infra import REPO_ROOT
+from infra.core.config import StackConfig
+from infra.core.batch_spec import SCRIPTS_PREFIX
+
+# Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
+# writes (it can neither read back nor delete what other runs wrote).
+SAS_PERMISSIONS: dict[str, str] = {"data": "rl", "scripts": "rl", "outputs": "cw"}
+# `status`: what machines report to the deployer (the NFS server: "the data is staged"). No SAS: the NFS server
+# writes it with its identity, deployers read it with Azure AD.
+STATUS = "status"
+CONTAINERS = (*SAS_PERMISSIONS, STATUS)
+RESULTS_SHARE = "results"
+RESULTS_SHARE_QUOTA_GIB = 1024
+TRAINING_PACKAGE = REPO_ROOT / "training"
+
+
+def training_scripts() -> list:
+    """The training package's modules, uploaded to `scripts`: jobs and the NFS server run these."""
+    return sorted(TRAINING_PACKAGE.glob("*.py"))
+
+
+def sas_expiry(now: datetime, hours: int) -> str:
+    """SAS expiry as Azure wants it; rounded down to the hour so re-runs within the hour give the same token."""
+    return (now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class StorageArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+    subnet_ids: list[pulumi.Input[str]]  # subnets admitted through the storage firewall
+    now: datetime | None = None  # for the SAS expiry; tests pin it
+
+
+class Storage(pulumi.ComponentResource):
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:storage:Storage", name, None, opts)
+        cfg = args.config
+        # retainOutputs: `pulumi destroy` forgets the account and leaves it (and the models) in Azure.
+        child = pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs)
+        account_name = naming.storage_account(cfg.team, cfg.stack, cfg.location)
+        self._name, self._key = name, f"{cfg.team}/{cfg.stack}/storage"
+        encrypted = storage.EncryptionServiceArgs(enabled=True, key_type=storage.KeyType.ACCOUNT)
+
+        self.account = storage.StorageAccount(
+            f"{name}-account",
+            account_name=account_name,
+            resource_group_name=args.resource_group_name,
+            location=cfg.location,
+            tags=cfg.tags,
+            kind=storage.Kind.STORAGE_V2,
+            sku=storage.SkuArgs(name=storage.SkuName.STANDARD_LRS),
+            access_tier=storage.AccessTier.HOT,
+            enable_https_traffic_only=True,
+            minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
+            allow_blob_public_access=False,
+            # Deny by default: only the VNet subnets and the deployers' listed IPs get through; trusted Azure
+            # services (Batch output upload, diagnostics) bypass the firewall.
+            network_rule_set=storage.NetworkRuleSetArgs(
+                default_action=storage.DefaultAction.DENY,
+                bypass=storage.Bypass.AZURE_SERVICES,
+                virtual_network_rules=[storage.VirtualNetworkRuleArgs(virtual_network_resource_id=subnet_id,
+                                                                      action=storage.Action.ALLOW)
+                                       for subnet_id in args.subnet_ids],
+                ip_rules=[storage.IPRuleArgs(i_p_address_or_range=cidr, action=storage.Action.ALLOW)
+                          for cidr in cfg.allowed_ip_ranges],
+            ),
+            encryption=storage.EncryptionArgs(
+                key_source=storage.KeySource.MICROSOFT_STORAGE,
+                require_infrastructure_encryption=True,  # a second, infrastructure-level layer of AES-256
+                services=storage.EncryptionServicesArgs(blob=encrypted, file=encrypted),
+            ),
+            opts=child)
+
+        self.containers = {
+            container: storage.BlobContainer(
+                f"{name}-{container}", container_name=container, account_name=self.account.name,
+                resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE, opts=child)
+            for container in CONTAINERS
+        }
+        self.results_share = storage.FileShare(
+            f"{name}-{RESULTS_SHARE}", share_name=RESULTS_SHARE, account_name=self.account.name,
+            resource_group_name=args.resource_group_name, share_quota=RESULTS_SHARE_QUOTA_GIB, opts=child)
+
+        # The training scripts in `scripts`: a job fetches the current ones, so a fix needs no image rebuild.
+        self.scripts = [
+            storage.Blob(f"{name}-script-{path.stem}", account_name=self.account.name,
+                         container_name=self.containers["scripts"].name, resource_group_name=args.resource_group_name,
+                         blob_name=SCRIPTS_PREFIX + path.name, source=pulumi.FileAsset(str(path)),
+                         type=storage.BlobType.BLOCK, content_type="text/x-python", opts=child)
+            for path in training_scripts()
+        ]
+
+        self.container_urls = {
+            container: pulumi.Output.concat(self.account.primary_endpoints.blob, c.name)
+            for container, c in self.containers.items()
+        }
+        expiry = sas_expiry(args.now or datetime.now(timezone.utc), cfg.sas_expiry_hours)
+        self.sas = {
+            container: self._container_sas(args.resource_group_name, container, permissions, expiry)
+            for container, permissions in SAS_PERMISSIONS.items()
+        }
+        self.register_outputs({
+            "account_name": self.account.name,
+            "container_urls": self.container_urls,
+            "results_share": self.results_share.name,
+            "sas": self.sas,
+        })
+
+    def grant(self, label: str, principal_id: pulumi.Input[str], container: str, role: str):
+        """A managed identity's access to one container (Storage Blob Data Reader or Contributor)."""
+        return roles.assign(f"{self._name}-{label}", key=f"{self._key}/{label}", role=role, principal_id=principal_id,
+                            scope=self.containers[container].id, parent=self)
+
+    def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
+        token = storage.list_storage_account_service_sas_output(
+            account_name=self.account.name,
+            resource_group_name=resource_group_name,
+            canonicalized_resource=pulumi.Output.concat("/blob/", self.account.name, "/", container),
+            resource=storage.SignedResource.C,
+            permissions=permissions,
+            protocols=storage.HttpProtocol.HTTPS,
+            shared_access_expiry_time=expiry,
+            opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.containers[container]]),
+        ).service_sas_token
+        return pulumi.Output.secret(token)

@@ -1,0 +1,275 @@
+"""The training job as Azure Batch sees it, built by pure functions (no SDK, no network).
+
+One Batch job per training run, holding one multi-instance task: Batch allocates `nodes` nodes of the pool
+to it, runs the coordination command on every node (the job's own sshd inside the container, so mpirun can
+reach the other nodes), then the application command on the primary: `python -m training launch`, which
+starts Horovod over MPI with one process per GPU on every node. The dicts here have the Batch REST API's shape
+(camelCase); `infra/batch.py` hands them to the SDK unchanged. Both the TrainingJob dynamic resource
+(`pulumi up`) and `python -m infra submit` build their jobs here, so both launch the same thing.
+
+Batch's rules this relies on:
+- Common resource files go to the task root directory (AZ_BATCH_TASK_DIR, one above the working directory) on
+  every node; the coordination command runs on every node, the application command on the primary only
+  after all coordination commands finished (https://learn.microsoft.com/azure/batch/batch-mpi).
+- AZ_BATCH_TASK_SHARED_DIR is the same path on every node of a multi-instance task; AZ_BATCH_HOST_LIST lists
+  the nodes' IPs (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
+- A container task sees the folders under AZ_BATCH_NODE_ROOT_DIR and nothing else of the host unless mounted
+  (https://learn.microsoft.com/rest/api/batchservice/task/add, containerSettings).
+- Resource files and output files reach storage with the pool's user-assigned identity (`identityReference`),
+  so no SAS sits in the task definition, which anyone who can read the Batch account can read
+  (https://learn.microsoft.com/azure/batch/managed-identity-pools).
+
+Where things live on a node:
+  $AZ_BATCH_NODE_MOUNTS_DIR/data           the NFS share (the staged dataset; runs/ for job outputs; .jobs/ keys)
+  $AZ_BATCH_NODE_SHARED_DIR/data-cache     the dataset copied to local disk by the start task (dataLocalCache)
+  $AZ_BATCH_TASK_SHARED_DIR/training       the training scripts from the `scripts` container, on PYTHONPATH
+Checkpoints go to the NFS share, so a retried task resumes where the last one stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from dataclasses import asdict, dataclass
+
+from infra.core.skus import CATALOG, GpuSku
+
+NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
+DATASET = "imagenet"  # the data container is staged into <share>/imagenet
+LOCAL_CACHE = "data-cache"  # under AZ_BATCH_NODE_SHARED_DIR: on the node's local disk and seen by containers
+SSH_PORT = 2222  # the containers' sshd for mpirun; the host's own sshd keeps port 22
+TASK_ID = "train"
+STAGED_MARKER = ".staged"  # written into the dataset folder once staging has finished
+STAGED_BLOB = DATASET + STAGED_MARKER  # ... and reported as this blob in the `status` container
+SCRIPTS_PREFIX = "training/"
+DATA_WAIT_EXIT_CODE = 3  # the data was not staged within the deadline
+POLL_S = 60
+
+# NCCL and UCX over InfiniBand on the HPC image (ND A100 v4 / H100 v5): relaxed PCI ordering for the
+# NICs, the size's topology file (skus.py), and TCP bootstrap on the Ethernet interface.
+NCCL_IB_ENV = {
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+    "UCX_IB_PCI_RELAXED_ORDERING": "on",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "UCX_NET_DEVICES": "mlx5_ib0:1",
+    "NCCL_DEBUG": "WARN",
+    "OMPI_MCA_pml": "ucx",
+    "OMPI_MCA_btl": "^openib,smcuda",
+}
+# Every container shares the host network (MPI and NCCL address nodes by their IPs) and IPC.
+CONTAINER_RUN_OPTIONS = "--network=host --ipc=host --ulimit memlock=-1 --ulimit stack=67108864"
+# Only on InfiniBand sizes: the RDMA devices and the HPC image's topology files (docker refuses a missing
+# device, so a size without InfiniBand must not ask for it).
+INFINIBAND_RUN_OPTIONS = "--device=/dev/infiniband --cap-add=IPC_LOCK -v /opt/microsoft:/opt/microsoft:ro"
+
+
+@dataclass(frozen=True)
+class JobInputs:
+    """Everything a training job depends on. No secrets: storage is reached with the nodes' identity."""
+
+    stack: str
+    pool_id: str
+    nodes: int
+    gpu_sku: str  # from infra/skus.py: GPUs per node, InfiniBand, NCCL topology
+    framework: str  # pytorch | tensorflow | keras
+    image: str  # full reference, registry/name:tag@digest: the job runs exactly the image `up` built
+    registry_server: str
+    node_identity_id: str  # resource ID of the pool's user-assigned identity (pull, scripts, data, outputs)
+    node_identity_client_id: str  # its client ID, so Azure SDKs in the task pick it (AZURE_CLIENT_ID)
+    train_args: tuple[str, ...]
+    retries: int
+    max_hours: int  # the task's maxWallClockTime
+    data_wait_minutes: int  # how long the task waits for the NFS server to finish staging
+    local_cache: bool
+    scripts_url: str  # the scripts container URL (no SAS)
+    outputs_url: str  # the outputs container URL (no SAS)
+    data_url: str = ""  # the data container URL (no SAS): set when the job stages the data itself
+
+    @property
+    def sku(self) -> GpuSku:
+        return CATALOG[self.gpu_sku]
+
+    def fingerprint(self) -> str:
+        """Same training, same fingerprint."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def job_id(inputs: JobInputs, attempt: str = "") -> str:
+    """Batch job IDs are unique per account and never reusable after deletion, hence the fingerprint."""
+    return f"train-{inputs.stack}-{inputs.fingerprint()}{'-' + attempt if attempt else ''}"
+
+
+def batch_path(variable: str, *parts: str) -> str:
+    """A shell word for a path under a Batch folder variable: the variable expands, the rest is quoted."""
+    rest = "/".join(parts)
+    return f'"${variable}"' + (shlex.quote("/" + rest) if rest else "")
+
+
+def nfs_path(*parts: str) -> str:
+    return batch_path("AZ_BATCH_NODE_MOUNTS_DIR", NFS_MOUNT, *parts)
+
+
+def data_dir(local_cache: bool) -> str:
+    return batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE, DATASET) if local_cache else nfs_path(DATASET)
+
+
+def run_dir(job: str) -> str:
+    return nfs_path("runs", job)
+
+
+def keys_dir(job: str) -> str:
+    """Where the primary publishes the job's public key (root-only folder on the share)."""
+    return nfs_path(".jobs", job)
+
+
+def train_words(inputs: JobInputs, job: str) -> list[str]:
+    """The `python -m training train` arguments every rank runs, as shell words: the job's own paths expand
+    Batch's variables; every user argument is quoted, so no user text is ever run by the shell."""
+    return ["--framework", shlex.quote(inputs.framework), "--data", data_dir(inputs.local_cache),
+            "--output-dir", run_dir(job), "--resume", "auto", *(shlex.quote(a) for a in inputs.train_args)]
+
+
+def wait_for_data(dataset: str, minutes: int) -> str:
+    """Shell: wait for the NFS server to finish staging `dataset` (a shell word), at most `minutes`."""
+    marker = f"{dataset}/{STAGED_MARKER}"
+    return (f"deadline=$((SECONDS + {minutes * 60})); until [ -f {marker} ]; do "
+            f"if [ $SECONDS -ge $deadline ]; then echo \"error: the dataset is not staged after {minutes} minutes "
+            f"(no {STAGED_MARKER} in it): check the NFS server's staging (journalctl -u dltrain-stage on it) "
+            f"and submit again\" >&2; exit {DATA_WAIT_EXIT_CODE}; fi; "
+            f"echo \"waiting for the NFS server to finish staging the dataset\"; sleep {POLL_S}; done")
+
+
+def stage_data(dataset: str, data_url: str) -> str:
+    """Shell: stage the data container onto the share once, with the nodes' identity (Azure AD, no SAS)."""
+    marker = f"{dataset}/{STAGED_MARKER}"
+    return (f"[ -f {marker} ] || {{ python -m training stage {shlex.quote(data_url)} {dataset} "
+            f"&& touch {marker}; }} || exit 1")
+
+
+def _script(*lines: str) -> str:
+    return f"/bin/bash -c {shlex.quote('; '.join(lines))}"
+
+
+# The scripts Batch downloaded to the task root go where every rank imports them from: the task-shared folder
+# has the same path on every node, and mpirun starts remote ranks in the launcher's working directory.
+_SCRIPTS_IN_PLACE = ('mkdir -p "$AZ_BATCH_TASK_SHARED_DIR" && rm -rf "$AZ_BATCH_TASK_SHARED_DIR/training" '
+                     '&& cp -r "$AZ_BATCH_TASK_DIR/training" "$AZ_BATCH_TASK_SHARED_DIR/" || exit 1')
+_IMPORTABLE = 'cd "$AZ_BATCH_TASK_SHARED_DIR" && export PYTHONPATH="$AZ_BATCH_TASK_SHARED_DIR" || exit 1'
+
+
+def coordination_command(job: str) -> str:
+    """On every node, before the application command: the training scripts in place, then the job's sshd."""
+    return _script(_SCRIPTS_IN_PLACE, _IMPORTABLE,
+                   f"exec python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)}")
+
+
+def application_command(inputs: JobInputs, job: str) -> str:
+    """On the primary node: make sure the data is staged, launch Horovod across all nodes, then copy the
+    run (without checkpoints) to ./outputs, which Batch uploads to the outputs container, whatever the
+    exit status."""
+    dataset = nfs_path(DATASET)
+    prelude = (stage_data(dataset, inputs.data_url) if inputs.data_url
+               else wait_for_data(dataset, inputs.data_wait_minutes))
+    launch = ["python", "-m", "training", "launch", "--slots", str(inputs.sku.gpus), "--ssh-port", str(SSH_PORT),
+              "--", *train_words(inputs, job)]
+    outputs = batch_path("AZ_BATCH_TASK_WORKING_DIR", "outputs")
+    return _script(_IMPORTABLE, prelude, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
+                   f"mkdir -p {outputs}",
+                   f"(cd {run_dir(job)} && tar --exclude=./checkpoints -cf - .) | tar -xf - -C {outputs}",
+                   "exit $rc")
+
+
+def environment(inputs: JobInputs) -> list[dict[str, str]]:
+    sku = inputs.sku
+    env = {**NCCL_IB_ENV, "NCCL_TOPO_FILE": sku.nccl_topo_file} if sku.infiniband else {
+        "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["AZURE_CLIENT_ID"] = inputs.node_identity_client_id  # DefaultAzureCredential picks the pool's identity
+    return [{"name": k, "value": v} for k, v in sorted(env.items()) if v]
+
+
+def container_run_options(sku: GpuSku) -> str:
+    return f"{CONTAINER_RUN_OPTIONS} {INFINIBAND_RUN_OPTIONS}" if sku.infiniband else CONTAINER_RUN_OPTIONS
+
+
+# Batch counts a job with terminatejob and no tasks as complete at once, so the job is created with noaction,
+# the task added, and then the job updated with this (https://learn.microsoft.com/rest/api/batchservice/job/add,
+# onAllTasksComplete).
+END_WITH_TASKS = {"onAllTasksComplete": "terminatejob"}
+
+
+def job_spec(inputs: JobInputs, job: str) -> dict:
+    return {
+        "id": job,
+        "displayName": f"ResNet50 {inputs.framework} on {inputs.nodes}x{inputs.sku.gpus} GPUs ({inputs.stack})",
+        "poolInfo": {"poolId": inputs.pool_id},
+        "onAllTasksComplete": "noaction",  # END_WITH_TASKS once the task is in
+        "usesTaskDependencies": False,
+        "metadata": [{"name": "fingerprint", "value": inputs.fingerprint()},
+                     {"name": "framework", "value": inputs.framework}],
+    }
+
+
+def task_spec(inputs: JobInputs, job: str) -> dict:
+    identity = {"resourceId": inputs.node_identity_id}
+    outputs = f"{job}/"
+    return {
+        "id": TASK_ID,
+        "displayName": f"horovod {inputs.framework} x{inputs.nodes * inputs.sku.gpus}",
+        "commandLine": application_command(inputs, job),
+        "containerSettings": {
+            "imageName": inputs.image,
+            "containerRunOptions": container_run_options(inputs.sku),
+            "registry": {"registryServer": inputs.registry_server, "identityReference": identity},
+            "workingDirectory": "taskWorkingDirectory",
+        },
+        "multiInstanceSettings": {
+            "numberOfInstances": inputs.nodes,
+            "coordinationCommandLine": coordination_command(job),
+            # The current training scripts, so a fix needs no image rebuild: they shadow the image's copy.
+            "commonResourceFiles": [{"storageContainerUrl": inputs.scripts_url, "blobPrefix": SCRIPTS_PREFIX,
+                                     "identityReference": identity}],
+        },
+        "environmentSettings": environment(inputs),
+        "outputFiles": [
+            {"filePattern": pattern,
+             "destination": {"container": {"containerUrl": inputs.outputs_url, "path": outputs + subpath,
+                                           "identityReference": identity}},
+             "uploadOptions": {"uploadCondition": "taskcompletion"}}
+            for pattern, subpath in (("../std*.txt", "logs"), ("outputs/**/*", "run"))
+        ],
+        # A hung run (a lost node, a deadlock) must not hold every GPU node forever.
+        "constraints": {"maxTaskRetryCount": inputs.retries, "maxWallClockTime": f"PT{inputs.max_hours}H"},
+        # Root inside the container: InfiniBand devices, locked memory and sshd need it.
+        "userIdentity": {"autoUser": {"scope": "pool", "elevationLevel": "admin"}},
+    }
+
+
+def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
+    """All nodes while a training task waits or runs, `min_nodes` when the queue has been empty a while.
+
+    A job takes every node at once (one multi-instance task with `max_nodes` instances), so the pool grows
+    straight to the maximum rather than one node per task; nodes go only after their task completes. Dedicated
+    nodes only: low-priority nodes are gone from Batch-service pools (see config.py, lowPriority).
+    """
+    return "\n".join([
+        "$samples = $PendingTasks.GetSamplePercent(TimeInterval_Minute * 5);",
+        "$tasks = $samples < 70 ? max(0, $PendingTasks.GetSample(1)) : "
+        "max(0, max($PendingTasks.GetSample(TimeInterval_Minute * 5)));",
+        f"$target = $tasks > 0 ? {max_nodes} : {min_nodes};",
+        "$TargetDedicatedNodes = $target;",
+        "$TargetLowPriorityNodes = 0;",
+        "$NodeDeallocationOption = taskcompletion;",
+    ])
+
+
+def start_task_command(local_cache: bool, data_wait_minutes: int) -> str:
+    """The pool's start task (on the host): with dataLocalCache, copy the dataset from NFS to the node's local
+    disk, under AZ_BATCH_NODE_SHARED_DIR so the task's container sees it (resumable)."""
+    if not local_cache:
+        return "/bin/bash -c 'echo node ready'"
+    cache = batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE)
+    # rsync compares size and time, so a node rebooted mid-copy finishes the copy instead of restarting it.
+    return _script(wait_for_data(nfs_path(DATASET), data_wait_minutes), f"mkdir -p {cache}",
+                   f"rsync -a {nfs_path(DATASET)} {cache}/")

@@ -1,0 +1,419 @@
+"""Typed, validated stack configuration.
+
+Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
+`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. The same `parse` serves
+the real program (values from `pulumi.Config`, all strings) and the offline `plan` (values read from
+`Pulumi.<stack>.yaml`, YAML-typed), so both refuse exactly the same configs.
+"""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra import REPO_ROOT
+from infra.core.regions import REGIONS
+from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
+
+PROJECT = "azure-dl-training"
+
+FRAMEWORKS = ("pytorch", "tensorflow")
+TRAINING_FRAMEWORKS = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # -> image
+NFS_KINDS = ("vm", "azure-files")
+NFS_DISK_COUNT = (1, 16)
+NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
+TRAINING_RETRIES = (0, 10)
+TRAINING_MAX_HOURS = (1, 168)  # Batch's task maxWallClockTime; a week at most
+DATA_WAIT_MINUTES = (5, 1440)
+JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
+REGISTRY_SKUS = ("Basic", "Standard", "Premium")
+SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
+LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
+MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
+AZURE_RESERVED_IPS_PER_SUBNET = 5
+SMALLEST_SUBNET_PREFIX = 29  # Azure's smallest subnet (https://learn.microsoft.com/azure/virtual-network/virtual-networks-faq)
+# allowedIpRanges placeholder in the example stacks: TEST-NET-3 (RFC 5737), documentation only, never routable.
+# `plan` accepts it and says to replace it; the real program (`pulumi up`) refuses it.
+PLACEHOLDER_RANGE = ipaddress.IPv4Network("203.0.113.0/24")
+# Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.
+PROVIDER_NAMESPACES = ("azure-native", "docker-build", "pulumi")
+
+
+class ConfigError(Exception):
+    """A stack config value the program refuses; `str()` is the one line shown to the user."""
+
+    def __init__(self, key: str | None, message: str):
+        """`key`: a config key, a command-line flag standing in for one (`--args`), or None (the whole file)."""
+        self.key = key
+        prefix = "" if not key else f"{key}: " if key.startswith("--") else f"config key '{key}': "
+        super().__init__(prefix + message)
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    name: str
+    type: str  # string | integer | boolean | array (of strings)
+    default: Any
+    description: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    stack: str
+    team: str
+    location: str
+    address_space: ipaddress.IPv4Network
+    compute_subnet: ipaddress.IPv4Network
+    storage_subnet: ipaddress.IPv4Network
+    reserved_address_spaces: tuple[ipaddress.IPv4Network, ...]
+    allowed_ip_ranges: tuple[str, ...]
+    gpu_sku: str
+    min_nodes: int
+    max_nodes: int
+    sas_expiry_hours: int
+    retain_outputs: bool
+    log_retention_days: int
+    frameworks: tuple[str, ...]
+    registry_sku: str
+    image_tag: str
+    nfs_kind: str
+    nfs_vm_size: str
+    nfs_disk_count: int
+    nfs_disk_size_gb: int
+    data_local_cache: bool
+    training_launch_on_up: bool
+    training_framework: str
+    training_args: tuple[str, ...]
+    training_retries: int
+    training_max_hours: int
+    training_data_wait_minutes: int
+    placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
+
+    @property
+    def sku(self) -> GpuSku:
+        return CATALOG[self.gpu_sku]
+
+    @property
+    def training_image(self) -> str:
+        """The image (one per framework) the training job runs in."""
+        return TRAINING_FRAMEWORKS[self.training_framework]
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags on every taggable resource: who owns it and what made it."""
+        return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
+
+
+def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
+    declared = yaml.safe_load(project_file.read_text())["config"]
+    return {
+        name: ConfigKey(name, spec["type"], spec.get("default"), spec.get("description", ""))
+        for name, spec in declared.items()
+    }
+
+
+def _field_name(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+def _coerce(key: ConfigKey, value: Any) -> Any:
+    """Pulumi hands every value over as a string (arrays as JSON); stack files give YAML types."""
+    if key.type == "string":
+        if not isinstance(value, str):
+            raise ConfigError(key.name, f"expected a string, got {value!r}")
+        return value
+    if key.type == "integer":
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or not re.fullmatch(r"-?\d+", str(value)):
+            raise ConfigError(key.name, f"expected a whole number, got {value!r}")
+        return int(value)
+    if key.type == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(key.name, f"expected true or false, got {value!r}")
+    if key.type == "array":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError(key.name, f"expected a list such as [a, b], got {value!r}") from None
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(key.name, f"expected a list of strings, got {value!r}")
+        return tuple(value)
+    raise ConfigError(key.name, f"Pulumi.yaml declares unsupported type {key.type!r}")
+
+
+def _network(key: str, value: str) -> ipaddress.IPv4Network:
+    try:
+        if "/" not in value:
+            raise ValueError(value)  # a bare address would silently become a /32
+        return ipaddress.IPv4Network(value, strict=True)
+    except ValueError:
+        raise ConfigError(key, f"{value!r} is not an IPv4 CIDR with its host bits zero, like 10.10.0.0/16") from None
+
+
+def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
+          placeholders_ok: bool = False) -> StackConfig:
+    """Defaults from the schema, overridden by `values` (unqualified keys), then validated. With
+    `placeholders_ok` (offline: plan, job verbs) the example stacks' placeholders pass, listed in `placeholders`."""
+    schema = schema if schema is not None else load_schema()
+    for name in values:
+        if name not in schema:
+            close = difflib.get_close_matches(name, list(schema), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "Pulumi.yaml declares every key the program reads"
+            raise ConfigError(name, f"unknown key; {hint}")
+    merged = {name: _coerce(key, values.get(name, key.default)) for name, key in schema.items()}
+    raw = {_field_name(name): value for name, value in merged.items()}
+    missing = {f.name for f in fields(StackConfig)} - set(raw) - {"stack", "placeholders"}
+    if missing:
+        raise ConfigError(sorted(missing)[0], "not declared in Pulumi.yaml's config schema")
+
+    team = raw["team"]
+    if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
+        raise ConfigError("team", f"{team!r} must be 2-12 lowercase letters or digits, starting with a letter "
+                                  "(it goes into storage account and registry names)")
+    if raw["location"] not in REGIONS:
+        close = difflib.get_close_matches(str(raw["location"]).lower().replace(" ", ""), sorted(REGIONS), n=1)
+        hint = f"did you mean '{close[0]}'?" if close else "use a region name such as westeurope or eastus"
+        raise ConfigError("location", f"{raw['location']!r} is not an Azure region; {hint} "
+                                      "(`az account list-locations -o table` lists them)")
+
+    vnet = _network("addressSpace", raw["address_space"])
+    if not vnet.is_private:
+        raise ConfigError("addressSpace", f"{vnet} is not a private range; use one inside 10.0.0.0/8, "
+                                          "172.16.0.0/12 or 192.168.0.0/16")
+    if vnet.prefixlen > 24:
+        raise ConfigError("addressSpace", f"{vnet} is too small for two subnets; use /24 or larger")
+    reserved = tuple(_network("reservedAddressSpaces", cidr) for cidr in raw["reserved_address_spaces"])
+    for other in reserved:
+        if vnet.overlaps(other):
+            raise ConfigError("addressSpace", f"{vnet} overlaps reserved {other}; pick a range that no other "
+                                              "team, hub or on-premises network uses")
+    subnets = {}
+    for key in ("computeSubnet", "storageSubnet"):
+        subnet = _network(key, raw[_field_name(key)])
+        if not subnet.subnet_of(vnet):
+            raise ConfigError(key, f"{subnet} is not inside addressSpace {vnet}")
+        if subnet.prefixlen > SMALLEST_SUBNET_PREFIX:
+            raise ConfigError(key, f"{subnet} is smaller than Azure's smallest subnet, /{SMALLEST_SUBNET_PREFIX} "
+                                   f"(Azure reserves {AZURE_RESERVED_IPS_PER_SUBNET} addresses of each); use a "
+                                   f"/{SMALLEST_SUBNET_PREFIX} or larger")
+        subnets[key] = subnet
+    if subnets["computeSubnet"].overlaps(subnets["storageSubnet"]):
+        raise ConfigError("storageSubnet", f"{subnets['storageSubnet']} overlaps computeSubnet "
+                                           f"{subnets['computeSubnet']}; give each its own range")
+
+    allowed = raw["allowed_ip_ranges"]
+    # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
+    # upload the training scripts and no job can be submitted.
+    if not allowed:
+        raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet and "
+                                             "`pulumi up` cannot upload the scripts nor submit the job: add your "
+                                             "egress IP (`curl -s https://ifconfig.me`), e.g. [198.51.100.7/32]")
+    placeholders = []
+    for cidr in allowed:
+        try:
+            network = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            raise ConfigError("allowedIpRanges", f"{cidr!r} is not a public IPv4 address or CIDR") from None
+        if network.subnet_of(PLACEHOLDER_RANGE):
+            fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace it "
+                   "with your deployers' egress IPs before `pulumi up`")
+            if not placeholders_ok:
+                raise ConfigError("allowedIpRanges", f"{cidr} is a placeholder (a documentation range); put your "
+                                                     "deployers' egress IPs there")
+            placeholders.append(fix)
+            continue
+        if not network.is_global or network.prefixlen < 16:
+            raise ConfigError("allowedIpRanges", f"{cidr} must be a public range of /16 or smaller "
+                                                 "(the VNet is allowed already; private ranges do not apply)")
+
+    sku_name = raw["gpu_sku"]
+    sku = CATALOG.get(sku_name)
+    if sku is None:
+        raise ConfigError("gpuSku", f"unknown size {sku_name!r}; known sizes: {', '.join(sorted(CATALOG))}")
+    if sku.retired:
+        raise ConfigError("gpuSku", f"{sku_name} was retired on {sku.retired_on}; use {sku.successor}")
+
+    min_nodes, max_nodes = raw["min_nodes"], raw["max_nodes"]
+    if min_nodes < 0:
+        raise ConfigError("minNodes", f"{min_nodes} is negative; use 0 to pay nothing while idle")
+    if not 1 <= max_nodes <= MAX_NODES_LIMIT:
+        raise ConfigError("maxNodes", f"{max_nodes} must be between 1 and {MAX_NODES_LIMIT}")
+    if min_nodes > max_nodes:
+        raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
+    if raw["low_priority"]:
+        # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
+        # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
+        # Batch service principal's access to the subscription), which this project does not deploy.
+        raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
+                                         "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
+                                         "set lowPriority: false")
+    if max_nodes > 1 and not sku.infiniband:
+        ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
+        raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
+                                      f"Horovod needs RDMA: set maxNodes: 1 or use {ib_sizes}")
+    usable = subnets["computeSubnet"].num_addresses - AZURE_RESERVED_IPS_PER_SUBNET
+    if usable < max_nodes:
+        raise ConfigError("computeSubnet", f"{subnets['computeSubnet']} has {usable} usable addresses, fewer than "
+                                           f"maxNodes {max_nodes}; use a larger prefix")
+
+    low, high = SAS_EXPIRY_HOURS
+    if not low <= raw["sas_expiry_hours"] <= high:
+        raise ConfigError("sasExpiryHours", f"{raw['sas_expiry_hours']} is outside {low}-{high} hours")
+    low, high = LOG_RETENTION_DAYS
+    if not low <= raw["log_retention_days"] <= high:
+        raise ConfigError("logRetentionDays", f"{raw['log_retention_days']} is outside {low}-{high} days")
+
+    frameworks = raw["frameworks"]
+    if not frameworks:
+        raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(FRAMEWORKS)}")
+    for framework in frameworks:
+        if framework not in FRAMEWORKS:
+            raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(FRAMEWORKS)} "
+                                            "(keras runs in the tensorflow image)")
+    if len(set(frameworks)) != len(frameworks):
+        raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
+    if raw["registry_sku"] not in REGISTRY_SKUS:
+        raise ConfigError("registrySku", f"{raw['registry_sku']!r} is not one of {', '.join(REGISTRY_SKUS)}")
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", raw["image_tag"]):
+        raise ConfigError("imageTag", f"{raw['image_tag']!r} is not a valid Docker tag (letters, digits, _ . -)")
+
+    if raw["nfs_kind"] not in NFS_KINDS:
+        raise ConfigError("nfsKind", f"{raw['nfs_kind']!r} is not one of {', '.join(NFS_KINDS)}")
+    if raw["nfs_vm_size"] not in NFS_VM_SIZES:
+        raise ConfigError("nfsVmSize", f"unknown size {raw['nfs_vm_size']!r}; known sizes: {', '.join(NFS_VM_SIZES)}")
+    if raw["data_local_cache"] and raw["nfs_kind"] == "azure-files":
+        raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after the "
+                                            "nodes start, so there is nothing to cache yet; use nfsKind: vm")
+    low, high = NFS_DISK_COUNT
+    if not low <= raw["nfs_disk_count"] <= high:
+        raise ConfigError("nfsDiskCount", f"{raw['nfs_disk_count']} is outside {low}-{high}")
+    low, high = NFS_DISK_SIZE_GB[raw["nfs_kind"]]
+    if not low <= raw["nfs_disk_size_gb"] <= high:
+        raise ConfigError("nfsDiskSizeGb", f"{raw['nfs_disk_size_gb']} GiB is outside {low}-{high} for nfsKind "
+                                           f"{raw['nfs_kind']}")
+    framework = raw["training_framework"]
+    if framework not in TRAINING_FRAMEWORKS:
+        raise ConfigError("trainingFramework", f"{framework!r} is not one of {', '.join(TRAINING_FRAMEWORKS)}")
+    if TRAINING_FRAMEWORKS[framework] not in frameworks:
+        raise ConfigError("trainingFramework", f"{framework} runs in the {TRAINING_FRAMEWORKS[framework]} image, "
+                                               f"which frameworks {list(frameworks)} does not build; add it there")
+    training_args = parse_training_args(framework, raw["training_args"])
+    for key, (low, high), unit in (("trainingRetries", TRAINING_RETRIES, ""),
+                                   ("trainingMaxHours", TRAINING_MAX_HOURS, " hours"),
+                                   ("trainingDataWaitMinutes", DATA_WAIT_MINUTES, " minutes")):
+        if not low <= raw[_field_name(key)] <= high:
+            raise ConfigError(key, f"{raw[_field_name(key)]} is outside {low}-{high}{unit}")
+
+    return StackConfig(
+        stack=stack, team=team, location=raw["location"], address_space=vnet,
+        compute_subnet=subnets["computeSubnet"], storage_subnet=subnets["storageSubnet"],
+        reserved_address_spaces=reserved, allowed_ip_ranges=allowed, gpu_sku=sku_name,
+        min_nodes=min_nodes, max_nodes=max_nodes, sas_expiry_hours=raw["sas_expiry_hours"],
+        retain_outputs=raw["retain_outputs"], log_retention_days=raw["log_retention_days"],
+        frameworks=frameworks, registry_sku=raw["registry_sku"], image_tag=raw["image_tag"],
+        nfs_kind=raw["nfs_kind"], nfs_vm_size=raw["nfs_vm_size"], nfs_disk_count=raw["nfs_disk_count"],
+        nfs_disk_size_gb=raw["nfs_disk_size_gb"], data_local_cache=raw["data_local_cache"],
+        training_launch_on_up=raw["training_launch_on_up"], training_framework=framework,
+        training_args=training_args, training_retries=raw["training_retries"],
+        training_max_hours=raw["training_max_hours"], training_data_wait_minutes=raw["training_data_wait_minutes"],
+        placeholders=tuple(placeholders),
+    )
+
+
+def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
+    """The job's extra train flags from `text`, refused (naming `key`) where the job sets the flag itself or
+    where `python -m training train` would refuse it on the node, with its own parser."""
+    from training.config import check_args
+    from training.errors import UsageError
+
+    try:
+        args = tuple(shlex.split(text))
+    except ValueError as err:
+        raise ConfigError(key, f"cannot be split like a shell command line ({err})") from None
+    for arg in args:
+        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
+            raise ConfigError(key, f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
+                                   "(trainingFramework picks the framework)")
+    try:
+        check_args(["--framework", framework, "--data", "x", "--output-dir", "x", *args])
+    except UsageError as err:
+        raise ConfigError(key, f"{err} (the flags of `python -m training train --help`)") from None
+    return args
+
+
+def stack_names(root: Path = REPO_ROOT) -> list[str]:
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise ConfigError(str(key), f"given twice (line {mark.line + 1}); keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The stack's own values for this project, unqualified. Keys of the providers' namespaces (azure-native:...)
+    are left to Pulumi; a key with no namespace or another project's is refused, since the program would
+    silently ignore it."""
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        raise ConfigError(None, f"--stack {stack}: no {path.name} in {root}; stacks here: "
+                                f"{', '.join(stack_names(root)) or 'none'}")
+    try:
+        document = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
+        raise ConfigError(None, f"not valid YAML at {where}: {err.problem or err.context}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(None, f"not valid YAML: {str(err).splitlines()[0]}") from None
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    values = {}
+    for key, value in config.items():
+        namespace, _, name = str(key).rpartition(":")
+        if namespace == PROJECT:
+            values[name] = value
+        elif not namespace:
+            raise ConfigError(str(key), f"has no namespace, so Pulumi would not give it to this program; write "
+                                        f"{PROJECT}:{key}")
+        elif namespace not in PROVIDER_NAMESPACES:
+            raise ConfigError(str(key), f"namespace '{namespace}' is neither this project's ({PROJECT}) nor a "
+                                        f"provider's ({', '.join(PROVIDER_NAMESPACES)}); did you mean "
+                                        f"{PROJECT}:{name}?")
+    return values
+
+
+def from_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
+    """A stack file's config, as `plan` and the job verbs read it (placeholders allowed, listed)."""
+    return parse(stack, read_stack_file(stack, root), load_schema(root / "Pulumi.yaml"), placeholders_ok=True)
+
+
+def from_pulumi() -> StackConfig:
+    """The running program's config: the engine applies Pulumi.yaml defaults, we validate."""
+    import pulumi
+
+    config = pulumi.Config()
+    schema = load_schema()
+    values = {name: config.get(name) for name in schema}
+    return parse(pulumi.get_stack(), {k: v for k, v in values.items() if v is not None}, schema)

@@ -1,0 +1,44 @@
+"""`python -m infra download`: a job's outputs from the outputs container (here Azurite), verified."""
+import json
+
+from infra.cli.main import main
+from tests.data_path.conftest import cli, make_tree, tree
+from tests.infra.fake_batch import FakeBatch
+from tests.infra.test_jobs import OUTPUTS
+
+
+def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, capsys):
+    src = make_tree(tmp_path / "src", files=6)
+    write = azurite.container_url(container, "racwl")
+    assert cli("upload", src, write, "--prefix", "train-dev-abc/run/").returncode == 0
+    assert cli("upload", src / "d0", write, "--prefix", "train-dev-other/run/").returncode == 0
+    outputs = {**OUTPUTS, "containerUrls": {**OUTPUTS["containerUrls"], "outputs": azurite.container_url(container, "rl")}}
+    outputs_file = tmp_path / "outputs.json"
+    outputs_file.write_text(json.dumps(outputs))
+    dest = tmp_path / "results"
+    code = main(["download", "--stack", "dev", "--outputs", str(outputs_file), "--job", "train-dev-abc",
+                 "--dest", str(dest)], batch_factory=lambda endpoint: FakeBatch())
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert tree(dest / "train-dev-abc" / "run") == tree(src)
+    assert not (dest / "train-dev-other").exists()
+    assert "sig=" not in out + err
+
+    code = main(["download", "--stack", "dev", "--outputs", str(outputs_file), "--job", "train-dev-none",
+                 "--dest", str(dest)], batch_factory=lambda endpoint: FakeBatch())
+    _, err = capsys.readouterr()
+    assert code == 1 and "no outputs for train-dev-none yet" in err
+
+
+def test_the_staging_report_is_read_from_the_status_container(azurite, container):
+    """infra/staging.py against a real blob service: no report, then the blob the NFS server writes."""
+    from azure.storage.blob import ContainerClient
+
+    from infra.core import batch_spec
+    from infra.dataplane import staging
+
+    url = azurite.container_url(container, "rl")
+    assert staging.staged(url) is False
+    ContainerClient.from_container_url(azurite.container_url(container, "racwl")).upload_blob(
+        batch_spec.STAGED_BLOB, b"staged by nfs-dev\n")
+    assert staging.staged(url) is True

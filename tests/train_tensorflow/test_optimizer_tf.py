@@ -1,0 +1,49 @@
+"""The optimizer that runs follows our LR variable and applies weight decay, on both TF paths.
+
+In-process, one Horovod rank: Horovod's Keras wrapper rebuilds the optimizer from its config, which once
+dropped both (Keras then trained at a constant base LR)."""
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+tf = pytest.importorskip("tensorflow")
+hvd = pytest.importorskip("horovod.tensorflow")
+
+from training.config import parse_args  # noqa: E402
+from training.tensorflow.loop import _build, _loss_fn  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_rank():
+    hvd.init()
+
+
+def build(framework, weight_decay):
+    cfg = parse_args(["--framework", framework, "--data", "synthetic", "--image-size", "32", "--base-lr", "0.4",
+                      "--weight-decay", str(weight_decay), "--output-dir", "unused"])
+    return _build(tf, cfg)
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "keras"])
+def test_an_update_uses_the_assigned_lr_and_decays_every_parameter(framework):
+    model, optimizer, learning_rate = build(framework, 0.5)
+    learning_rate.assign(0.1)  # not the base LR (0.4) the optimizer was made with
+    before = [w.numpy() for w in model.trainable_variables]
+    optimizer.apply_gradients([(tf.zeros_like(w), w) for w in model.trainable_variables])
+    # A zero gradient leaves only the decay: w - lr * wd * w, for kernels, biases and BatchNorm alike.
+    for w, old in zip(model.trainable_variables, before):
+        np.testing.assert_allclose(w.numpy(), old * (1 - 0.1 * 0.5), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "keras"])
+def test_without_decay_a_zero_gradient_changes_nothing_and_the_loss_is_the_cross_entropy(framework):
+    model, optimizer, _ = build(framework, 0)
+    before = [w.numpy() for w in model.trainable_variables]
+    optimizer.apply_gradients([(tf.zeros_like(w), w) for w in model.trainable_variables])
+    assert all(np.array_equal(w.numpy(), old) for w, old in zip(model.trainable_variables, before))
+    cfg = parse_args(["--framework", framework, "--label-smoothing", "0", "--output-dir", "unused"])
+    logits = tf.constant([[2.0, 0.0, 0.0, 0.0]])
+    expected = -np.log(np.exp(2) / (np.exp(2) + 3))
+    assert float(_loss_fn(tf, cfg)(tf.constant([[1.0, 0, 0, 0]]), logits)) == pytest.approx(expected, rel=1e-5)

@@ -1,0 +1,172 @@
+"""`python -m training stage CONTAINER_URL DEST`: copy a blob container (or a prefix of it) onto the NFS share
+or node-local disk, before training, verified and resumable.
+
+Every file is written as NAME.part and renamed only once complete and its MD5 matches the blob's
+Content-MD5: a file with its final name is always whole. A rerun skips files already present with the same
+size and MD5. `--extract` streams .tar/.tar.gz blobs (ImageNet's train.tar) straight into DEST, with no
+temporary copy of the archive.
+
+Examples:
+  python -m training stage "$DATA_URL_WITH_READ_SAS" /mnt/nfs/imagenet
+  python -m training stage "$DATA_URL_WITH_READ_SAS" /mnt/local/imagenet --prefix tars/ --extract
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+
+from training.data import transfer
+from training.data.blob_reader import BlobItem, BlobReader
+from training.errors import UsageError
+
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
+class Corrupt(Exception):
+    """Bytes that do not match the blob's MD5: transient (a bad read), so retried."""
+
+
+class _HashingReader:
+    def __init__(self, stream):
+        self.stream, self.digest = stream, hashlib.md5()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.digest.update(data)
+        return data
+
+
+def _local_path(dest: Path, relative: str) -> Path:
+    parts = PurePosixPath(relative).parts
+    if not parts or relative.startswith("/") or ".." in parts:
+        raise transfer.PermanentError(f"blob name {relative!r} would be written outside DEST")
+    return dest.joinpath(*parts)
+
+
+class Stager:
+    def __init__(self, reader: BlobReader, dest: Path, prefix: str, extract: bool, stats: transfer.Stats):
+        self.reader, self.dest, self.prefix, self.extract, self.stats = reader, dest, prefix, extract, stats
+
+    def __call__(self, blob: BlobItem) -> None:
+        relative = blob.name[len(self.prefix):].lstrip("/")
+        if self.extract and blob.name.endswith(ARCHIVE_SUFFIXES):
+            transfer.with_retries(f"extract of {blob.name}", self.stats, lambda: self._extract(blob))
+            return
+        target = _local_path(self.dest, relative)
+        expected = blob.md5
+        if target.is_file() and target.stat().st_size == blob.size and (
+                not expected or transfer.md5_file(target) == expected):
+            self.stats.add(skipped=1)
+            return
+        transfer.with_retries(f"download of {blob.name}", self.stats, lambda: self._download(blob.name, target, expected))
+        self.stats.add(files=1, bytes=blob.size)
+
+    def _download(self, name: str, target: Path, expected: bytes) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        part = target.with_name(target.name + ".part")
+        digest = hashlib.md5()
+        try:
+            with open(part, "wb") as out:
+                def write(chunk: bytes) -> None:
+                    out.write(chunk)
+                    digest.update(chunk)
+                self.reader.copy(name, write)
+            if expected and digest.digest() != expected:
+                raise Corrupt(f"{name}: MD5 {transfer.b64(digest.digest())} != Content-MD5 {transfer.b64(expected)}")
+            os.replace(part, target)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+
+    def _extract(self, blob: BlobItem) -> None:
+        response = self.reader.open(blob.name)
+        try:
+            self._unpack(_HashingReader(response), blob)
+        finally:
+            response.release_conn()
+
+    def _unpack(self, reader: _HashingReader, blob: BlobItem) -> None:
+        with tarfile.open(fileobj=reader, mode="r|*") as archive:
+            for member in archive:
+                member = tarfile.data_filter(member, str(self.dest))  # no absolute paths, no escaping links
+                target = _local_path(self.dest, member.name)
+                if member.isdir():
+                    target.mkdir(parents=True, exist_ok=True)
+                    continue
+                if not member.isfile():
+                    continue
+                if target.is_file() and target.stat().st_size == member.size:
+                    self.stats.add(skipped=1)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_name(target.name + ".part")
+                source = archive.extractfile(member)
+                try:
+                    with open(part, "wb") as out:
+                        while chunk := source.read(transfer.READ_SIZE):
+                            out.write(chunk)
+                    os.replace(part, target)
+                except BaseException:
+                    part.unlink(missing_ok=True)
+                    raise
+                self.stats.add(files=1, bytes=member.size)
+        while reader.read(transfer.READ_SIZE):  # the tail (tar padding) belongs to the checksum too
+            pass
+        expected = blob.md5
+        if expected and reader.digest.digest() != expected:
+            raise Corrupt(f"{blob.name}: archive MD5 does not match its Content-MD5")
+
+
+def _blobs(reader: BlobReader, prefix: str, stats: transfer.Stats) -> Iterator[BlobItem]:
+    """Every blob under `prefix`, fetched a page (5,000 names) at a time as the transfers need them: memory
+    stays flat however many blobs there are. A page that fails transiently is fetched again."""
+    marker = None
+    while marker != "":
+        page, marker = transfer.with_retries("listing the container", stats,
+                                             lambda: reader.list_page(prefix, marker or ""))
+        yield from (blob for blob in page if not blob.name.endswith("/"))
+
+
+def stage(target: transfer.ContainerTarget, dest: Path, prefix: str, workers: int, extract: bool) -> transfer.Stats:
+    target.check_reachable()
+    stats = transfer.Stats()
+    reader = BlobReader(target, workers)
+    dest.mkdir(parents=True, exist_ok=True)
+    with transfer.Progress("stage", stats):
+        transfer.run_bounded(_blobs(reader, prefix, stats), Stager(reader, dest, prefix, extract, stats), workers)
+    return stats
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training stage", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("container_url", metavar="CONTAINER_URL",
+                        help="https://ACCOUNT.blob.core.windows.net/CONTAINER with a read+list SAS, or without one "
+                             "to use Azure AD; or env:VAR to read it from the "
+                             "environment variable VAR (keeps the SAS out of `ps`)")
+    parser.add_argument("dest", type=Path, metavar="DEST", help="local folder (NFS share or node-local disk)")
+    parser.add_argument("--prefix", default="", help="only blobs under this prefix, written without it")
+    parser.add_argument("--workers", type=int, default=32, help="parallel transfers (default: 32)")
+    parser.add_argument("--extract", action="store_true", help="unpack .tar/.tar.gz/.tgz blobs into DEST while "
+                                                               "downloading them")
+    args = parser.parse_args(argv)
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    target = transfer.ContainerTarget.parse(args.container_url, verb="stage")
+    try:
+        args.dest.mkdir(parents=True, exist_ok=True)
+        probe = args.dest / f".stage-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"DEST {args.dest}: not writable ({err.strerror})") from None
+    print(f"stage: {target.display}{' prefix ' + args.prefix if args.prefix else ''} -> {args.dest}", file=sys.stderr)
+    with transfer.stopping_cleanly("stage"):
+        stats = stage(target, args.dest, args.prefix, args.workers, args.extract)
+    print(stats.line("stage"))
+    return 0

@@ -1,0 +1,105 @@
+"""`python -m training upload SRC CONTAINER_URL`: put a dataset into a blob container, verified and resumable.
+
+Each file goes up in blocks (bounded memory) with its MD5 as Content-MD5, which `stage` verifies. A rerun
+skips files whose blob already has the same size and MD5 (when the SAS can read), and uploads the rest.
+
+Examples:
+  python -m training upload /data/imagenet "$DATA_URL_WITH_WRITE_SAS"
+  python -m training upload ILSVRC2012_img_train.tar "https://ACCOUNT.blob.core.windows.net/data" --prefix tars/
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from training.data import transfer
+from training.errors import UsageError
+
+
+def _files(src: Path):
+    if src.is_file():
+        yield src, src.name
+        return
+    for root, dirs, names in os.walk(src):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(root) / name
+            yield path, path.relative_to(src).as_posix()
+
+
+class Uploader:
+    def __init__(self, client, prefix: str, stats: transfer.Stats):
+        self.client, self.prefix, self.stats = client, prefix, stats
+        self.can_read = True  # a create+write-only SAS cannot look at existing blobs: then every file goes up
+
+    def _already_there(self, blob, size: int, md5: bytes) -> bool:
+        from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+
+        if not self.can_read:
+            return False
+        try:
+            props = blob.get_blob_properties()
+        except ResourceNotFoundError:
+            return False
+        except HttpResponseError as err:
+            if err.status_code == 403:
+                self.can_read = False
+                print("upload: the SAS cannot read blobs, so files already uploaded are uploaded again",
+                      file=sys.stderr)
+                return False
+            raise
+        return props.size == size and bytes(props.content_settings.content_md5 or b"") == md5
+
+    def __call__(self, item: tuple[Path, str]) -> None:
+        from azure.storage.blob import ContentSettings
+
+        path, relative = item
+        size, md5 = path.stat().st_size, transfer.md5_file(path)
+        blob = self.client.get_blob_client(self.prefix + relative)
+
+        def attempt() -> bool:
+            if self._already_there(blob, size, md5):
+                return False
+            with open(path, "rb") as f:
+                blob.upload_blob(f, length=size, overwrite=True, max_concurrency=1,
+                                 content_settings=ContentSettings(content_md5=bytearray(md5)))
+            return True
+
+        if transfer.with_retries(f"upload of {relative}", self.stats, attempt):
+            self.stats.add(files=1, bytes=size)
+        else:
+            self.stats.add(skipped=1)
+
+
+def upload(src: Path, target: transfer.ContainerTarget, prefix: str, workers: int) -> transfer.Stats:
+    target.check_reachable()
+    stats = transfer.Stats()
+    uploader = Uploader(target.client(workers), prefix, stats)
+    with transfer.Progress("upload", stats):
+        transfer.run_bounded(_files(src), uploader, workers)
+    return stats
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training upload", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("src", type=Path, help="a file or a folder (its tree is kept under the prefix)")
+    parser.add_argument("container_url", metavar="CONTAINER_URL",
+                        help="https://ACCOUNT.blob.core.windows.net/CONTAINER, with a SAS (create+write, plus read "
+                             "to skip files already there) or without one to use Azure AD; or env:VAR to read it from the "
+                             "environment variable VAR (keeps the SAS out of `ps`)")
+    parser.add_argument("--prefix", default="", help="blob name prefix, e.g. imagenet/ (default: none)")
+    parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    args = parser.parse_args(argv)
+    if not args.src.exists():
+        raise UsageError(f"SRC {args.src}: no such file or folder")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    target = transfer.ContainerTarget.parse(args.container_url, verb="upload")
+    print(f"upload: {args.src} -> {target.display}{' prefix ' + args.prefix if args.prefix else ''}", file=sys.stderr)
+    with transfer.stopping_cleanly("upload"):
+        stats = upload(args.src, target, args.prefix, args.workers)
+    print(stats.line("upload"))
+    return 0

@@ -1,0 +1,90 @@
+"""report.png: a run's loss, LR and img/s against step, with its summary in the title; several runs side by side.
+
+Every run writes its own (rank 0, after summary.json); `python -m training report RUN_DIR... --out FILE` draws
+runs on shared axes to compare them (a framework against another, a setting against another, a resumed run).
+Reads only metrics.jsonl and summary.json, so it works on a run folder fetched with `python -m infra download`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from training.errors import UsageError
+
+PANELS = (("loss", "loss"), ("lr", "learning rate"), ("img_per_sec", "images/s (global)"))
+
+
+def read_run(run_dir: Path) -> tuple[list[dict], dict]:
+    """(metrics records by step, summary or {}); a record cut short by a crash is skipped."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise UsageError(f"{run_dir}: no metrics.jsonl (not a run folder of `python -m training train`)")
+    records = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        records[record["step"]] = record  # a resumed run may log a step again: the latest wins
+    summary_path = run_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    return [records[step] for step in sorted(records)], summary
+
+
+def title_of(run_dir: Path, summary: dict) -> str:
+    if not summary:
+        return f"{run_dir.name}: unfinished"
+    top1 = f", top-1 {summary['top1']:.3f}" if summary.get("top1") is not None else ""
+    return (f"{run_dir.name}: {summary['framework']}, {summary['world_size']} worker(s), step {summary['steps']}, "
+            f"{summary['img_per_sec']:.1f} img/s, loss {summary['final_loss']:.3f}{top1}")
+
+
+def draw(runs: list[Path], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a node or in CI
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
+    titles = []
+    for run_dir in runs:
+        records, summary = read_run(run_dir)
+        titles.append(title_of(run_dir, summary))
+        steps = [r["step"] for r in records]
+        for ax, (key, _) in zip(axes, PANELS):
+            ax.plot(steps, [r[key] for r in records], marker="." if len(steps) < 50 else None, label=run_dir.name)
+    for ax, (_, label) in zip(axes, PANELS):
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    if len(runs) > 1:
+        axes[0].legend(fontsize="small")
+    figure.suptitle("\n".join(titles), fontsize="medium")
+    tmp = out.with_name(out.name + ".tmp.png")
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    tmp.replace(out)
+    return out
+
+
+def write_for_run(run_dir: Path) -> Path | None:
+    """The run's own report.png; a missing plotting library costs the picture, never the run."""
+    try:
+        return draw([run_dir], run_dir / "report.png")
+    except ImportError as err:
+        print(f"warning: no report.png ({err})", file=sys.stderr)
+        return None
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (--output-dir of train)")
+    parser.add_argument("--out", type=Path, default=Path("report.png"), help="PNG to write (default: report.png)")
+    args = parser.parse_args(argv)
+    for run_dir in args.runs:
+        read_run(run_dir)  # every folder checked before anything is drawn
+    print(f"report: {draw(args.runs, args.out)} ({len(args.runs)} run(s))")
+    return 0

@@ -1,0 +1,193 @@
+"""One training run, the same for every framework: the step plan, resume, reporting, checkpoints, summary.
+
+A framework (training/pytorch, training/tensorflow) plugs in only what differs: its model, data, training
+step, checkpoint format and export, as a `Loop`. Everything a user can observe about a run (how many steps
+`--epochs` means, the LR at each step, when progress is logged and checkpoints written, what resume picks,
+the fields of summary.json) is decided here, once, so the same flags mean the same thing in every framework.
+Pure apart from file writes: no framework is imported here.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from training import checkpoint, metrics
+from training.config import TrainConfig
+from training.schedule import lr_at, peak_lr
+
+IMAGENET_TRAIN_IMAGES = 1_281_167  # what one synthetic epoch counts
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How long the run is and which LR each step takes."""
+    global_batch: int
+    steps_per_epoch: int
+    total_steps: int
+    stop_at: int  # total_steps, or --stop-at-step when a preemption is rehearsed
+    warmup_steps: int
+    peak_lr: float
+    schedule: str
+    base_lr: float
+
+    def lr(self, step: int) -> float:
+        """LR of optimizer step `step` (0-based)."""
+        return lr_at(step, peak=self.peak_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps,
+                     schedule=self.schedule, base_lr=self.base_lr)
+
+
+def synthetic_steps_per_epoch(global_batch: int) -> int:
+    """A synthetic "epoch" is ImageNet's training set in whole global batches, as a folder epoch is (the last,
+    partial batch dropped): --epochs means the same number of steps on synthetic and real data."""
+    return max(1, IMAGENET_TRAIN_IMAGES // global_batch)
+
+
+def plan(cfg: TrainConfig, world_size: int, steps_per_epoch: int) -> Plan:
+    global_batch = cfg.batch_size * world_size
+    total = cfg.steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    return Plan(global_batch=global_batch, steps_per_epoch=steps_per_epoch, total_steps=total,
+                stop_at=min(total, cfg.stop_at_step or total),
+                warmup_steps=cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, total // 20),
+                peak_lr=peak_lr(cfg.base_lr, global_batch), schedule=cfg.lr_schedule, base_lr=cfg.base_lr)
+
+
+class ScalarWriter(Protocol):
+    """TensorBoard scalars, written with the framework's own writer."""
+    def scalar(self, tag: str, value: float, step: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Loop(Protocol):
+    """What a framework plugs into the runner. Building it initialises the distribution and the device."""
+    cfg: TrainConfig  # the run's config with precision and channels-last decided for the device
+    distribution: str  # horovod | ddp
+    rank: int
+    size: int
+    device: str  # cpu | gpu
+    steps_per_epoch: int
+    checkpoint_suffix: str
+
+    def load_checkpoint(self, path: Path) -> dict:
+        """A checkpoint's state (with "step"); raises on a file that is not one of ours."""
+    def restore(self, state: dict) -> None: ...
+    def checkpoint_state(self, step: int) -> dict: ...
+    def save_checkpoint(self, state: dict, path: Path) -> None: ...
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every rank."""
+    def fit(self, start: int, stop_at: int, lr_for: Callable[[int], float],
+            after_step: Callable[[int, Callable[[], float]], None]) -> int:
+        """Train from step `start` to `stop_at`, setting lr_for(step) before each step and calling
+        after_step(steps done, loss averaged over ranks) after it; returns the last step done."""
+    def evaluate(self) -> float | None:
+        """Top-1 on the validation split over all ranks, or None without one."""
+    def tensorboard(self, directory: Path) -> ScalarWriter: ...
+    def export(self, out: Path) -> dict[str, str]:
+        """Rank 0 only: the model files written (name -> path)."""
+    def shutdown(self) -> None: ...
+
+
+@dataclass
+class Reporter:
+    """Rank 0's progress (metrics.jsonl, TensorBoard, one line per logged step) and every rank's rates."""
+    plan: Plan
+    rank0: bool
+    log: metrics.MetricsLog | None
+    writer: ScalarWriter | None
+    window: tuple[float, int]
+    rates: list[float]
+    loss: float = float("nan")
+
+    def record(self, step: int, loss: float, lr: float) -> None:
+        now = time.perf_counter()
+        rate = (step - self.window[1]) * self.plan.global_batch / (now - self.window[0])
+        self.window = (now, step)
+        self.rates.append(rate)
+        self.loss = loss
+        if not self.rank0:
+            return
+        epoch = step / self.plan.steps_per_epoch
+        self.log.write({"step": step, "epoch": round(epoch, 4), "loss": loss, "lr": lr, "img_per_sec": round(rate, 2)})
+        for tag, value in (("train/loss", loss), ("train/lr", lr), ("train/img_per_sec", rate)):
+            self.writer.scalar(tag, value, step)
+        print(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s",
+              flush=True)
+
+    def steady_rates(self) -> list[float]:
+        # The first window includes start-up (tracing, compilation): leave it out when there are others.
+        return self.rates[1:] if len(self.rates) > 1 else self.rates
+
+    def close(self) -> None:
+        if self.rank0:
+            self.writer.close()
+            self.log.close()
+
+
+def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str, Any]:
+    """Train as `cfg` says with the framework `make_loop` builds; returns the summary (every rank)."""
+    out = Path(cfg.output_dir)
+    metrics.prepare_output_dir(out)
+    loop = make_loop(cfg)
+    cfg = loop.cfg  # with the hardware-dependent defaults decided (config.resolve_for_device)
+    rank0 = loop.rank == 0  # only rank 0 writes files and prints progress
+    the_plan = plan(cfg, loop.size, loop.steps_per_epoch)
+    ckpt_dir = out / "checkpoints"
+
+    # Rank 0 picks the checkpoint (it is the one that writes them); every rank reads that same file.
+    picked = checkpoint.resume_path(cfg.resume, ckpt_dir, loop.load_checkpoint) if rank0 else None
+    resume_from = loop.broadcast_object(str(picked or "") if rank0 else None)
+    step = 0
+    if resume_from:
+        state = loop.load_checkpoint(Path(resume_from))
+        loop.restore(state)
+        step = state["step"]
+        if rank0:
+            print(f"resumed from {resume_from} at step {step}", flush=True)
+    if rank0:
+        print(f"training ResNet50 ({cfg.framework}, {loop.distribution}, {loop.size} worker(s), {loop.device}): "
+              f"{the_plan.total_steps} steps, global batch {the_plan.global_batch}, peak LR {the_plan.peak_lr:.4g}, "
+              f"{speed_settings(cfg)}", flush=True)
+
+    started = time.perf_counter()
+    reporter = Reporter(the_plan, rank0, metrics.MetricsLog(out / "metrics.jsonl", append=bool(resume_from)) if rank0
+                        else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [])
+    start_step = step
+
+    def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
+        if done % cfg.log_every == 0 or done == the_plan.stop_at:
+            reporter.record(done, averaged_loss(), the_plan.lr(done - 1))  # every rank joins the average
+        if rank0 and (done % cfg.checkpoint_every == 0 or done == the_plan.stop_at):
+            checkpoint.save(ckpt_dir, done, loop.checkpoint_state(done), loop.save_checkpoint, cfg.keep_checkpoints,
+                            loop.checkpoint_suffix)
+
+    if step < the_plan.stop_at:
+        step = loop.fit(step, the_plan.stop_at, the_plan.lr, after_step)
+    wall = time.perf_counter() - started
+    top1 = loop.evaluate()
+    result = metrics.summary(world_size=loop.size, global_rates=reporter.steady_rates(),
+                             images_seen=(step - start_step) * the_plan.global_batch, wall_time_s=wall,
+                             final_loss=reporter.loss, top1=top1, framework=cfg.framework,
+                             extra={"steps": step, "total_steps": the_plan.total_steps, "resumed_from_step": start_step,
+                                    "distribution": loop.distribution, "device": loop.device,
+                                    "global_batch": the_plan.global_batch, "precision": cfg.precision,
+                                    "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla})
+    reporter.close()
+    if rank0:
+        if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
+            result.update(loop.export(out))
+        metrics.write_json_atomic(out / "summary.json", result)
+        from training import report
+
+        report.write_for_run(out)
+        print(metrics.done_line(result, cfg.output_dir), flush=True)
+    loop.shutdown()
+    return result
+
+
+def speed_settings(cfg: TrainConfig) -> str:
+    """The speed flags in effect, for the first progress line."""
+    return ", ".join([cfg.precision, *(name for name, on in (("channels-last", cfg.channels_last),
+                                                             ("compile", cfg.compile), ("xla", cfg.xla)) if on)])

@@ -1,0 +1,42 @@
+"""TensorFlow/Keras model export: a SavedModel, then ONNX through tf2onnx checked with onnxruntime against TF
+before it takes its final name (as the PyTorch export is)."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+
+def export_checked(tf, model, out: Path, image_size: int) -> dict:
+    """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF."""
+    import numpy as np
+
+    exported = {}
+    final, tmp = out / "saved_model", out / "saved_model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    signature = tf.TensorSpec((None, image_size, image_size, 3), tf.float32, name="images")
+    serve = tf.function(lambda images: tf.cast(model(images, training=False), tf.float32), input_signature=[signature])
+    tf.saved_model.save(model, str(tmp), signatures={"serving_default": serve})
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    exported["saved_model"] = str(final)
+    try:
+        import onnxruntime
+        import tf2onnx
+    except ImportError as err:
+        print(f"warning: no ONNX export ({err}); the SavedModel is the model", file=sys.stderr)
+        return exported
+    onnx_tmp, onnx_final = out / "model.onnx.tmp", out / "model.onnx"
+    tf2onnx.convert.from_function(serve, input_signature=[signature], opset=17, output_path=str(onnx_tmp))
+    sample = np.random.default_rng(0).standard_normal((2, image_size, image_size, 3)).astype(np.float32)
+    session = onnxruntime.InferenceSession(str(onnx_tmp), providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: sample})[0]
+    diff = float(np.abs(got - serve(tf.constant(sample)).numpy()).max())
+    if diff > 1e-2:
+        onnx_tmp.unlink()
+        print(f"warning: ONNX export differs from TensorFlow by {diff:.3g}; not written", file=sys.stderr)
+        return exported
+    os.replace(onnx_tmp, onnx_final)
+    exported["onnx"] = str(onnx_final)
+    return exported

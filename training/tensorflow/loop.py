@@ -1,0 +1,250 @@
+"""ResNet50 with TensorFlow (custom loop) or Keras (`Model.fit`) under Horovod: what the runner
+(training/runner.py) needs from TensorFlow. Same flags and outputs as the PyTorch path.
+
+  --framework tensorflow  a training step in a tf.function with hvd.DistributedGradientTape; --xla compiles
+                          the forward and backward pass (the allreduce stays outside XLA)
+  --framework keras       Model.fit with Horovod's DistributedOptimizer and callbacks (initial broadcast,
+                          metric averaging); the LR follows the runner's plan per step, as in PyTorch
+
+Both: tf.keras.applications.ResNet50(weights=None), SGD with momentum, L2 weight decay as PyTorch's SGD
+applies it, label smoothing, mixed precision for bf16/fp16, checkpoints of pickled weights, and a SavedModel
+(plus model.onnx through tf2onnx, checked with onnxruntime).
+Launch: horovodrun -np 2 -H localhost:2 python -m training train --framework keras --data synthetic ...
+"""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+from pathlib import Path
+
+from training import runner
+from training.config import TrainConfig, as_dict, resolve_for_device
+from training.tensorflow.data import Data
+
+POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+BN_MOMENTUM = 0.9
+
+
+def _setup(cfg: TrainConfig):
+    """Import TF and Horovod, with threads shared fairly between the ranks of one host (as in PyTorch) and the
+    hardware-dependent defaults decided; returns (tf, hvd, cfg)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    import horovod.tensorflow as hvd  # collectives; Keras's optimizer wrapper and callbacks come later
+
+    hvd.init()
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
+        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+    else:
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    cfg = resolve_for_device(cfg, bool(gpus))
+    if cfg.precision in POLICIES:
+        tf.keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
+    return tf, hvd, cfg
+
+
+def _build(tf, cfg: TrainConfig):
+    tf.keras.utils.set_random_seed(cfg.seed)  # the same initial weights on every rank and every run
+    model = tf.keras.applications.ResNet50(weights=None, classes=cfg.num_classes, classifier_activation=None,
+                                           input_shape=(cfg.image_size, cfg.image_size, 3))
+    # BatchNorm's running statistics follow the batches at PyTorch's rate (its momentum 0.1 is 0.9 here), as in
+    # TensorFlow's own ResNet recipe: Keras's default 0.99 leaves them near their initial values for the first
+    # few hundred steps, so evaluation and the exported model would see the wrong statistics.
+    for layer in model.layers:
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            layer.momentum = BN_MOMENTUM
+    # Legacy SGD: the optimizer Horovod 0.28 wraps reliably under TF 2.15 (Keras 2). The LR is a variable we
+    # assign before each step (the runner's plan); a float set later would not reach the traced step.
+    learning_rate = tf.Variable(cfg.base_lr, trainable=False, dtype=tf.float32, name="learning_rate")
+    optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
+    if cfg.framework == "keras":
+        import horovod.tensorflow.keras as hvd_keras
+
+        compression = hvd_keras.Compression.fp16 if cfg.fp16_allreduce else hvd_keras.Compression.none
+        optimizer = hvd_keras.DistributedOptimizer(optimizer, compression=compression)
+    # Attached to the optimizer that runs: Horovod's Keras wrapper rebuilds the optimizer from its config,
+    # which keeps neither a variable LR (it would train at a constant base LR) nor gradient transformers.
+    optimizer.learning_rate = learning_rate
+    optimizer.gradient_transformers = [_weight_decay(tf, cfg.weight_decay)] if cfg.weight_decay else []
+    if cfg.precision == "fp16":  # loss scaling around the (distributed) optimizer
+        optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
+    return model, optimizer, learning_rate
+
+
+def _weight_decay(tf, weight_decay: float):
+    """L2 decay as PyTorch's SGD(weight_decay=...) applies it: gradient + decay x weight for every parameter,
+    after the allreduce. Kept out of the loss, so the logged loss is the cross-entropy on every path (a decay
+    term in the loss grows with the weight norms and hides whether the model learns)."""
+    def add_decay(grads_and_vars):
+        return [(grad + tf.cast(weight_decay, grad.dtype) * tf.cast(var, grad.dtype), var)
+                for grad, var in grads_and_vars]
+    return add_decay
+
+
+def _loss_fn(tf, cfg: TrainConfig):
+    xent = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
+
+    def loss(labels, logits):
+        return xent(labels, tf.cast(logits, tf.float32))
+    return loss
+
+
+class TfWriter:
+    def __init__(self, tf, directory: Path):
+        self.tf, self._writer = tf, tf.summary.create_file_writer(str(directory))
+
+    def scalar(self, tag: str, value: float, step: int) -> None:
+        with self._writer.as_default(step=step):
+            self.tf.summary.scalar(tag, value)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class TfLoop:
+    distribution = "horovod"
+    checkpoint_suffix = ".tfckpt"
+
+    def __init__(self, cfg: TrainConfig):
+        tf, hvd, cfg = _setup(cfg)
+        self.tf, self.hvd, self.cfg = tf, hvd, cfg
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.device = "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+        self.data = Data(tf, cfg, self.rank, self.size)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        self.model, self.optimizer, self.learning_rate = _build(tf, cfg)
+        self.loss_fn = _loss_fn(tf, cfg)
+        self.resumed = False
+
+    def load_checkpoint(self, path: Path) -> dict:
+        with open(path, "rb") as f:
+            state = pickle.load(f)  # our own files, written by rank 0 of our own runs
+        if not isinstance(state, dict) or not {"step", "model", "optimizer"} <= set(state):
+            raise ValueError("not a training checkpoint")
+        return state
+
+    def restore(self, state: dict) -> None:
+        self.model.set_weights(state["model"])
+        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        inner._create_all_weights(self.model.trainable_variables)  # slots exist only after a step otherwise
+        self.optimizer.set_weights(state["optimizer"])
+        self.resumed = True  # every rank loaded the same file: no initial broadcast needed
+
+    def checkpoint_state(self, step: int) -> dict:
+        return {"step": step, "model": self.model.get_weights(), "optimizer": self.optimizer.get_weights(),
+                "config": as_dict(self.cfg)}
+
+    def save_checkpoint(self, state: dict, path: Path) -> None:
+        with open(path, "wb") as f:
+            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def broadcast_object(self, obj):
+        return self.hvd.broadcast_object(obj, root_rank=0, name="broadcast_object")
+
+    def averaged(self, value) -> float:
+        return float(self.hvd.allreduce(self.tf.constant(value), op=self.hvd.Average))
+
+    def fit(self, start, stop_at, lr_for, after_step) -> int:
+        stream = self.data.stream(start)
+        if self.cfg.framework == "keras":
+            return self._fit_keras(stream, start, stop_at, lr_for, after_step)
+        return self._custom_loop(stream, start, stop_at, lr_for, after_step)
+
+    def _custom_loop(self, stream, step, stop_at, lr_for, after_step) -> int:
+        tf, hvd, cfg, model, optimizer = self.tf, self.hvd, self.cfg, self.model, self.optimizer
+        forward = tf.function(lambda images: model(images, training=True), jit_compile=cfg.xla)
+        scaled = cfg.precision == "fp16"
+        compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
+        loss_fn = self.loss_fn
+
+        @tf.function
+        def train_step(images, labels):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(labels, forward(images))
+                objective = optimizer.get_scaled_loss(loss) if scaled else loss
+            tape = hvd.DistributedGradientTape(tape, compression=compression)
+            grads = tape.gradient(objective, model.trainable_variables)
+            if scaled:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        broadcast = not self.resumed
+        for images, labels in stream:
+            self.learning_rate.assign(lr_for(step))
+            loss = train_step(images, labels)
+            if broadcast:
+                # After the first step the optimizer's slots exist: start every rank from rank 0's state.
+                hvd.broadcast_variables(model.variables, root_rank=0)
+                hvd.broadcast_variables(optimizer.variables(), root_rank=0)
+                broadcast = False
+            step += 1
+            after_step(step, lambda: self.averaged(loss))
+            if step >= stop_at:
+                break
+        return step
+
+    def _fit_keras(self, stream, step, stop_at, lr_for, after_step) -> int:
+        tf, loop = self.tf, self
+        position = {"step": step}
+
+        class Steps(tf.keras.callbacks.Callback):
+            """The runner's per-step LR, its after-step hook, and the stop at stop_at."""
+
+            def on_train_batch_begin(self, batch, logs=None):
+                loop.learning_rate.assign(lr_for(position["step"]))
+                # Keras logs the loss averaged since the epoch began; a reset makes it this step's, as elsewhere.
+                self.model.reset_metrics()
+
+            def on_train_batch_end(self, batch, logs=None):
+                position["step"] += 1
+                # MetricAverageCallback averages epoch-end logs; per-step losses are averaged here.
+                after_step(position["step"], lambda: loop.averaged(logs["loss"]))
+                if position["step"] >= stop_at:
+                    self.model.stop_training = True
+
+        import horovod.tensorflow.keras as hvd_keras
+
+        self.model.compile(optimizer=self.optimizer, loss=self.loss_fn, metrics=["accuracy"])
+        callbacks = [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
+                     hvd_keras.callbacks.MetricAverageCallback(), Steps()]
+        # Keras counts epochs; we count steps. The stream starts at `step` exactly, the epochs are bookkeeping.
+        per_epoch = min(stop_at - step, 10_000)
+        self.model.fit(stream, steps_per_epoch=per_epoch, epochs=math.ceil((stop_at - step) / per_epoch),
+                       callbacks=callbacks, verbose=0)
+        return position["step"]
+
+    def evaluate(self) -> float | None:
+        validation = self.data.validation()
+        if validation is None:
+            return None
+        tf, hvd = self.tf, self.hvd
+        correct = total = 0
+        for images, labels in validation:
+            logits = self.model(images, training=False)
+            correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == tf.argmax(labels, 1), tf.int32)))
+            total += int(labels.shape[0])
+        correct = float(hvd.allreduce(tf.constant(float(correct)), op=hvd.Sum))
+        total = float(hvd.allreduce(tf.constant(float(total)), op=hvd.Sum))
+        return correct / total if total else 0.0
+
+    def tensorboard(self, directory: Path) -> TfWriter:
+        return TfWriter(self.tf, directory)
+
+    def export(self, out: Path) -> dict[str, str]:
+        from training.tensorflow.export import export_checked
+
+        return export_checked(self.tf, self.model, out, self.cfg.image_size)
+
+    def shutdown(self) -> None:
+        pass  # Horovod shuts down at exit; Keras callbacks may still hold collectives until then
+
+
+def main(cfg: TrainConfig) -> int:
+    runner.run(cfg, TfLoop)
+    return 0
