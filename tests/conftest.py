@@ -1,6 +1,7 @@
 """The whole suite: the project root is on sys.path (pytest.ini), and each tests folder runs only where what it
 tests can be imported (a bare `pytest` in any environment collects without errors and says what it left out)."""
 from importlib.util import find_spec
+from pathlib import Path
 
 # tests folder -> (module it needs, the environment that has it)
 NEEDS = {
@@ -22,16 +23,18 @@ LEFT_OUT = {folder: f"needs {module}, which this environment lacks (run it with 
             for folder, (module, env) in NEEDS.items() if _missing(module)}
 
 
+_left_out: set[str] = set()
+
+
 def pytest_ignore_collect(collection_path, config):
     if collection_path.parent.name == "tests" and collection_path.name in LEFT_OUT:
+        asked = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
+        if any(collection_path == a or a in collection_path.parents for a in asked):
+            _left_out.add(collection_path.name)  # asked for, so say why it did not run
         return True
     return None
 
 
-def pytest_report_header(config):
-    return [f"left out tests/{folder}: {why}" for folder, why in sorted(LEFT_OUT.items())]
-
-
 def pytest_terminal_summary(terminalreporter):
-    for folder, why in sorted(LEFT_OUT.items()):
-        terminalreporter.write_line(f"SKIPPED tests/{folder}: {why}")
+    for folder in sorted(_left_out):
+        terminalreporter.write_line(f"SKIPPED tests/{folder}: {LEFT_OUT[folder]}")

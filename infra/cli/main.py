@@ -81,7 +81,7 @@ def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
 
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
     from infra.cli import operate
-    from infra.core import config
+    from infra.core import batch_spec, config
     from training.errors import UsageError
 
     try:
@@ -99,7 +99,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
             # The stack config's refusals of trainingArgs, with the training command line's own parser.
             train_args = None if args.args is None else config.parse_training_args(
                 args.framework or stack_config.training_framework, args.args, key="--args")
-            inputs = operate.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+            inputs = batch_spec.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
             if stack_config.nfs_kind == "vm" and not args.skip_data_check:
                 operate.require_staged(outputs, staged)
             operate.submit(service, inputs, operate.now_utc(), sys.stdout)
@@ -116,7 +116,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (operate.JobError, UsageError) as err:
+    except (batch_spec.JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 

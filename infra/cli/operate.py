@@ -19,16 +19,13 @@ from typing import Any, TextIO
 
 from infra.core import batch_spec
 from infra.dataplane.batch import BatchService, JobNotFound
-from infra.core.config import TRAINING_FRAMEWORKS, StackConfig
+from infra.core.batch_spec import JobError
+from infra.core.config import StackConfig
 
 REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
                     "pullIdentityClientId", "containerUrls")
 FOLLOW_INTERVAL_S = 5.0
 DONE = "completed"
-
-
-class JobError(Exception):
-    """A job operation that cannot proceed; `str()` is the one line for the user."""
 
 
 def load_outputs(stack: str, outputs_file: Path | None,
@@ -53,29 +50,6 @@ def load_outputs(stack: str, outputs_file: Path | None,
     if missing:
         raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
     return outputs
-
-
-def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
-               train_args: tuple[str, ...] | None = None) -> batch_spec.JobInputs:
-    """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
-    framework = framework or cfg.training_framework
-    image = TRAINING_FRAMEWORKS[framework]
-    if image not in outputs["imageRefs"]:
-        raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
-                       f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
-    nodes = cfg.max_nodes if nodes is None else nodes
-    if not 1 <= nodes <= cfg.max_nodes:
-        raise JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the pool grows to maxNodes={cfg.max_nodes} "
-                       "at most)")
-    urls = outputs["containerUrls"]
-    return batch_spec.JobInputs(
-        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpu_sku=cfg.gpu_sku, framework=framework,
-        image=outputs["imageRefs"][image], registry_server=outputs["registryLoginServer"],
-        node_identity_id=outputs["pullIdentityId"], node_identity_client_id=outputs["pullIdentityClientId"],
-        train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
-        max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
-        local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
-        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")
 
 
 def require_staged(outputs: dict[str, Any], staged: Callable[[str], bool]) -> None:

@@ -21,7 +21,7 @@ from infra.components.network import Network, NetworkArgs
 from infra.components.nfs import NfsArgs, NfsServer
 from infra.components.registry import Registry, RegistryArgs
 from infra.components.storage import Storage, StorageArgs
-from infra.cli.operate import job_inputs
+from infra.core.batch_spec import job_inputs
 from infra.components.training_job import TrainingJob, TrainingJobArgs
 
 

@@ -16,30 +16,11 @@ from pulumi_azure_native import storage
 
 from infra.components import roles
 from infra.core import naming
-from infra import REPO_ROOT
 from infra.core.config import StackConfig
-from infra.core.batch_spec import SCRIPTS_PREFIX
+from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
-# Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
-# writes (it can neither read back nor delete what other runs wrote).
-SAS_PERMISSIONS: dict[str, str] = {"data": "rl", "scripts": "rl", "outputs": "cw"}
-# `status`: what machines report to the deployer (the NFS server: "the data is staged"). No SAS: the NFS server
-# writes it with its identity, deployers read it with Azure AD.
-STATUS = "status"
-CONTAINERS = (*SAS_PERMISSIONS, STATUS)
 RESULTS_SHARE = "results"
 RESULTS_SHARE_QUOTA_GIB = 1024
-TRAINING_PACKAGE = REPO_ROOT / "training"
-
-
-def training_scripts() -> list:
-    """The training package's modules, uploaded to `scripts`: jobs and the NFS server run these."""
-    return sorted(TRAINING_PACKAGE.glob("*.py"))
-
-
-def sas_expiry(now: datetime, hours: int) -> str:
-    """SAS expiry as Azure wants it; rounded down to the hour so re-runs within the hour give the same token."""
-    return (now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -100,13 +81,13 @@ class Storage(pulumi.ComponentResource):
             f"{name}-{RESULTS_SHARE}", share_name=RESULTS_SHARE, account_name=self.account.name,
             resource_group_name=args.resource_group_name, share_quota=RESULTS_SHARE_QUOTA_GIB, opts=child)
 
-        # The training scripts in `scripts`: a job fetches the current ones, so a fix needs no image rebuild.
+        # The training runtime in `scripts`: a job fetches the current one, so a fix needs no image rebuild.
         self.scripts = [
-            storage.Blob(f"{name}-script-{path.stem}", account_name=self.account.name,
+            storage.Blob(f"{name}-script-{blob_name.replace('/', '-')}", account_name=self.account.name,
                          container_name=self.containers["scripts"].name, resource_group_name=args.resource_group_name,
-                         blob_name=SCRIPTS_PREFIX + path.name, source=pulumi.FileAsset(str(path)),
+                         blob_name=blob_name, source=pulumi.FileAsset(str(path)),
                          type=storage.BlobType.BLOCK, content_type="text/x-python", opts=child)
-            for path in training_scripts()
+            for blob_name, path in runtime_files().items()
         ]
 
         self.container_urls = {

@@ -72,7 +72,7 @@ class TrainingJobArgs:
     # The `status` container, when the job must wait for the NFS server's staging report before it is
     # submitted ("" when the job stages the data itself).
     data_status_url: pulumi.Input[str]
-    inputs: pulumi.Output[batch_spec.JobInputs]  # built by infra.operate.job_inputs, as for `infra submit`
+    inputs: pulumi.Output[batch_spec.JobInputs]  # built by batch_spec.job_inputs, as for `infra submit`
 
 
 class TrainingJob(pulumi.dynamic.Resource):

@@ -32,6 +32,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass
 
+from infra.core.config import IMAGE_OF_LOOP, StackConfig
 from infra.core.skus import CATALOG, GpuSku
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
@@ -273,3 +274,30 @@ def start_task_command(local_cache: bool, data_wait_minutes: int) -> str:
     # rsync compares size and time, so a node rebooted mid-copy finishes the copy instead of restarting it.
     return _script(wait_for_data(nfs_path(DATASET), data_wait_minutes), f"mkdir -p {cache}",
                    f"rsync -a {nfs_path(DATASET)} {cache}/")
+
+
+class JobError(Exception):
+    """A job that cannot be built or operated as asked; `str()` is the one line for the user."""
+
+
+def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
+               train_args: tuple[str, ...] | None = None) -> JobInputs:
+    """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
+    framework = framework or cfg.training_framework
+    image = IMAGE_OF_LOOP[framework]
+    if image not in outputs["imageRefs"]:
+        raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
+                       f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
+    nodes = cfg.max_nodes if nodes is None else nodes
+    if not 1 <= nodes <= cfg.max_nodes:
+        raise JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the pool grows to maxNodes={cfg.max_nodes} "
+                       "at most)")
+    urls = outputs["containerUrls"]
+    return JobInputs(
+        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpu_sku=cfg.gpu_sku, framework=framework,
+        image=outputs["imageRefs"][image], registry_server=outputs["registryLoginServer"],
+        node_identity_id=outputs["pullIdentityId"], node_identity_client_id=outputs["pullIdentityClientId"],
+        train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
+        max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
+        local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
+        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")

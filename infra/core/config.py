@@ -25,8 +25,8 @@ from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 PROJECT = "azure-dl-training"
 
-FRAMEWORKS = ("pytorch", "tensorflow")
-TRAINING_FRAMEWORKS = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # -> image
+IMAGES = ("pytorch", "tensorflow")  # the frameworks key: one container image each
+IMAGE_OF_LOOP = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # trainingFramework -> image
 NFS_KINDS = ("vm", "azure-files")
 NFS_DISK_COUNT = (1, 16)
 NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
@@ -104,7 +104,7 @@ class StackConfig:
     @property
     def training_image(self) -> str:
         """The image (one per framework) the training job runs in."""
-        return TRAINING_FRAMEWORKS[self.training_framework]
+        return IMAGE_OF_LOOP[self.training_framework]
 
     @property
     def tags(self) -> dict[str, str]:
@@ -276,10 +276,10 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
 
     frameworks = raw["frameworks"]
     if not frameworks:
-        raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(FRAMEWORKS)}")
+        raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(IMAGES)}")
     for framework in frameworks:
-        if framework not in FRAMEWORKS:
-            raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(FRAMEWORKS)} "
+        if framework not in IMAGES:
+            raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(IMAGES)} "
                                             "(keras runs in the tensorflow image)")
     if len(set(frameworks)) != len(frameworks):
         raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
@@ -303,10 +303,10 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("nfsDiskSizeGb", f"{raw['nfs_disk_size_gb']} GiB is outside {low}-{high} for nfsKind "
                                            f"{raw['nfs_kind']}")
     framework = raw["training_framework"]
-    if framework not in TRAINING_FRAMEWORKS:
-        raise ConfigError("trainingFramework", f"{framework!r} is not one of {', '.join(TRAINING_FRAMEWORKS)}")
-    if TRAINING_FRAMEWORKS[framework] not in frameworks:
-        raise ConfigError("trainingFramework", f"{framework} runs in the {TRAINING_FRAMEWORKS[framework]} image, "
+    if framework not in IMAGE_OF_LOOP:
+        raise ConfigError("trainingFramework", f"{framework!r} is not one of {', '.join(IMAGE_OF_LOOP)}")
+    if IMAGE_OF_LOOP[framework] not in frameworks:
+        raise ConfigError("trainingFramework", f"{framework} runs in the {IMAGE_OF_LOOP[framework]} image, "
                                                f"which frameworks {list(frameworks)} does not build; add it there")
     training_args = parse_training_args(framework, raw["training_args"])
     for key, (low, high), unit in (("trainingRetries", TRAINING_RETRIES, ""),

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from infra.core.config import SAS_EXPIRY_HOURS
-from infra.components.storage import SAS_PERMISSIONS
+from infra.core.containers import SAS_PERMISSIONS
 
 Props = dict[str, Any]
 INTERNET_SOURCES = {"*", "Internet", "0.0.0.0/0", "Any", "any"}

@@ -168,9 +168,7 @@ def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
 
 def test_up_and_submit_build_the_same_job_from_the_same_outputs(ev):
     """One mapping from stack config to job inputs: `pulumi up`'s job is what `infra submit` would send."""
-    from infra.cli import operate
-
     job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
-    expected = dataclasses.asdict(operate.job_inputs(ev.config, ev.outputs))
+    expected = dataclasses.asdict(batch_spec.job_inputs(ev.config, ev.outputs))
     expected["train_args"] = list(expected["train_args"])
     assert {name: job.inputs[name] for name in expected} == expected

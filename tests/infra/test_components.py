@@ -2,9 +2,10 @@
 import json
 from datetime import timedelta
 
+from infra import REPO_ROOT
 from infra.cli import offline
 from infra.components import registry, roles, storage
-from infra.core import naming
+from infra.core import containers, naming
 from tests.infra.conftest import NOW
 
 
@@ -77,6 +78,20 @@ def test_storage_containers_and_results_share(ev):
     assert urls == {c: f"https://{account}.blob.core.windows.net/{c}" for c in containers}
 
 
+def test_scripts_holds_the_whole_runtime_package_and_nothing_else(ev):
+    blobs = {b.inputs["blobName"]: b for b in ev.of_type("azure-native:storage:Blob")}
+    in_scripts = {name for name, b in blobs.items() if b.inputs["containerName"] == "scripts"}
+    shipped = {"training/" + p.relative_to(REPO_ROOT / "training").as_posix()
+               for p in (REPO_ROOT / "training").rglob("*.py") if "__pycache__" not in p.parts}
+    assert in_scripts == shipped
+    # Subpackages travel (Batch keeps the folders below the prefix) and developer tools do not.
+    assert {"training/__main__.py", "training/runner.py", "training/pytorch/loop.py", "training/tensorflow/loop.py",
+            "training/data/stage.py", "training/cluster/node_ssh.py"} <= in_scripts
+    assert not any(name.startswith(("devtools/", "tests/", "infra/")) for name in in_scripts)
+    for name in in_scripts:
+        assert blobs[name].inputs["source"].path == str(REPO_ROOT / name)
+
+
 def test_sas_per_container_least_permission_https_bounded_expiry(ev):
     requests = {i.args["canonicalizedResource"].rsplit("/", 1)[1]: i.args for i in ev.invocations
                 if i.token == "azure-native:storage:listStorageAccountServiceSAS"}
@@ -93,7 +108,7 @@ def test_sas_per_container_least_permission_https_bounded_expiry(ev):
 
 
 def test_sas_expiry_rounds_to_the_hour():
-    assert storage.sas_expiry(NOW, 24) == "2026-11-22T12:00:00Z"
+    assert containers.sas_expiry(NOW, 24) == "2026-11-22T12:00:00Z"
 
 
 def test_no_account_key_is_ever_read_or_exported(ev):

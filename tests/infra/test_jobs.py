@@ -128,7 +128,7 @@ def test_submit_refuses_bad_requests_with_one_line(outputs_file, capsys, argv, m
 
 def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
     batch = FakeBatch()
-    spec = operate.job_inputs(config.from_stack_file("dev"), OUTPUTS)
+    spec = batch_spec.job_inputs(config.from_stack_file("dev"), OUTPUTS)
     old = operate.submit(batch, spec, operate.now_utc().replace(year=2025), io.StringIO())
     new = operate.submit(batch, spec, operate.now_utc(), io.StringIO())
     batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "startTime": "t0", "endTime": "t1"}
