@@ -20,7 +20,6 @@ from typing import Any, TextIO
 from infra.core import batch_spec
 from infra.dataplane.batch import BatchService, JobNotFound
 from infra.core.batch_spec import JobError
-from infra.core.config import StackConfig
 
 REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
                     "pullIdentityClientId", "containerUrls")

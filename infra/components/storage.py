@@ -9,7 +9,7 @@ https only, bounded expiry, minted by Azure from the account key without the key
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pulumi
 from pulumi_azure_native import storage

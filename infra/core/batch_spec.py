@@ -31,6 +31,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from infra.core.config import IMAGE_OF_LOOP, StackConfig
 from infra.core.skus import CATALOG, GpuSku

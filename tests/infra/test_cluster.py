@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from infra.cli import offline
-from infra.components import nfs, roles
+from infra.components import roles
+from infra.core import nfs_user_data
 from infra.core import batch_spec, config
 from infra.components.cluster import REPLACE_ON_CHANGES
 from tests.infra.conftest import NOW, evaluation_for
@@ -76,12 +77,12 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     assert linux["disablePasswordAuthentication"] is True and "adminPassword" not in vm.inputs["osProfile"]
     assert len(vm.inputs["storageProfile"]["dataDisks"]) == ev.config.nfs_disk_count
     assert vm.ignore_changes == ["osProfile"]  # a new throwaway key must not replace the data server
-    script = nfs.setup_script(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
+    script = nfs_user_data.setup_script(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
     exports = [line.strip() for line in script.splitlines() if "/etc/exports.d/" in line and "echo" in line]
     assert exports == [f'echo "/data {ev.config.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
                        '> /etc/exports.d/dltrain.exports']
     assert f"--raid-devices={ev.config.nfs_disk_count}" in script
-    stage = nfs.stage_script()
+    stage = nfs_user_data.stage_script()
     assert 'python -m training stage "$DATA_CONTAINER_URL" /data/imagenet' in stage
     assert "touch /data/imagenet/.staged" in stage
     # The stager's own pins, as in .venv and the images.
@@ -105,7 +106,7 @@ def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_s
 
 
 def test_one_nfs_disk_needs_no_raid():
-    script = nfs.setup_script("10.10.0.0/20", 1)
+    script = nfs_user_data.setup_script("10.10.0.0/20", 1)
     assert "mdadm" not in script and 'device="${disks[0]}"' in script
 
 

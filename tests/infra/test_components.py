@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from infra import REPO_ROOT
 from infra.cli import offline
-from infra.components import registry, roles, storage
+from infra.components import registry, roles
 from infra.core import containers, naming
 from tests.infra.conftest import NOW
 

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from infra.components import nfs
+from infra.core import nfs_user_data
 from infra import REPO_ROOT
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-URLS = nfs.StagingUrls(*(f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "status")))
+URLS = nfs_user_data.StagingUrls(*(f"https://st.blob.core.windows.net/{c}" for c in ("data", "scripts", "status")))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def merged_cloud_config(data: bytes, tmp_path) -> dict:
 
 
 def user_data(disks=4):
-    return base64.b64decode(nfs.custom_data("10.10.0.0/20", disks, URLS, "client-nfs"))
+    return base64.b64decode(nfs_user_data.custom_data("10.10.0.0/20", disks, URLS, "client-nfs"))
 
 
 def test_cloud_init_keeps_every_file_and_command(cloudinit, tmp_path):
@@ -55,10 +56,10 @@ def test_cloud_init_keeps_every_file_and_command(cloudinit, tmp_path):
     assert set(files) == {"/usr/local/sbin/dltrain-nfs-setup", "/usr/local/sbin/dltrain-stage",
                           "/etc/dltrain/stage.env", "/etc/systemd/system/dltrain-stage.service",
                           "/etc/systemd/system/nfs-server.service.d/dltrain.conf"}
-    assert files["/usr/local/sbin/dltrain-nfs-setup"]["content"] == nfs.setup_script("10.10.0.0/20", 4)
+    assert files["/usr/local/sbin/dltrain-nfs-setup"]["content"] == nfs_user_data.setup_script("10.10.0.0/20", 4)
     assert files["/usr/local/sbin/dltrain-stage"]["permissions"] == "0700"
     assert config["runcmd"][0] == ["/usr/local/sbin/dltrain-nfs-setup"]  # the script it runs is written
-    assert ["systemctl", "enable", "--now", "--no-block", nfs.STAGE_UNIT] in config["runcmd"]
+    assert ["systemctl", "enable", "--now", "--no-block", nfs_user_data.STAGE_UNIT] in config["runcmd"]
     assert set(config["packages"]) >= {"nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"}
 
 
@@ -66,7 +67,7 @@ def test_the_user_data_passes_cloud_inits_own_schema(cloudinit):
     from cloudinit.config.schema import get_schema, validate_cloudconfig_schema
     from cloudinit.util import load_yaml
 
-    text = nfs.cloud_config("10.10.0.0/20", 4, URLS, "client-nfs")
+    text = nfs_user_data.cloud_config("10.10.0.0/20", 4, URLS, "client-nfs")
     assert text.startswith("#cloud-config\n")
     validate_cloudconfig_schema(load_yaml(text), get_schema(), strict=True)
 
@@ -88,7 +89,7 @@ def test_the_old_two_part_user_data_lost_the_setup_script(cloudinit, tmp_path):
 
 @pytest.mark.parametrize("disks", [1, 4])
 def test_scripts_pass_bash_and_shellcheck(disks, tmp_path):
-    for name, text in (("setup", nfs.setup_script("10.10.0.0/20", disks)), ("stage", nfs.stage_script())):
+    for name, text in (("setup", nfs_user_data.setup_script("10.10.0.0/20", disks)), ("stage", nfs_user_data.stage_script())):
         path = tmp_path / name
         path.write_text(text)
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
@@ -97,13 +98,13 @@ def test_scripts_pass_bash_and_shellcheck(disks, tmp_path):
 
 
 def test_a_reboot_brings_the_array_mount_export_and_staging_back():
-    setup = nfs.setup_script("10.10.0.0/20", 4)
+    setup = nfs_user_data.setup_script("10.10.0.0/20", 4)
     assert 'mdadm --detail --brief "$device" >> /etc/mdadm/mdadm.conf' in setup and "update-initramfs -u" in setup
     assert 'echo "UUID=$uuid /data xfs defaults,nofail 0 2" >> /etc/fstab' in setup  # not /dev/md0 (md127 later)
-    unit = nfs.stage_unit()
+    unit = nfs_user_data.stage_unit()
     assert "WantedBy=multi-user.target" in unit and "Restart=on-failure" in unit  # every boot, until done
     assert "ConditionPathExists=!/data/imagenet/.staged" in unit and "RequiresMountsFor=/data" in unit
-    assert nfs.NFS_SERVER_DROP_IN == "[Unit]\nRequiresMountsFor=/data\n"  # no export of an empty mount point
+    assert nfs_user_data.NFS_SERVER_DROP_IN == "[Unit]\nRequiresMountsFor=/data\n"  # no export of an empty mount point
 
 
 @pytest.mark.parametrize("size,caching", [(512, "ReadOnly"), (4095, "ReadOnly"), (4096, "None")])
@@ -112,6 +113,6 @@ def test_host_caching_only_where_azure_allows_it(size, caching):
 
 
 def test_staging_reports_to_the_status_container_when_done():
-    stage = nfs.stage_script()
+    stage = nfs_user_data.stage_script()
     assert stage.index("touch /data/imagenet/.staged") < stage.index('upload_blob("imagenet.staged"')
-    assert "STATUS_CONTAINER_URL=https://st.blob.core.windows.net/status" in nfs.stage_env(URLS, "c")
+    assert "STATUS_CONTAINER_URL=https://st.blob.core.windows.net/status" in nfs_user_data.stage_env(URLS, "c")
