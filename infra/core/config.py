@@ -37,6 +37,10 @@ JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the j
 REGISTRY_SKUS = ("Basic", "Standard", "Premium")
 SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
 LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
+# Whole-number keys with bounds: key -> ((low, high), unit in the message).
+RANGES = {"sasExpiryHours": (SAS_EXPIRY_HOURS, " hours"), "logRetentionDays": (LOG_RETENTION_DAYS, " days"),
+          "nfsDiskCount": (NFS_DISK_COUNT, ""), "trainingRetries": (TRAINING_RETRIES, ""),
+          "trainingMaxHours": (TRAINING_MAX_HOURS, " hours"), "trainingDataWaitMinutes": (DATA_WAIT_MINUTES, " minutes")}
 MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
 AZURE_RESERVED_IPS_PER_SUBNET = 5
 SMALLEST_SUBNET_PREFIX = 29  # Azure's smallest subnet (https://learn.microsoft.com/azure/virtual-network/virtual-networks-faq)
@@ -95,6 +99,7 @@ class StackConfig:
     training_retries: int
     training_max_hours: int
     training_data_wait_minutes: int
+    low_priority: bool = False  # refused when true (Batch retired low-priority nodes); kept to name the key
     placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
 
     @property
@@ -173,9 +178,12 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             raise ConfigError(name, f"unknown key; {hint}")
     merged = {name: _coerce(key, values.get(name, key.default)) for name, key in schema.items()}
     raw = {_field_name(name): value for name, value in merged.items()}
-    missing = {f.name for f in fields(StackConfig)} - set(raw) - {"stack", "placeholders"}
+    declared = {f.name for f in fields(StackConfig)} - {"stack", "placeholders"}
+    missing, unread = declared - set(raw), set(raw) - declared
     if missing:
         raise ConfigError(sorted(missing)[0], "not declared in Pulumi.yaml's config schema")
+    if unread:  # a key Pulumi.yaml declares that the program would never read
+        raise ConfigError(sorted(unread)[0], "declared in Pulumi.yaml but not a StackConfig field")
 
     team = raw["team"]
     if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
@@ -267,12 +275,9 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("computeSubnet", f"{subnets['computeSubnet']} has {usable} usable addresses, fewer than "
                                            f"maxNodes {max_nodes}; use a larger prefix")
 
-    low, high = SAS_EXPIRY_HOURS
-    if not low <= raw["sas_expiry_hours"] <= high:
-        raise ConfigError("sasExpiryHours", f"{raw['sas_expiry_hours']} is outside {low}-{high} hours")
-    low, high = LOG_RETENTION_DAYS
-    if not low <= raw["log_retention_days"] <= high:
-        raise ConfigError("logRetentionDays", f"{raw['log_retention_days']} is outside {low}-{high} days")
+    for key, ((low, high), unit) in RANGES.items():
+        if not low <= raw[_field_name(key)] <= high:
+            raise ConfigError(key, f"{raw[_field_name(key)]} is outside {low}-{high}{unit}")
 
     frameworks = raw["frameworks"]
     if not frameworks:
@@ -295,9 +300,6 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     if raw["data_local_cache"] and raw["nfs_kind"] == "azure-files":
         raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after the "
                                             "nodes start, so there is nothing to cache yet; use nfsKind: vm")
-    low, high = NFS_DISK_COUNT
-    if not low <= raw["nfs_disk_count"] <= high:
-        raise ConfigError("nfsDiskCount", f"{raw['nfs_disk_count']} is outside {low}-{high}")
     low, high = NFS_DISK_SIZE_GB[raw["nfs_kind"]]
     if not low <= raw["nfs_disk_size_gb"] <= high:
         raise ConfigError("nfsDiskSizeGb", f"{raw['nfs_disk_size_gb']} GiB is outside {low}-{high} for nfsKind "
@@ -309,26 +311,13 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("trainingFramework", f"{framework} runs in the {IMAGE_OF_LOOP[framework]} image, "
                                                f"which frameworks {list(frameworks)} does not build; add it there")
     training_args = parse_training_args(framework, raw["training_args"])
-    for key, (low, high), unit in (("trainingRetries", TRAINING_RETRIES, ""),
-                                   ("trainingMaxHours", TRAINING_MAX_HOURS, " hours"),
-                                   ("trainingDataWaitMinutes", DATA_WAIT_MINUTES, " minutes")):
-        if not low <= raw[_field_name(key)] <= high:
-            raise ConfigError(key, f"{raw[_field_name(key)]} is outside {low}-{high}{unit}")
 
-    return StackConfig(
-        stack=stack, team=team, location=raw["location"], address_space=vnet,
-        compute_subnet=subnets["computeSubnet"], storage_subnet=subnets["storageSubnet"],
-        reserved_address_spaces=reserved, allowed_ip_ranges=allowed, gpu_sku=sku_name,
-        min_nodes=min_nodes, max_nodes=max_nodes, sas_expiry_hours=raw["sas_expiry_hours"],
-        retain_outputs=raw["retain_outputs"], log_retention_days=raw["log_retention_days"],
-        frameworks=frameworks, registry_sku=raw["registry_sku"], image_tag=raw["image_tag"],
-        nfs_kind=raw["nfs_kind"], nfs_vm_size=raw["nfs_vm_size"], nfs_disk_count=raw["nfs_disk_count"],
-        nfs_disk_size_gb=raw["nfs_disk_size_gb"], data_local_cache=raw["data_local_cache"],
-        training_launch_on_up=raw["training_launch_on_up"], training_framework=framework,
-        training_args=training_args, training_retries=raw["training_retries"],
-        training_max_hours=raw["training_max_hours"], training_data_wait_minutes=raw["training_data_wait_minutes"],
-        placeholders=tuple(placeholders),
-    )
+    # Every schema key is a field of the same name (checked above); what validation turned into richer types
+    # (networks) or refined (training args) replaces the raw value. A new key needs its Pulumi.yaml entry and
+    # its StackConfig field, plus a line in RANGES or a check above if it has rules.
+    return StackConfig(stack=stack, **{**raw, "address_space": vnet, "compute_subnet": subnets["computeSubnet"],
+                                       "storage_subnet": subnets["storageSubnet"], "reserved_address_spaces": reserved,
+                                       "training_args": training_args, "placeholders": tuple(placeholders)})
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:

@@ -2,7 +2,9 @@ import ipaddress
 import itertools
 
 import pytest
+import yaml
 
+from infra import REPO_ROOT
 from infra.core import config
 from infra.core.config import ConfigError, parse
 from tests.infra.conftest import STACKS
@@ -33,11 +35,19 @@ def test_team_address_spaces_do_not_overlap_so_they_can_be_peered():
         assert not n1.overlaps(n2), f"{s1} {n1} overlaps {s2} {n2}"
 
 
+def test_a_new_key_needs_its_schema_entry_and_one_field(tmp_path):
+    """Adding a key: Pulumi.yaml and a StackConfig field; a schema entry without a field is refused at once."""
+    project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
+    project["config"]["gpuCountHint"] = {"type": "integer", "default": 1, "description": "not a field"}
+    (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project))
+    with pytest.raises(config.ConfigError, match="gpu_count_hint.*not a StackConfig field"):
+        config.parse("dev", {}, config.load_schema(tmp_path / "Pulumi.yaml"))
+
+
 def test_schema_declares_type_default_and_description_for_every_field():
     schema = config.load_schema()
     fields = {f.name for f in config.fields(config.StackConfig)} - {"stack", "placeholders"}
-    # lowPriority stays declared so that `true` is refused with its reason rather than as an unknown key.
-    assert {config._field_name(k) for k in schema} - {"low_priority"} == fields
+    assert {config._field_name(k) for k in schema} == fields
     for key in schema.values():
         assert key.type in ("string", "integer", "boolean", "array"), key.name
         assert key.default is not None, key.name
