@@ -1,0 +1,52 @@
+"""report.png and `python -m training report`: drawn from metrics.jsonl and summary.json alone."""
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from infra import REPO_ROOT
+
+pytest.importorskip("matplotlib", reason="matplotlib is in requirements.txt and the training requirements")
+from training import report  # noqa: E402
+
+
+def fake_run(folder, framework, steps=10, torn=False):
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"step": s, "epoch": s / 100, "loss": 7 - s * 0.3, "lr": 0.01 * s, "img_per_sec": 50 + s})
+             for s in range(1, steps + 1)]
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + ("\n{\"step\": 11, \"lo" if torn else "\n"))
+    (folder / "summary.json").write_text(json.dumps({
+        "framework": framework, "world_size": 2, "steps": steps, "img_per_sec": 55.5, "final_loss": 4.0, "top1": 0.5}))
+    return folder
+
+
+def png_size(path):
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", header[16:24])
+
+
+def test_each_run_gets_its_report_with_the_summary_in_the_title(tmp_path):
+    run = fake_run(tmp_path / "r1", "pytorch", torn=True)  # a line cut short by a crash is skipped
+    path = report.write_for_run(run)
+    assert path == run / "report.png" and png_size(path) == (1500, 400)
+    assert report.title_of(run, report.read_run(run)[1]) == \
+        "r1: pytorch, 2 worker(s), step 10, 55.5 img/s, loss 4.000, top-1 0.500"
+    assert [r["step"] for r in report.read_run(run)[0]] == list(range(1, 11))
+
+
+def test_the_report_command_draws_several_runs_side_by_side(tmp_path):
+    runs = [fake_run(tmp_path / "torch", "pytorch"), fake_run(tmp_path / "keras", "keras", steps=6)]
+    result = subprocess.run([sys.executable, "-m", "training", "report", *map(str, runs), "--out",
+                             str(tmp_path / "both.png")], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "both.png (2 run(s))" in result.stdout and png_size(tmp_path / "both.png")[0] == 1500
+
+
+def test_a_folder_that_is_not_a_run_is_one_clear_line_and_nothing_drawn(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "training", "report", str(tmp_path), "--out",
+                             str(tmp_path / "x.png")], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and not (tmp_path / "x.png").exists()
+    assert result.stderr.strip() == f"error: {tmp_path}: no metrics.jsonl (not a run folder of `python -m training train`)"
