@@ -129,7 +129,7 @@ def _azure_batch(endpoint: str):
 
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None) -> int:
     """`batch_factory(endpoint) -> BatchService` and `staged(status_url) -> bool`: the tests pass their own;
-    everyone else gets Azure Batch and the `status` container (infra/staging.py)."""
+    everyone else gets Azure Batch and the `status` container (infra/dataplane/staging.py)."""
     if staged is None:
         from infra.dataplane.staging import staged
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,

@@ -2,7 +2,7 @@
 
 What a verb needs comes from the stack's outputs (`pulumi stack output --json --show-secrets`, or a file
 holding that JSON) and its config (Pulumi.<stack>.yaml). Batch is reached as the signed-in Azure AD user
-(DefaultAzureCredential) through `infra.batch.BatchService`; results are downloaded from the `outputs`
+(DefaultAzureCredential) through `infra.dataplane.batch.BatchService`; results are downloaded from the `outputs`
 container with Azure AD as well (its SAS may only write). No verb touches an account key, and no job carries a
 SAS: the nodes reach storage with the pool's identity.
 """

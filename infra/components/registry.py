@@ -2,7 +2,7 @@
 
 The admin user stays disabled. The cluster pulls with a user-assigned identity holding AcrPull; the
 images are pushed by a token scoped to their repositories, whose password is generated at deploy time
-and kept as a secret (infra/acr_token.py).
+and kept as a secret (infra/components/acr_token.py).
 """
 from __future__ import annotations
 

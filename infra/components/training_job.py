@@ -4,7 +4,7 @@ create submits the job (infra/batch_spec.py builds it, as for `python -m infra s
 the training depends on (framework, arguments, nodes, image...) submits a new job and then deletes the
 old one; delete terminates and deletes the job (its outputs stay in the `outputs` container and on NFS).
 The inputs hold no secret (storage is reached with the nodes' identity). Batch is reached through
-`infra.batch.BatchService`, which the tests replace with a fake.
+`infra.dataplane.batch.BatchService`, which the tests replace with a fake.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ One Batch job per training run, holding one multi-instance task: Batch allocates
 to it, runs the coordination command on every node (the job's own sshd inside the container, so mpirun can
 reach the other nodes), then the application command on the primary: `python -m training launch`, which
 starts Horovod over MPI with one process per GPU on every node. The dicts here have the Batch REST API's shape
-(camelCase); `infra/batch.py` hands them to the SDK unchanged. Both the TrainingJob dynamic resource
+(camelCase); `infra/dataplane/batch.py` hands them to the SDK unchanged. Both the TrainingJob dynamic resource
 (`pulumi up`) and `python -m infra submit` build their jobs here, so both launch the same thing.
 
 Batch's rules this relies on:
@@ -73,7 +73,7 @@ class JobInputs:
     stack: str
     pool_id: str
     nodes: int
-    gpu_sku: str  # from infra/skus.py: GPUs per node, InfiniBand, NCCL topology
+    gpu_sku: str  # from infra/core/skus.py: GPUs per node, InfiniBand, NCCL topology
     framework: str  # pytorch | tensorflow | keras
     image: str  # full reference, registry/name:tag@digest: the job runs exactly the image `up` built
     registry_server: str

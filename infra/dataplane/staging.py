@@ -1,7 +1,7 @@
 """Has the NFS server finished staging the data? Asked before a job is submitted, so that no GPU node is held
 while the data is still arriving.
 
-The server's staging unit (infra/nfs.py) writes `batch_spec.STAGED_BLOB` into the `status` container with its
+The server's staging unit (infra/core/nfs_user_data.py) writes `batch_spec.STAGED_BLOB` into the `status` container with its
 own identity once the whole `data` container is on NFS; deployers read it with Azure AD. `staged` is the one
 seam: the TrainingJob provider and `infra submit` take it as a callable, the tests hand them their own.
 """

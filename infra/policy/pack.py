@@ -1,4 +1,4 @@
-"""CrossGuard policies made from the pure checks in infra/security.py (no PolicyPack here: constructing
+"""CrossGuard policies made from the pure checks in infra/core/security.py (no PolicyPack here: constructing
 one starts a gRPC server and blocks, so the tests import this module, and __main__.py builds the pack)."""
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, c
 
 
 def test_the_staging_report_is_read_from_the_status_container(azurite, container):
-    """infra/staging.py against a real blob service: no report, then the blob the NFS server writes."""
+    """infra/dataplane/staging.py against a real blob service: no report, then the blob the NFS server writes."""
     from azure.storage.blob import ContainerClient
 
     from infra.core import batch_spec

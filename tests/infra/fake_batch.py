@@ -1,4 +1,4 @@
-"""The one fake: an in-memory `infra.batch.BatchService`, recording what was asked of it."""
+"""The one fake: an in-memory `infra.dataplane.batch.BatchService`, recording what was asked of it."""
 from infra.dataplane.batch import JobNotFound
 
 

@@ -1,4 +1,4 @@
-"""The job's own SSH between Batch nodes (training/node_ssh.py): its files, and Debian's real sshd and ssh."""
+"""The job's own SSH between Batch nodes (training/cluster/node_ssh.py): its files, and Debian's real sshd and ssh."""
 import os
 import pwd
 import signal

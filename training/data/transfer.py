@@ -125,7 +125,7 @@ class ContainerTarget:
     def client(self, workers: int):
         from azure.storage.blob import ContainerClient
 
-        # Upload's client (stage reads through training/blob_reader.py).
+        # Upload's client (stage reads through training/data/blob_reader.py).
         options = dict(max_block_size=BLOCK_SIZE, max_single_put_size=BLOCK_SIZE, connection_timeout=20, read_timeout=60,
                        retry_total=2,  # the SDK's own retries stay short; ours (per file, with backoff) do the rest
                        connection_pool_maxsize=max(10, workers * 2))

@@ -10,7 +10,7 @@ from infra.core import batch_spec, config
 from infra.cli.main import main
 from infra.components.training_job import INPUT_FIELDS, TrainingJobProvider
 from tests.infra.fake_batch import FakeBatch
-from tests.infra.test_jobspec import inputs
+from tests.infra.test_batch_spec import inputs
 
 OUTPUTS = {
     "batchAccountEndpoint": "badev.westeurope.batch.azure.com", "poolId": "gpu",
