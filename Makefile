@@ -60,7 +60,7 @@ demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZUR
 	    --framework $(FRAMEWORK) --data $(DEMO)/nfs --num-classes 4 --image-size 64 --batch-size 8 --steps 40 \
 	    --log-every 5 --checkpoint-every 20 --workers 1 --output-dir $(DEMO)/run
 	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
-	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
+	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, report.png, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
 
 plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)

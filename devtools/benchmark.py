@@ -48,7 +48,7 @@ def main(argv: list[str]) -> int:
               "--workers", "0"]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        recipe = _run("recipe", [*common, "--batch-size", "32", "--precision", "fp32"], out)
+        recipe = _run("recipe", [*common, "--batch-size", "32", "--precision", "fp32", "--no-channels-last"], out)
         ours = _run("ours", [*common, "--batch-size", str(args.batch_size), "--precision", "bf16", "--channels-last",
                              *([] if args.no_compile else ["--compile"])], out)
     device = torch.cuda.get_device_name() if gpu else f"CPU ({torch.get_num_threads()} threads)"
