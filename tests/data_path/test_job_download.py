@@ -4,7 +4,7 @@ import json
 from infra.cli.main import main
 from tests.data_path.conftest import cli, make_tree, tree
 from tests.infra.fake_batch import FakeBatch
-from tests.infra.test_jobs import OUTPUTS
+from tests.infra.test_operate import OUTPUTS
 
 
 def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, capsys):
