@@ -7,6 +7,7 @@ Commands:
   logs      a job's stdout (or --stderr); --follow streams it until the task ends
   download  a finished job's logs, metrics, summary and model from the outputs container
   cancel    stop a running job (its outputs so far stay)
+  rehearse  the stack's own job run here as Azure would run it (Azurite, local nodes with real SSH; root)
 
 The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
 and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
@@ -127,6 +128,12 @@ def _azure_batch(endpoint: str):
     return AzureBatch(endpoint)
 
 
+def _rehearse(argv: list[str]) -> int:
+    from devtools.rehearsal.run import main as rehearse_main
+
+    return rehearse_main(argv)
+
+
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None) -> int:
     """`batch_factory(endpoint) -> BatchService` and `staged(status_url) -> bool`: the tests pass their own;
     everyone else gets Azure Batch and the `status` container (infra/dataplane/staging.py)."""
@@ -144,6 +151,11 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None)
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
+
+    rehearse = commands.add_parser(
+        "rehearse", add_help=False, help="run the stack's own job here as Azure would: Azurite as its storage, "
+                                         "local nodes with their own IPs and SSH as its Batch pool (needs root)")
+    rehearse.set_defaults(run=lambda a: _rehearse([]))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
@@ -176,6 +188,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None)
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
         sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
+        return _rehearse(argv[1:])
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -66,7 +66,8 @@ def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, o
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = batch_spec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
-    print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {inputs.sku.gpus} GPUs", file=out)
+    per_node = f"{inputs.slots} process(es)" if inputs.processes_per_node else f"{inputs.sku.gpus} GPUs"
+    print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {per_node}", file=out)
     print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow", file=out)
     print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}", file=out)
     return job

@@ -87,6 +87,11 @@ class JobInputs:
     scripts_url: str  # the scripts container URL (no SAS)
     outputs_url: str  # the outputs container URL (no SAS)
     data_url: str = ""  # the data container URL (no SAS): set when the job stages the data itself
+    processes_per_node: int = 0  # training processes per node; 0: one per GPU of the size
+
+    @property
+    def slots(self) -> int:
+        return self.processes_per_node or self.sku.gpus
 
     @property
     def sku(self) -> GpuSku:
@@ -173,7 +178,7 @@ def application_command(inputs: JobInputs, job: str) -> str:
     dataset = nfs_path(DATASET)
     prelude = (stage_data(dataset, inputs.data_url) if inputs.data_url
                else wait_for_data(dataset, inputs.data_wait_minutes))
-    launch = ["python", "-m", "training", "launch", "--slots", str(inputs.sku.gpus), "--ssh-port", str(SSH_PORT),
+    launch = ["python", "-m", "training", "launch", "--slots", str(inputs.slots), "--ssh-port", str(SSH_PORT),
               "--", *train_words(inputs, job)]
     outputs = batch_path("AZ_BATCH_TASK_WORKING_DIR", "outputs")
     return _script(_IMPORTABLE, prelude, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
@@ -218,7 +223,7 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
     outputs = f"{job}/"
     return {
         "id": TASK_ID,
-        "displayName": f"horovod {inputs.framework} x{inputs.nodes * inputs.sku.gpus}",
+        "displayName": f"horovod {inputs.framework} x{inputs.nodes * inputs.slots}",
         "commandLine": application_command(inputs, job),
         "containerSettings": {
             "imageName": inputs.image,
@@ -282,7 +287,7 @@ class JobError(Exception):
 
 
 def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
-               train_args: tuple[str, ...] | None = None) -> JobInputs:
+               train_args: tuple[str, ...] | None = None, processes_per_node: int = 0) -> JobInputs:
     """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
     framework = framework or cfg.training_framework
     image = IMAGE_OF_LOOP[framework]
@@ -301,4 +306,4 @@ def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None 
         train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
         max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
         local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
-        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "")
+        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "", processes_per_node=processes_per_node)

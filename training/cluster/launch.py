@@ -3,8 +3,9 @@ every node, with horovodrun.
 
 Hosts come from `--hosts host:slots,...`, or, inside an Azure Batch multi-instance task, from
 AZ_BATCH_HOST_LIST (the nodes Batch gave the task) with `--slots` processes per node (the job passes
-the node size's GPU count). Between nodes Horovod runs over MPI (mpirun reaches the other nodes' sshd on
-`--ssh-port`, NCCL carries the gradients over InfiniBand); on one machine it uses Gloo.
+the node size's GPU count). Between nodes Horovod runs over MPI where mpirun is installed, as in the images
+(mpirun reaches the other nodes' sshd on `--ssh-port`, NCCL carries the gradients over InfiniBand), else with
+its Gloo controller over the same SSH; on one machine it uses Gloo.
 
 Examples:
   python -m training launch --hosts localhost:2 -- --data synthetic --image-size 64 --steps 20 --output-dir /tmp/run
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,10 +60,12 @@ def hosts_from_batch(env: Mapping[str, str], slots: int) -> list[Host]:
 
 
 def build_command(hosts: list[Host], train_flags: list[str], *, python: str, horovodrun: str, ssh_port: int | None,
-                  env_names: list[str], controller: str | None = None) -> list[str]:
-    """The horovodrun command line (pure): one rank per slot, `python -m training train FLAGS` each."""
+                  env_names: list[str], controller: str | None = None, has_mpi: bool = True) -> list[str]:
+    """The horovodrun command line (pure): one rank per slot, `python -m training train FLAGS` each. Across
+    nodes MPI where Open MPI is installed (the images), else Horovod's Gloo controller, which starts the remote
+    ranks over the same SSH."""
     local = all(h.name in LOCAL_NAMES for h in hosts)
-    controller = controller or ("gloo" if local else "mpi")
+    controller = controller or ("gloo" if local or not has_mpi else "mpi")
     command = [horovodrun, f"--{controller}", "-np", str(sum(h.slots for h in hosts)),
                "-H", ",".join(f"{h.name}:{h.slots}" for h in hosts)]
     if ssh_port and not local:
@@ -89,7 +93,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--slots", type=int, default=1, help="processes per Batch node: its GPU count (default: 1)")
     parser.add_argument("--ssh-port", type=int, default=None, help="port of the other nodes' sshd (default: 22)")
     parser.add_argument("--controller", choices=("gloo", "mpi"), default=None,
-                        help="Horovod controller (default: gloo on one machine, mpi across nodes)")
+                        help="Horovod controller (default: gloo on one machine; across nodes mpi where "
+                             "mpirun is installed, else gloo)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     args = parser.parse_args(argv)
     if args.slots < 1:
@@ -98,7 +103,8 @@ def main(argv: list[str]) -> int:
         raise UsageError("no training flags after `--`; e.g. -- --data synthetic --steps 20 --output-dir OUT")
     hosts = parse_hosts(args.hosts) if args.hosts else hosts_from_batch(os.environ, args.slots)
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
-                            ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller)
+                            ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
+                            has_mpi=shutil.which("mpirun") is not None)
     ranks = sum(h.slots for h in hosts)
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from pathlib import Path
 from training.errors import UsageError
 
 AUTHORIZED_KEYS = "authorized_keys"
-SSHD = "/usr/sbin/sshd"
+SSHD = shutil.which("sshd", path=os.environ.get("PATH", "") + ":/usr/sbin") or "/usr/sbin/sshd"
 READY_TIMEOUT_S = 20.0
 
 

@@ -1,0 +1,1 @@
+"""The rehearsal: a stack's deployed path played on this machine (`python -m infra rehearse`)."""

@@ -1,0 +1,316 @@
+"""Azure Batch's part, played on local nodes: a `BatchService` (infra/dataplane/batch.py) that runs the job and
+task dicts `infra submit` and `pulumi up` send, by Batch's documented rules for a multi-instance task.
+
+Rules played (each from the page cited where it is applied):
+- the pool's start task runs on every node before any task, and must succeed (startTask.waitForSuccess);
+- a task's command line runs without a shell (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables:
+  "command lines ... are not executed under a shell"): it is split into words, as our /bin/bash -c lines expect;
+- multi-instance: common resource files are downloaded into AZ_BATCH_TASK_DIR on every node, the coordination
+  command runs on every node, and only when all have finished does the application command run on the primary
+  (https://learn.microsoft.com/azure/batch/batch-mpi#multi-instance-tasks);
+- resource and output files reach storage with the identity their `identityReference` names
+  (https://learn.microsoft.com/azure/batch/managed-identity-pools), so a missing role fails the task;
+- the task fails when the application command exits non-zero and is retried up to
+  constraints.maxTaskRetryCount times (https://learn.microsoft.com/azure/batch/batch-task-error-checking); a
+  task over constraints.maxWallClockTime is terminated (the docs are silent on retrying it: here it is not);
+- output files with uploadCondition taskcompletion are uploaded whatever the exit code; a pattern with
+  wildcards uploads each match under `path` (the blob virtual directory prepended to each blob name,
+  https://learn.microsoft.com/rest/api/batchservice/task/add#outputfileblobcontainerdestination). Whether the
+  folders below the pattern's fixed part are kept in the blob name, the docs do not say; here they are kept;
+- onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
+The container is the one thing not played: the commands run in a local training environment with the image's
+environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py).
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+import subprocess
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool
+from devtools.rehearsal.storage import Account
+from infra.dataplane.batch import JobNotFound
+
+TASK_STATES = ("active", "running", "completed")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def wall_clock_seconds(duration: str | None) -> float | None:
+    """ISO 8601 durations as the job spec writes them (PT24H, PT30M, PT90S)."""
+    if not duration:
+        return None
+    match = re.fullmatch(r"PT(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?", duration)
+    if not match:
+        raise ValueError(f"unsupported duration {duration!r}")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def output_blob_names(pattern: str, working_dir: Path, path: str) -> dict[Path, str]:
+    """Files a Batch output file pattern matches (relative to the working directory) -> their blob names."""
+    wildcard = any(ch in pattern for ch in "*?[")
+    if not wildcard:
+        file = (working_dir / pattern).resolve()
+        return {file: path or file.name} if file.is_file() else {}
+    fixed = pattern.split("/")
+    base_parts = []
+    for part in fixed:
+        if any(ch in part for ch in "*?["):
+            break
+        base_parts.append(part)
+    base = (working_dir / "/".join(base_parts)).resolve() if base_parts else working_dir.resolve()
+    rest = pattern.split("/")[len(base_parts):]
+    matched = {}
+    for file in sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []:
+        relative = file.relative_to(base).as_posix()
+        names = relative.split("/")
+        if any(n.startswith(".") for n in names):
+            continue  # names starting with "." are not matched by wildcards (OutputFile.filePattern)
+        if _glob_match(rest, names):
+            matched[file] = f"{path.rstrip('/')}/{relative}" if path else relative
+    return matched
+
+
+def _glob_match(pattern: list[str], names: list[str]) -> bool:
+    if not pattern:
+        return not names
+    if pattern[0] == "**":
+        return any(_glob_match(pattern[1:], names[i:]) for i in range(len(names) + 1))
+    return bool(names) and fnmatch.fnmatchcase(names[0], pattern[0]) and _glob_match(pattern[1:], names[1:])
+
+
+class RehearsalBatch:
+    """A Batch account with one pool of local nodes. Jobs run in a background thread, one at a time."""
+
+    def __init__(self, pool: Pool, account: Account, node_env: dict[str, str], pool_spec: dict[str, Any],
+                 identities: dict[str, str], log: Callable[[str], None] = print):
+        """`node_env`: the image's environment (PATH to the training environment...); `pool_spec`: the Pool
+        resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID."""
+        self.pool, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
+        self.identities, self.log = identities, log
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.processes: dict[str, list[subprocess.Popen]] = {}
+        self.terminated: set[str] = set()
+        self.started_nodes = False
+        self.ranks: dict[str, str] = {}  # node address -> name, for the report
+
+    # --- BatchService ------------------------------------------------------------------------------------------
+    def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
+        # As AzureBatch.submit: the job waits (noaction) until its task is in, then ends with its tasks.
+        self.jobs[job["id"]] = {**job, "state": "active", "creationTime": _now(), "onAllTasksComplete": "noaction"}
+        self.tasks[job["id"]] = {**task, "state": "active", "executionInfo": {"retryCount": 0}}
+        self.jobs[job["id"]]["onAllTasksComplete"] = "terminatejob"
+        thread = threading.Thread(target=self._run_job, args=(job["id"],), daemon=True)
+        self.threads[job["id"]] = thread
+        thread.start()
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        if job_id not in self.jobs:
+            raise JobNotFound(f"job {job_id} not found")
+        return dict(self.jobs[job_id])
+
+    def get_task(self, job_id: str, task_id: str) -> dict[str, Any]:
+        if job_id not in self.tasks:
+            raise JobNotFound(f"job {job_id} not found")
+        return dict(self.tasks[job_id])
+
+    def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
+        jobs = [dict(j) for i, j in self.jobs.items() if i.startswith(prefix)]
+        return sorted(jobs, key=lambda j: j["creationTime"], reverse=True)
+
+    def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
+        file = self._task_dir(self.pool.nodes[0], job_id, task_id) / path
+        if not file.is_file():
+            return b""
+        with open(file, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
+    def terminate(self, job_id: str) -> None:
+        if job_id not in self.jobs:
+            raise JobNotFound(f"job {job_id} not found")
+        self.terminated.add(job_id)
+        for process in self.processes.get(job_id, []):
+            if process.poll() is None:
+                process.kill()
+
+    def delete(self, job_id: str) -> None:
+        if job_id in self.jobs:
+            self.terminate(job_id)
+            self.jobs.pop(job_id)
+            self.tasks.pop(job_id, None)
+
+    def wait(self, job_id: str, timeout: float | None = None) -> None:
+        self.threads[job_id].join(timeout)
+
+    # --- the node side -----------------------------------------------------------------------------------------
+    def _task_dir(self, node: Node, job_id: str, task_id: str) -> Path:
+        return node.host_path(self._task_dir_on_node(job_id, task_id))
+
+    @staticmethod
+    def _task_dir_on_node(job_id: str, task_id: str) -> Path:
+        return BATCH_ROOT / "workitems" / job_id / "job-1" / task_id
+
+    def _batch_env(self, node: Node, job_id: str, task_id: str) -> dict[str, str]:
+        """The variables Batch documents for a multi-instance task's commands
+        (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables)."""
+        task_dir = self._task_dir_on_node(job_id, task_id)
+        primary = self.pool.nodes[0]
+        return {
+            "AZ_BATCH_ACCOUNT_NAME": "rehearsal", "AZ_BATCH_POOL_ID": "gpu", "AZ_BATCH_NODE_ID": f"tvm-{node.index}",
+            "AZ_BATCH_NODE_IS_DEDICATED": "true", "AZ_BATCH_NODE_ROOT_DIR": str(BATCH_ROOT),
+            "AZ_BATCH_NODE_SHARED_DIR": str(BATCH_ROOT / "shared"), "AZ_BATCH_NODE_STARTUP_DIR": str(BATCH_ROOT / "startup"),
+            "AZ_BATCH_NODE_MOUNTS_DIR": str(BATCH_ROOT / "fsmounts"), "AZ_BATCH_JOB_ID": job_id, "AZ_BATCH_TASK_ID": task_id,
+            "AZ_BATCH_TASK_DIR": str(task_dir), "AZ_BATCH_TASK_WORKING_DIR": str(task_dir / "wd"),
+            "AZ_BATCH_TASK_SHARED_DIR": str(task_dir / "shared"),
+            "AZ_BATCH_HOST_LIST": ",".join(n.address for n in self.pool.nodes),
+            "AZ_BATCH_NODE_LIST": ";".join(n.address for n in self.pool.nodes),
+            "AZ_BATCH_MASTER_NODE": f"{primary.address}:6000",
+            "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true" if node is primary else "false",
+        }
+
+    def _run(self, job_id: str, node: Node, command_line: str, env: dict[str, str], cwd: Path, out: Path,
+             timeout: float | None) -> int:
+        """One command line on a node, without a shell, its output appended to out/stdout.txt, stderr.txt."""
+        argv = shlex.split(command_line)
+        out_host = node.host_path(out)
+        out_host.mkdir(parents=True, exist_ok=True)
+        node.host_path(cwd).mkdir(parents=True, exist_ok=True)
+        with open(out_host / "stdout.txt", "ab") as stdout, open(out_host / "stderr.txt", "ab") as stderr:
+            process = subprocess.Popen(self.pool.command(node, argv, cwd), env=env, stdout=stdout, stderr=stderr)
+            self.processes.setdefault(job_id, []).append(process)
+            try:
+                return process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise
+
+    def _start_nodes(self) -> None:
+        """The pool's start task on every node, once (startTask.waitForSuccess: a failure keeps the node unusable)."""
+        if self.started_nodes:
+            return
+        start = self.pool_spec.get("startTask") or {}
+        for node in self.pool.nodes:
+            env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items()
+                                       if k.startswith("AZ_BATCH_NODE") or k == "AZ_BATCH_POOL_ID"}}
+            startup = BATCH_ROOT / "startup"
+            code = self._run("", node, start.get("commandLine", "true"), env, startup / "wd", startup, None)
+            if code != 0:
+                raise RuntimeError(f"the pool's start task failed on {node.hostname} with exit code {code}: "
+                                   f"{node.host_path(startup / 'stderr.txt')}")
+        self.started_nodes = True
+
+    def _download(self, node: Node, resource: dict[str, Any], into: Path) -> int:
+        """A resource file of the storageContainerUrl + blobPrefix kind, into `into` keeping the blob names."""
+        from azure.storage.blob import ContainerClient
+
+        principal = self.identities[resource["identityReference"]["resourceId"]]
+        client = ContainerClient.from_container_url(self.account.as_identity(principal, resource["storageContainerUrl"]))
+        count = 0
+        for blob in client.list_blobs(name_starts_with=resource.get("blobPrefix") or None):
+            target = node.host_path(into / resource.get("filePath", "") / blob.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(client.download_blob(blob.name).readall())
+            count += 1
+        return count
+
+    def _upload_outputs(self, node: Node, task: dict[str, Any], working_dir: Path) -> list[str]:
+        from azure.storage.blob import ContainerClient
+
+        uploaded = []
+        for output in task.get("outputFiles", []):
+            if output["uploadOptions"]["uploadCondition"] not in ("taskcompletion", "tasksuccess", "taskfailure"):
+                continue
+            container = output["destination"]["container"]
+            principal = self.identities[container["identityReference"]["resourceId"]]
+            client = ContainerClient.from_container_url(self.account.as_identity(principal, container["containerUrl"]))
+            for file, name in output_blob_names(output["filePattern"], node.host_path(working_dir),
+                                                container.get("path", "")).items():
+                with open(file, "rb") as f:
+                    client.upload_blob(name, f, overwrite=True)
+                uploaded.append(name)
+        return uploaded
+
+    def _attempt(self, job_id: str, task: dict[str, Any]) -> int:
+        """One try of the multi-instance task on every node; the application command's exit code."""
+        task_id = task["id"]
+        multi = task["multiInstanceSettings"]
+        if multi["numberOfInstances"] > len(self.pool.nodes):
+            raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; the rehearsal pool has "
+                               f"{len(self.pool.nodes)} (--nodes)")
+        nodes = self.pool.nodes[:multi["numberOfInstances"]]
+        task_env = {e["name"]: e["value"] for e in task.get("environmentSettings", [])}
+        limit = wall_clock_seconds(task.get("constraints", {}).get("maxWallClockTime"))
+        task_dir = self._task_dir_on_node(job_id, task_id)
+        for node in nodes:
+            for resource in multi.get("commonResourceFiles", []):
+                self._download(node, resource, task_dir)
+        # Coordination on every node, all at once; the application command waits for all of them.
+        codes: dict[int, int] = {}
+
+        def coordinate(node: Node) -> None:
+            env = {**self.node_env, **task_env, **self._batch_env(node, job_id, task_id)}
+            codes[node.index] = self._run(job_id, node, multi["coordinationCommandLine"], env, task_dir / "wd",
+                                          task_dir, limit)
+
+        threads = [threading.Thread(target=coordinate, args=(node,)) for node in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        failed = {i: c for i, c in codes.items() if c != 0}
+        if failed:
+            return next(iter(failed.values()))
+        primary = nodes[0]
+        return self._run(job_id, primary, task["commandLine"],
+                         {**self.node_env, **task_env, **self._batch_env(primary, job_id, task_id)},
+                         task_dir / "wd", task_dir, limit)
+
+    def _run_job(self, job_id: str) -> None:
+        task = self.tasks[job_id]
+        retries = task.get("constraints", {}).get("maxTaskRetryCount", 0)
+        info = task["executionInfo"]
+        try:
+            self._start_nodes()
+            task["state"], info["startTime"] = "running", _now()
+            task["nodeInfo"] = {"nodeId": "tvm-0", "nodeUrl": self.pool.nodes[0].address}
+            while True:
+                try:
+                    code = self._attempt(job_id, task)
+                except subprocess.TimeoutExpired:
+                    code, info["failureInfo"] = -1, {"code": "MaxWallClockTimeExpiry"}
+                    break
+                finally:
+                    for node in self.pool.nodes:
+                        self.pool.kill(node)  # the task's containers end with it (its sshd included)
+                if code == 0 or job_id in self.terminated or info["retryCount"] >= retries:
+                    break
+                info["retryCount"] += 1
+                self.log(f"rehearsal: the task exited with {code}; Batch retries it "
+                         f"({info['retryCount']} of {retries})")
+            info["exitCode"] = code
+            info["result"] = "success" if code == 0 else "failure"
+        except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
+            info.update(exitCode=-1, result="failure", failureInfo={"code": "RehearsalError", "message": str(err)})
+        primary = self.pool.nodes[0]
+        working_dir = self._task_dir_on_node(job_id, task["id"]) / "wd"
+        try:
+            info["uploaded"] = self._upload_outputs(primary, task, working_dir)
+        except Exception as err:  # noqa: BLE001 - Batch reports upload errors on the task, not as an exception
+            info["result"] = "failure"
+            info["failureInfo"] = {"code": "FileUploadError", "message": str(err).splitlines()[0]}
+        task["state"], info["endTime"] = "completed", _now()
+        if self.jobs[job_id]["onAllTasksComplete"] == "terminatejob":
+            self.jobs[job_id]["state"] = "completed"

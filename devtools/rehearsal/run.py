@@ -1,0 +1,239 @@
+"""`python -m infra rehearse --stack NAME`: what the stack hands to Azure, run here as Azure would run it.
+
+The Pulumi program is evaluated offline (as `plan` does); from what it declares, and through the same
+functions `pulumi up` and `infra submit` use (batch_spec.job_inputs, job_spec, task_spec), this:
+1. plays the storage account with Azurite: the declared containers, the `scripts` blobs as `pulumi up`
+   uploads them, each identity's access as its role assignments grant it;
+2. plays the NFS server's staging: a dataset of real JPEG files uploaded to `data` as the deployer would, then
+   `python -m training stage` with the NFS server's identity into the export folder, the `.staged` marker and
+   the `status` report, as its staging unit does (the unit's text is checked by cloud-init's code in the tests);
+3. plays Batch (devtools/rehearsal/batch.py) on N local nodes (devtools/rehearsal/nodes.py): start task,
+   common resource files, coordination (the job's own sshd) on every node, the application command on the
+   primary, retries, output files to `outputs`;
+4. follows the job with the same verbs a user has (`infra logs --follow`, `status`, `download`), checks the
+   model with onnxruntime, and reports what ran where and what was not rehearsed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import REPO_ROOT
+
+VENVS = {"pytorch": ".venv-torch", "tensorflow": ".venv-tf", "keras": ".venv-tf"}
+DEBS = REPO_ROOT / ".cache" / "debs" / "root"
+# Small enough for 2 CPU cores in about a minute: what the job trains instead of the stack's trainingArgs.
+DEFAULT_ARGS = ("--num-classes 4 --image-size 64 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 "
+                "--workers 1 --base-lr 0.05 --warmup-steps 3")
+NOT_REHEARSED = (
+    "the container: commands run in the local training environment with the image's ENV, not in the image "
+    "(images are checked by hadolint and a pip resolution per image in the tests)",
+    "GPUs, NCCL and InfiniBand: ranks talk over Gloo/TCP on CPU; each node runs --processes-per-node ranks, "
+    "not one per GPU of the size",
+    "mpirun: across nodes Horovod starts the remote ranks over the job's SSH with its Gloo controller here "
+    "(the image has Open MPI)",
+    "the NFS VM itself (cloud-init, mdadm RAID, nfs-kernel-server, the systemd unit): its user data is "
+    "checked by cloud-init's own code, bash -n and shellcheck in the tests; its staging command runs here",
+    "Azure AD: each managed identity's access is a SAS with exactly the permissions its role assignments grant",
+    "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
+)
+
+
+@dataclass
+class Rehearsal:
+    job: str
+    framework: str
+    world_size: int
+    img_per_sec: float
+    hosts: list[str]
+    uploaded: list[str]
+    exit_code: int
+    retries: int
+    downloaded: Path
+
+
+def _node_env(framework: str) -> dict[str, str]:
+    """The image's environment, for the local training environment standing in for the image."""
+    venv = REPO_ROOT / VENVS[framework]
+    if not (venv / "bin" / "python").exists():
+        raise SystemExit(f"error: {VENVS[framework]} is not built; run `make setup` (or `make {VENVS[framework]}"
+                         "/.installed`)")
+    if not (DEBS / "usr" / "sbin" / "sshd").exists():
+        raise SystemExit("error: Debian's OpenSSH is not unpacked in .cache/debs; run `make setup`")
+    return {
+        # The image's PATH has its Python first and OpenSSH installed; here: the venv, Debian's unpacked OpenSSH.
+        "PATH": f"{venv}/bin:{DEBS}/usr/sbin:{DEBS}/usr/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LD_LIBRARY_PATH": f"{DEBS}/usr/lib/x86_64-linux-gnu:{DEBS}/lib/x86_64-linux-gnu",
+        "HOME": "/root", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
+             processes_per_node: int = 1, follow: bool = True, fault=None) -> Rehearsal:
+    from devtools.emulator import Azurite
+    from devtools.rehearsal.batch import RehearsalBatch
+    from devtools.rehearsal.nodes import Pool
+    from devtools.rehearsal.storage import Account, principal_of
+    from infra.cli import offline, operate
+    from infra.core import batch_spec, config
+
+    cfg = config.from_stack_file(stack)
+    ev = offline.evaluate(cfg)
+    framework = framework or cfg.training_framework
+    args = config.parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS,
+                                      key="--args")
+    inputs = batch_spec.job_inputs(cfg, ev.outputs, framework, nodes, args, processes_per_node)
+    pool_spec = ev.one("azure-native:batch:Pool").inputs
+    mount = pool_spec["mountConfiguration"][0]
+    mount_name = next(iter(mount.values()))["relativeMountPath"]
+    node_env = _node_env(framework)
+    export = work / "nfs-export"
+    export.mkdir(parents=True, exist_ok=True)
+    _say(f"rehearsal of stack {stack}: {framework} on {nodes} node(s) x {inputs.slots} process(es)")
+
+    with Azurite() as azurite, Pool(work / "nodes", nodes, export, mount_name) as pool:
+        account = Account(azurite, ev)
+        containers = account.create_containers()
+        scripts = account.upload_scripts()
+        _say(f"storage: Azurite on 127.0.0.1:{azurite.port} as the stack's account; containers "
+             f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
+        _stage_data(account, ev, principal_of, export, node_env)
+        for node in pool.nodes:
+            _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
+
+        identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
+        service = RehearsalBatch(pool, account, node_env, pool_spec, identities, log=_say)
+        job = operate.submit(service, inputs, operate.now_utc(), sys.stdout)
+        if fault:
+            fault(service, pool, job)
+        if follow:
+            operate.logs(service, job, "stdout", True, sys.stdout, sleep=time.sleep)
+        service.wait(job)
+        print("\n".join(operate.status(service, job).lines()), flush=True)
+        task = service.get_task(job, batch_spec.TASK_ID)
+        info = task["executionInfo"]
+        if info.get("failureInfo"):
+            _say(f"task failure: {info['failureInfo']}")
+        dest = work / "results"
+        outputs_url = account.as_deployer("outputs", "rl")
+        try:
+            _say(operate.download(outputs_url, job, dest))
+        except batch_spec.JobError as err:
+            _say(f"download: {err}")
+        summary_path = dest / job / "run" / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        stderr = dest / job / "logs" / "stderr.txt"  # launch prints its horovodrun line there
+        hosts = _hosts_from_launch(stderr.read_text() if stderr.is_file() else "")
+        return Rehearsal(job, framework, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
+                         info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job)
+
+
+def _stage_data(account, ev, principal_of, export: Path, node_env: dict[str, str]) -> None:
+    """The NFS server's part: the deployer uploads a dataset; the server stages it with its own identity."""
+    import subprocess
+
+    from infra.core.batch_spec import DATASET, STAGED_BLOB, STAGED_MARKER
+
+    python = node_env["PATH"].split(":")[0] + "/python"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    source = export.parent / "dataset"
+    subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
+                    "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    nfs = next(r for r in ev.of_type("azure-native:managedidentity:UserAssignedIdentity") if "nfs" in r.name)
+    principal = principal_of(ev, nfs.state["id"])
+    urls = ev.outputs["containerUrls"]
+    data_url = account.as_identity(principal, urls["data"])
+    subprocess.run([sys.executable, "-m", "training", "stage", data_url, str(export / DATASET)], env=env,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (export / DATASET / STAGED_MARKER).touch()
+    from azure.storage.blob import ContainerClient
+
+    ContainerClient.from_container_url(account.as_identity(principal, urls["status"])).upload_blob(
+        STAGED_BLOB, b"staged by the rehearsal", overwrite=True)
+    count = sum(1 for p in (export / DATASET).rglob("*.JPEG"))
+    _say(f"nfs: {count} JPEG files uploaded to `data`, staged with the NFS server's identity into the export "
+         f"({DATASET}/, {STAGED_MARKER}), reported in `status`")
+
+
+def _hosts_from_launch(text: str) -> list[str]:
+    for line in text.splitlines():
+        if line.startswith("launch:") and " -H " in line:
+            words = line.split()
+            if "-H" in words:
+                return words[words.index("-H") + 1].split(",")
+    return []
+
+
+def report(result: Rehearsal) -> str:
+    lines = [f"\nRehearsal report ({result.job})",
+             f"  task exit code {result.exit_code}, retried {result.retries} time(s)",
+             f"  ranks: world size {result.world_size} on hosts {', '.join(result.hosts) or '?'} "
+             f"(rank order = host order)",
+             f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
+             f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "
+             + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),
+             f"  downloaded with `infra download` to {result.downloaded}",
+             "  not rehearsed:"]
+    lines += [f"    - {item}" for item in NOT_REHEARSED]
+    return "\n".join(lines)
+
+
+def check_model(path: Path, framework: str) -> str:
+    """Run the downloaded model.onnx in onnxruntime (in the framework's environment, which has it)."""
+    import subprocess
+
+    python = REPO_ROOT / VENVS[framework] / "bin" / "python"
+    code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1]); i = s.get_inputs()[0]; "
+            "shape = [2 if not isinstance(d, int) else d for d in i.shape]; "
+            "print(s.run(None, {i.name: np.zeros(shape, np.float32)})[0].shape)")
+    result = subprocess.run([str(python), "-c", code, str(path)], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else f"failed: {result.stderr.strip()[-300:]}"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra rehearse", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    parser.add_argument("--nodes", type=int, default=2, help="local nodes (default: 2)")
+    parser.add_argument("--processes-per-node", type=int, default=1, help="training processes per node (default: 1)")
+    parser.add_argument("--framework", choices=tuple(VENVS), help="default: the stack's trainingFramework")
+    parser.add_argument("--args", help=f"train flags for the job (default: {DEFAULT_ARGS!r}; the stack's own "
+                                       "trainingArgs are sized for GPUs)")
+    parser.add_argument("--work", type=Path, help="folder for the nodes, the export and the results (default: a "
+                                                  "temporary folder, removed afterwards)")
+    args = parser.parse_args(argv)
+    from devtools.rehearsal.nodes import RehearsalUnavailable
+    from infra.core import config
+
+    def go(work: Path) -> Rehearsal:
+        result = rehearse(args.stack, args.nodes, args.framework, args.args, work, args.processes_per_node)
+        model = result.downloaded / "run" / "model.onnx"
+        if model.is_file():
+            _say(f"model.onnx from `outputs` in onnxruntime: logits of shape {check_model(model, result.framework)}")
+        return result
+
+    try:
+        if args.work:
+            args.work.mkdir(parents=True, exist_ok=True)
+            result = go(args.work.resolve())
+        else:
+            with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
+                result = go(Path(tmp))
+    except (config.ConfigError, RehearsalUnavailable) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report(result))
+    return 0 if result.exit_code == 0 else 1

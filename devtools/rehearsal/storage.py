@@ -1,0 +1,89 @@
+"""The stack's storage account, played by Azurite: the containers the program declares, the `scripts` blobs as
+`pulumi up` uploads them, and each managed identity's access as the program's role assignments grant it.
+
+Azurite has no Azure AD, so an identity's access is carried by a container SAS with exactly the permissions
+its role allows (Storage Blob Data Reader: read + list; Contributor: also add, create, write, delete,
+https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage): a request the role would
+refuse is refused by Azurite the same way (403 AuthorizationPermissionMismatch).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from devtools.emulator import Azurite
+from infra.cli.offline import Evaluation
+from infra.components import roles
+
+ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl"}
+
+
+@dataclass(frozen=True)
+class Grant:
+    principal_id: str
+    container: str
+    permissions: str
+
+
+def grants(ev: Evaluation) -> list[Grant]:
+    """Every role assignment the program declares on a blob container, as SAS permission letters."""
+    found = []
+    for assignment in ev.of_type("azure-native:authorization:RoleAssignment"):
+        scope, role = str(assignment.inputs.get("scope", "")), str(assignment.inputs.get("roleDefinitionId", ""))
+        if not any(part in scope for part in ("/blobServices/default/containers/", "/blobContainers/")):
+            continue  # not a container (the registry's AcrPull, for one)
+        permissions = ROLE_PERMISSIONS.get(role.rsplit("/", 1)[-1])
+        if permissions:
+            found.append(Grant(str(assignment.inputs["principalId"]), scope.rsplit("/", 1)[-1], permissions))
+    return found
+
+
+def principal_of(ev: Evaluation, identity_resource_id: str) -> str:
+    for identity in ev.of_type("azure-native:managedidentity:UserAssignedIdentity"):
+        if identity.state.get("id") == identity_resource_id:
+            return str(identity.state["principalId"])
+    raise LookupError(f"no user-assigned identity {identity_resource_id} in the program")
+
+
+class Account:
+    """Azurite standing in for the stack's storage account."""
+
+    def __init__(self, azurite: Azurite, ev: Evaluation):
+        self.azurite, self.ev = azurite, ev
+        self.grants = grants(ev)
+        self.declared_urls = ev.outputs["containerUrls"]  # what the job spec names
+
+    def create_containers(self) -> list[str]:
+        names = sorted(c.inputs["containerName"] for c in self.ev.of_type("azure-native:storage:BlobContainer"))
+        for name in names:
+            self.azurite.create_container(name)
+        return names
+
+    def upload_scripts(self) -> int:
+        """The `scripts` blobs exactly as declared: blob name and source file of each storage:Blob."""
+        from azure.storage.blob import ContainerClient
+
+        client = ContainerClient.from_container_url(self.azurite.container_url("scripts", "racwl"))
+        blobs = [b for b in self.ev.of_type("azure-native:storage:Blob") if b.inputs["containerName"] == "scripts"]
+        for blob in blobs:
+            with open(blob.inputs["source"].path, "rb") as f:
+                client.upload_blob(blob.inputs["blobName"], f, overwrite=True)
+        return len(blobs)
+
+    def container(self, declared_url: str) -> str:
+        """The container a declared URL (https://<account>.blob.core.windows.net/<name>) names."""
+        name = declared_url.rstrip("/").rsplit("/", 1)[-1]
+        if declared_url not in self.declared_urls.values():
+            raise LookupError(f"{declared_url} is not a container of this stack's storage account")
+        return name
+
+    def as_identity(self, principal_id: str, declared_url: str) -> str:
+        """The container URL an identity reaches it by, carrying exactly what its role grants (403 otherwise)."""
+        container = self.container(declared_url)
+        permissions = "".join(sorted({p for g in self.grants if g.principal_id == principal_id
+                                      and g.container == container for p in g.permissions}))
+        # No grant: a SAS that allows nothing useful, so every request is refused as Azure AD would refuse it.
+        return self.azurite.container_url(container, permissions or "t")
+
+    def as_deployer(self, container: str, permissions: str = "racwdl") -> str:
+        """The deployer signed in with Azure AD (Storage Blob Data Contributor on the account, in the README)."""
+        return self.azurite.container_url(container, permissions)
