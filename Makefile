@@ -66,7 +66,7 @@ plan: setup  ## offline plan of one stack: make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
 test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks)
-	.venv/bin/python -m pytest tests/infra tests/data_path tests/images tests/frameworks
+	.venv/bin/python -m pytest tests/infra tests/data_path tests/images tests/frameworks tests/rehearsal
 	.venv-torch/bin/python -m pytest tests/train_pytorch
 	.venv-tf/bin/python -m pytest tests/train_tensorflow
 

@@ -8,6 +8,7 @@ NEEDS = {
     "infra": ("pulumi", ".venv"),
     "data_path": ("azure.storage.blob", ".venv"),
     "images": ("pulumi", ".venv"),
+    "rehearsal": ("pulumi", ".venv"),
     "frameworks": ("yaml", "any"),
     "train_pytorch": ("torch", ".venv-torch"),
     "train_tensorflow": ("tensorflow", ".venv-tf"),

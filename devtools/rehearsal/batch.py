@@ -28,6 +28,7 @@ import re
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -103,7 +104,7 @@ class RehearsalBatch:
         self.processes: dict[str, list[subprocess.Popen]] = {}
         self.terminated: set[str] = set()
         self.started_nodes = False
-        self.ranks: dict[str, str] = {}  # node address -> name, for the report
+        self.retried_at: list[float] = []  # time.monotonic() of each retry, for the fault tests
 
     # --- BatchService ------------------------------------------------------------------------------------------
     def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
@@ -298,6 +299,7 @@ class RehearsalBatch:
                 if code == 0 or job_id in self.terminated or info["retryCount"] >= retries:
                     break
                 info["retryCount"] += 1
+                self.retried_at.append(time.monotonic())
                 self.log(f"rehearsal: the task exited with {code}; Batch retries it "
                          f"({info['retryCount']} of {retries})")
             info["exitCode"] = code

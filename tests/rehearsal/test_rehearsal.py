@@ -1,0 +1,104 @@
+"""The rehearsal: the dev stack's own job, run as Azure Batch runs it, on two local nodes (network namespaces with
+their own addresses), with the job's real sshd between them and Azurite as the storage account."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from infra import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the rehearsal's nodes need root (namespaces, sshd as root)")
+FAST = "--num-classes 4 --image-size 32 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 --workers 1"
+
+
+def rehearse(*args, timeout=900):
+    result = subprocess.run([sys.executable, "-m", "infra", "rehearse", "--stack", "dev", *args], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=timeout)
+    return result
+
+
+def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
+    result = rehearse("--nodes", "2", "--framework", "pytorch", f"--args={FAST}", "--work", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    hosts = re.search(r"world size 2 on hosts (\S+), (\S+) ", out)
+    assert hosts and hosts.group(1).split(":")[0] != hosts.group(2).split(":")[0], out[-2000:]
+    assert "task exit code 0, retried 0 time(s)" in out
+    job = re.search(r"submitted (\S+):", out).group(1)
+    run = tmp_path / "results" / job / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["steps"] == 30
+    # Uploaded by Batch's output files with the nodes' identity, fetched by `infra download`, run in onnxruntime.
+    assert (tmp_path / "results" / job / "logs" / "stdout.txt").is_file() and (run / "model.onnx").is_file()
+    assert "model.onnx from `outputs` in onnxruntime: logits of shape (2, 4)" in out
+    assert "not rehearsed:" in out
+
+
+def test_keras_on_two_nodes(tmp_path):
+    if not (REPO_ROOT / ".venv-tf" / "bin" / "python").exists():
+        pytest.skip(".venv-tf is not built")
+    result = rehearse("--nodes", "2", "--framework", "keras",
+                      f"--args={FAST.replace('--steps 30', '--steps 10')} --no-export", "--work", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"world size 2 on hosts \S+, \S+ ", result.stdout), result.stdout[-2000:]
+
+
+def test_a_node_lost_mid_training_fails_the_task_and_batchs_retry_resumes_it(tmp_path, capsys):
+    from devtools.rehearsal.run import rehearse as run_rehearsal
+
+    killed = []
+
+    def kill_node_two_after_the_first_checkpoint(service, pool, job):
+        checkpoint = pool.export / "runs" / job / "checkpoints" / "ckpt-00000010.pt"
+
+        def watch():
+            deadline = time.monotonic() + 600
+            while not checkpoint.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)
+            killed.append((time.monotonic(), pool.kill(pool.nodes[1]), service))
+        threading.Thread(target=watch, daemon=True).start()
+
+    result = run_rehearsal("dev", 2, "pytorch", FAST + " --no-export", tmp_path, fault=kill_node_two_after_the_first_checkpoint)
+    out = capsys.readouterr().out
+    killed_at, processes, service = killed[0]
+    assert processes > 0
+    assert result.retries == 1 and result.exit_code == 0, out[-3000:]
+    assert service.retried_at[0] - killed_at < 60  # the task failed within a minute of losing the node
+    summary = json.loads((result.downloaded / "run" / "summary.json").read_text())
+    assert summary["steps"] == 30 and summary["resumed_from_step"] >= 10
+    assert "resumed from" in (result.downloaded / "logs" / "stdout.txt").read_text()
+
+
+def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
+    """Storage access is what the program's role assignments grant: the NFS server's identity may read `data`
+    and write `status`, never write `outputs`; the nodes may read `scripts` but not write there."""
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import ContainerClient
+
+    from devtools.emulator import Azurite
+    from devtools.rehearsal.storage import Account, principal_of
+    from infra.cli import offline
+    from infra.core import config
+
+    ev = offline.evaluate(config.from_stack_file("dev"))
+    nodes = principal_of(ev, ev.outputs["pullIdentityId"])
+    nfs = next(r.state["principalId"] for r in ev.of_type("azure-native:managedidentity:UserAssignedIdentity")
+               if "nfs" in r.name)
+    urls = ev.outputs["containerUrls"]
+    with Azurite() as azurite:
+        account = Account(azurite, ev)
+        account.create_containers()
+        assert account.upload_scripts() > 20
+        ContainerClient.from_container_url(account.as_identity(nodes, urls["outputs"])).upload_blob("ok", b"1")
+        assert list(ContainerClient.from_container_url(account.as_identity(nodes, urls["scripts"])).list_blobs())
+        for principal, container in ((nfs, "outputs"), (nodes, "scripts"), (nodes, "status")):
+            client = ContainerClient.from_container_url(account.as_identity(principal, urls[container]))
+            with pytest.raises(HttpResponseError) as refused:
+                client.upload_blob("x", b"1")
+            assert refused.value.status_code == 403, (principal, container)
