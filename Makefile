@@ -2,7 +2,7 @@
 # which builds each environment only when it is missing or its requirements changed.
 PYTHON ?= python3
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test plan clean
+.PHONY: help setup demo demo-local test plan clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -51,8 +51,17 @@ $(DEBS)/.installed: Makefile
 DEMO := demo-out
 FRAMEWORK ?= pytorch
 TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
-demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## the main job, locally: plan the dev stack; JPEG dataset -> Azurite blob (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod training -> ONNX (FRAMEWORK=pytorch|tensorflow|keras)
+demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK=pytorch|tensorflow|keras)
 	.venv/bin/python -m infra plan --stack dev
+	@if [ "$$(id -u)" = 0 ]; then \
+	    rm -rf $(DEMO) && .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK) --work $(DEMO); \
+	else \
+	    echo "not root: the rehearsal's nodes need root (network namespaces, the job's sshd); run \`sudo make demo\`." ; \
+	    echo "Instead: the data path on Azurite and 2 Horovod ranks on this machine."; \
+	    $(MAKE) --no-print-directory demo-local FRAMEWORK=$(FRAMEWORK); \
+	fi
+
+demo-local: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## without root: JPEG dataset -> Azurite (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod -> ONNX
 	rm -rf $(DEMO)
 	$(TRAIN_VENV)/bin/python -m devtools synth-data --out $(DEMO)/dataset --classes 4 --per-class 32 --val-per-class 8 --size 64
 	.venv/bin/python -m devtools data-demo $(DEMO)/dataset $(DEMO)/nfs

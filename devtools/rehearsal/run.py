@@ -133,7 +133,11 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         summary_path = dest / job / "run" / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
         stderr = dest / job / "logs" / "stderr.txt"  # launch prints its horovodrun line there
-        hosts = _hosts_from_launch(stderr.read_text() if stderr.is_file() else "")
+        stderr_text = stderr.read_text(errors="replace") if stderr.is_file() else ""
+        hosts = _hosts_from_launch(stderr_text)
+        if info.get("exitCode") != 0:
+            tail = "\n".join(f"    {line}" for line in stderr_text.strip().splitlines()[-12:])
+            _say(f"the job failed (exit code {info.get('exitCode')}) as it would on Azure; its stderr ends:\n{tail}")
         return Rehearsal(job, framework, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job)
 
