@@ -26,6 +26,14 @@ def test_batch_nodes_become_mpi_hosts_with_one_rank_per_gpu():
     assert command[10:] == ["python", "-m", "training", "train", "--epochs", "1"]
 
 
+def test_without_mpirun_nodes_use_horovods_gloo_controller_over_the_same_ssh():
+    hosts = hosts_from_batch({"AZ_BATCH_HOST_LIST": "10.0.0.4,10.0.0.5"}, slots=1)
+    command = build_command(hosts, ["--steps", "3"], python="python", horovodrun="horovodrun", ssh_port=2222,
+                            env_names=["NCCL_IB_DISABLE"], has_mpi=False)
+    assert command[:8] == ["horovodrun", "--gloo", "-np", "2", "-H", "10.0.0.4:1,10.0.0.5:1", "-p", "2222"]
+    assert "--mpi-args" not in command  # Gloo exports the environment to the remote ranks itself
+
+
 @pytest.mark.parametrize("text,message", [("localhost", "HOST:SLOTS"), ("a:0", "SLOTS >= 1"), (",", "empty"),
                                           ("a:1,a:2", "twice")])
 def test_bad_hosts_are_refused(text, message):
