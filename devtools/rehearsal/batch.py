@@ -41,6 +41,11 @@ from infra.dataplane.batch import JobNotFound
 TASK_STATES = ("active", "running", "completed")
 
 
+class ResourceFilesFailed(Exception):
+    """A resource file could not be downloaded: Batch fails the task before its command runs, reporting it in
+    executionInfo.failureInfo (https://learn.microsoft.com/azure/batch/batch-task-error-checking)."""
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
@@ -257,7 +262,12 @@ class RehearsalBatch:
         task_dir = self._task_dir_on_node(job_id, task_id)
         for node in nodes:
             for resource in multi.get("commonResourceFiles", []):
-                self._download(node, resource, task_dir)
+                try:
+                    self._download(node, resource, task_dir)
+                except Exception as err:  # noqa: BLE001 - any storage refusal fails the task, as on Batch
+                    code = getattr(err, "error_code", None)
+                    raise ResourceFilesFailed(f"{resource['storageContainerUrl']} on {node.hostname}: "
+                                              f"{str(err).splitlines()[0]}" + (f" ({code})" if code else "")) from None
         # Coordination on every node, all at once; the application command waits for all of them.
         codes: dict[int, int] = {}
 
@@ -304,6 +314,10 @@ class RehearsalBatch:
                          f"({info['retryCount']} of {retries})")
             info["exitCode"] = code
             info["result"] = "success" if code == 0 else "failure"
+        except ResourceFilesFailed as err:
+            # Not retried here: the docs do not say whether Batch retries a task whose files failed to download.
+            info.update(result="failure", failureInfo={"category": "UserError", "code": "ResourceFileDownloadFailed",
+                                                       "message": str(err)})
         except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
             info.update(exitCode=-1, result="failure", failureInfo={"code": "RehearsalError", "message": str(err)})
         primary = self.pool.nodes[0]

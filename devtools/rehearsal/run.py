@@ -56,6 +56,7 @@ class Rehearsal:
     exit_code: int
     retries: int
     downloaded: Path
+    failure: dict | None = None
 
 
 def _node_env(framework: str) -> dict[str, str]:
@@ -79,7 +80,8 @@ def _say(text: str) -> None:
 
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
-             processes_per_node: int = 1, follow: bool = True, fault=None) -> Rehearsal:
+             processes_per_node: int = 1, follow: bool = True, fault=None, before_submit=None) -> Rehearsal:
+    """`before_submit(account)` and `fault(service, pool, job)`: the tests' ways to break things as Azure can."""
     from devtools.emulator import Azurite
     from devtools.rehearsal.batch import RehearsalBatch
     from devtools.rehearsal.nodes import Pool
@@ -113,6 +115,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
 
         identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
         service = RehearsalBatch(pool, account, node_env, pool_spec, identities, log=_say)
+        if before_submit:
+            before_submit(account)
         job = operate.submit(service, inputs, operate.now_utc(), sys.stdout)
         if fault:
             fault(service, pool, job)
@@ -135,11 +139,12 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         stderr = dest / job / "logs" / "stderr.txt"  # launch prints its horovodrun line there
         stderr_text = stderr.read_text(errors="replace") if stderr.is_file() else ""
         hosts = _hosts_from_launch(stderr_text)
-        if info.get("exitCode") != 0:
+        if info.get("exitCode", 0) != 0:
             tail = "\n".join(f"    {line}" for line in stderr_text.strip().splitlines()[-12:])
             _say(f"the job failed (exit code {info.get('exitCode')}) as it would on Azure; its stderr ends:\n{tail}")
         return Rehearsal(job, framework, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
-                         info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job)
+                         info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
+                         info.get("failureInfo"))
 
 
 def _stage_data(account, ev, principal_of, export: Path, node_env: dict[str, str]) -> None:

@@ -102,3 +102,20 @@ def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
             with pytest.raises(HttpResponseError) as refused:
                 client.upload_blob("x", b"1")
             assert refused.value.status_code == 403, (principal, container)
+
+
+def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_path, capsys):
+    """The task's common resource files come from `scripts` with the nodes' identity: without its Reader role
+    the download is refused and the task fails without running, as Batch fails it."""
+    from devtools.rehearsal.run import rehearse as run_rehearsal
+
+    def revoke_the_nodes_scripts_reader(account):
+        account.grants = [g for g in account.grants if not (g.container == "scripts" and "rl" == g.permissions
+                                                              and "pull" in g.principal_id)]
+
+    result = run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, before_submit=revoke_the_nodes_scripts_reader)
+    out = capsys.readouterr().out
+    assert result.failure and result.failure["code"] == "ResourceFileDownloadFailed", out[-2000:]
+    assert "AuthorizationPermissionMismatch" in result.failure["message"] or "403" in result.failure["message"]
+    assert result.uploaded == [] or all("/logs/" in name for name in result.uploaded)
+    assert "job train-dev" in out and "completed" in out
