@@ -10,6 +10,12 @@ from typing import Any
 from training.errors import UsageError
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset, a pinned node), not the
+    machine's count, which would oversubscribe a node given fewer cores than the machine has."""
+    return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+
+
 def prepare_output_dir(out: Path) -> None:
     """Create --output-dir and prove it writable before any training starts."""
     try:

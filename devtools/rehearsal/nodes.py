@@ -111,9 +111,17 @@ class Pool:
                  '&& cd "$8" && shift 8 && exec "$@"')
         mount_point = BATCH_ROOT / "fsmounts" / self.mount_name
         BATCH_ROOT.mkdir(parents=True, exist_ok=True)  # an empty mount point on the host
-        return ["ip", "netns", "exec", node.namespace, "unshare", "-m", "-u", "--propagation", "private",
-                "bash", "-c", inner, "node", node.hostname, str(node.batch_root), str(BATCH_ROOT), str(self.export),
-                str(mount_point), str(node.home / "ssh"), str(ROOT_SSH), str(cwd), *argv]
+        return ["ip", "netns", "exec", node.namespace, "taskset", "-c", self.cores(node), "unshare", "-m", "-u",
+                "--propagation", "private", "bash", "-c", inner, "node", node.hostname, str(node.batch_root),
+                str(BATCH_ROOT), str(self.export), str(mount_point), str(node.home / "ssh"), str(ROOT_SSH), str(cwd),
+                *argv]
+
+    def cores(self, node: Node) -> str:
+        """The node's own cores (round robin over this machine's), as a VM has its own: the training processes
+        size their thread pools by them. With fewer cores than nodes, nodes share them all."""
+        cores = sorted(os.sched_getaffinity(0))
+        mine = cores[node.index::len(self.nodes)] if len(cores) >= len(self.nodes) else cores
+        return ",".join(map(str, mine))
 
     def kill(self, node: Node) -> int:
         """Stop every process of the node (what removing its container does); returns how many."""

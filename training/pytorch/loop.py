@@ -9,7 +9,6 @@ Launch (see README):
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from training import runner
+from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
 from training.pytorch import distributed
 from training.pytorch.data import FolderData, SyntheticData
@@ -65,7 +65,7 @@ class TorchLoop:
         else:
             # Ranks on one host share its cores: more threads than cores makes every collective wait on a
             # descheduled thread (measured: 2 ranks x 2 threads on 2 cores ran 10x slower than 1 thread each).
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.dist.local_size))
+            torch.set_num_threads(max(1, usable_cores() // self.dist.local_size))
         global_batch = cfg.batch_size * self.size
         self.data = (SyntheticData(cfg, global_batch, self.torch_device, self.rank) if cfg.data == "synthetic"
                      else FolderData(Path(cfg.data), cfg, self.rank, self.size, pin_memory=cuda))

@@ -19,6 +19,7 @@ import pickle
 from pathlib import Path
 
 from training import runner
+from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
 from training.tensorflow.data import Data
 
@@ -40,7 +41,7 @@ def _setup(cfg: TrainConfig):
         tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
     else:
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, usable_cores() // hvd.local_size()))
         tf.config.threading.set_inter_op_parallelism_threads(1)
     cfg = resolve_for_device(cfg, bool(gpus))
     if cfg.precision in POLICIES:
