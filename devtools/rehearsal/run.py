@@ -49,6 +49,7 @@ NOT_REHEARSED = (
 class Rehearsal:
     job: str
     framework: str
+    placement: list[str]
     world_size: int
     img_per_sec: float
     hosts: list[str]
@@ -142,7 +143,13 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         if info.get("exitCode", 0) != 0:
             tail = "\n".join(f"    {line}" for line in stderr_text.strip().splitlines()[-12:])
             _say(f"the job failed (exit code {info.get('exitCode')}) as it would on Azure; its stderr ends:\n{tail}")
-        return Rehearsal(job, framework, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
+        names = {node.address: node.hostname for node in pool.nodes}
+        placement = []
+        for host in hosts:  # horovodrun numbers ranks in host order, `slots` per host
+            address, _, slots = host.partition(":")
+            for _ in range(int(slots or 1)):
+                placement.append(f"rank {len(placement)} on {names.get(address, '?')} ({address})")
+        return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
                          info.get("failureInfo"))
 
@@ -191,6 +198,7 @@ def report(result: Rehearsal) -> str:
              f"  task exit code {result.exit_code}, retried {result.retries} time(s)",
              f"  ranks: world size {result.world_size} on hosts {', '.join(result.hosts) or '?'} "
              f"(rank order = host order)",
+             f"  where: {'; '.join(result.placement) or '?'}",
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
              f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "
              + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),

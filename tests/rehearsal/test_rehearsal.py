@@ -29,6 +29,7 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     hosts = re.search(r"world size 2 on hosts (\S+), (\S+) ", out)
     assert hosts and hosts.group(1).split(":")[0] != hosts.group(2).split(":")[0], out[-2000:]
     assert "task exit code 0, retried 0 time(s)" in out
+    assert re.search(r"where: rank 0 on node0 \(\S+\); rank 1 on node1 \(\S+\)", out), out[-2000:]
     job = re.search(r"submitted (\S+):", out).group(1)
     run = tmp_path / "results" / job / "run"
     summary = json.loads((run / "summary.json").read_text())
