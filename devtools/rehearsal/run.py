@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
                                                   "temporary folder, removed afterwards)")
     args = parser.parse_args(argv)
     from devtools.rehearsal.nodes import RehearsalUnavailable
-    from infra.core import config
+    from infra.core import batch_spec, config
 
     def go(work: Path) -> Rehearsal:
         result = rehearse(args.stack, args.nodes, args.framework, args.args, work, args.processes_per_node)
@@ -249,7 +249,7 @@ def main(argv: list[str]) -> int:
         else:
             with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
                 result = go(Path(tmp))
-    except (config.ConfigError, RehearsalUnavailable) as err:
+    except (config.ConfigError, batch_spec.JobError, RehearsalUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report(result))

@@ -120,3 +120,13 @@ def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_p
     assert "AuthorizationPermissionMismatch" in result.failure["message"] or "403" in result.failure["message"]
     assert result.uploaded == [] or all("/logs/" in name for name in result.uploaded)
     assert "job train-dev" in out and "completed" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--nodes", "3"], "error: --nodes 3: give 1 to 2 (the pool grows to maxNodes=2 at most)"),
+    (["--args=--precision fp8"], "error: --args: argument --precision: invalid choice: 'fp8'"),
+])
+def test_bad_input_is_one_line_before_any_node_exists(args, message):
+    result = rehearse(*args, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "rehearsal of stack" not in result.stdout
