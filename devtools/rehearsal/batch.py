@@ -67,14 +67,14 @@ def output_blob_names(pattern: str, working_dir: Path, path: str) -> dict[Path, 
     if not wildcard:
         file = (working_dir / pattern).resolve()
         return {file: path or file.name} if file.is_file() else {}
-    fixed = pattern.split("/")
+    parts = pattern.split("/")
     base_parts = []
-    for part in fixed:
+    for part in parts:
         if any(ch in part for ch in "*?["):
             break
         base_parts.append(part)
     base = (working_dir / "/".join(base_parts)).resolve() if base_parts else working_dir.resolve()
-    rest = pattern.split("/")[len(base_parts):]
+    rest = parts[len(base_parts):]
     matched = {}
     for file in sorted(p for p in base.rglob("*") if p.is_file()) if base.is_dir() else []:
         relative = file.relative_to(base).as_posix()

@@ -110,7 +110,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         scripts = account.upload_scripts()
         _say(f"storage: Azurite on 127.0.0.1:{azurite.port} as the stack's account; containers "
              f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
-        _stage_data(account, ev, principal_of, export, node_env)
+        _stage_data(account, ev, export, node_env)
         for node in pool.nodes:
             _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
 
@@ -154,10 +154,11 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                          info.get("failureInfo"))
 
 
-def _stage_data(account, ev, principal_of, export: Path, node_env: dict[str, str]) -> None:
+def _stage_data(account, ev, export: Path, node_env: dict[str, str]) -> None:
     """The NFS server's part: the deployer uploads a dataset; the server stages it with its own identity."""
     import subprocess
 
+    from devtools.rehearsal.storage import principal_of
     from infra.core.batch_spec import DATASET, STAGED_BLOB, STAGED_MARKER
 
     python = node_env["PATH"].split(":")[0] + "/python"
