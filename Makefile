@@ -54,7 +54,7 @@ TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
 demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK=pytorch|tensorflow|keras)
 	.venv/bin/python -m infra plan --stack dev
 	@if [ "$$(id -u)" = 0 ]; then \
-	    rm -rf $(DEMO) && .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK) --work $(DEMO); \
+	    .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK); \
 	else \
 	    echo "not root: the rehearsal's nodes need root (network namespaces, the job's sshd); run \`sudo make demo\`." ; \
 	    echo "Instead: the data path on Azurite and 2 Horovod ranks on this machine."; \

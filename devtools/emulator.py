@@ -1,7 +1,8 @@
 """Azurite, the Azure Storage emulator, as the local stand-in for blob storage (demo and tests).
 
 `make setup` installs the pinned npm package into .cache/azurite. `Azurite()` starts its blob service on
-127.0.0.1 on a free port with its data in a temporary folder, and always stops it on exit. It enforces SAS
+127.0.0.1 on a free port with its data in a temporary folder (or in `location`, kept for a later start), and always
+stops it on exit. It enforces SAS
 permissions and expiry like Azure. The emulator's account key is the well-known public development key: it
 signs SAS here the way Azure's listServiceSas does in the real stack, and never leaves this module.
 """
@@ -29,11 +30,16 @@ def _free_port() -> int:
 
 
 class Azurite:
-    def __init__(self, port: int | None = None):
+    def __init__(self, port: int | None = None, location: Path | None = None):
+        """`location`: where its data lives and stays (another Azurite started there later sees the same blobs);
+        default: a temporary folder removed on exit."""
         if not AZURITE.exists():
             raise RuntimeError(f"Azurite is not installed at {AZURITE}; run `make setup`")
         self.port = port or _free_port()
-        self.data_dir = Path(tempfile.mkdtemp(prefix="azurite-"))
+        self.keep = location is not None
+        if location is not None:
+            location.mkdir(parents=True, exist_ok=True)
+        self.data_dir = location if location is not None else Path(tempfile.mkdtemp(prefix="azurite-"))
         self.process: subprocess.Popen | None = None
 
     @property
@@ -71,7 +77,8 @@ class Azurite:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def create_container(self, name: str) -> None:
         from azure.storage.blob import BlobServiceClient

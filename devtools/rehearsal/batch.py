@@ -20,10 +20,16 @@ Rules played (each from the page cited where it is applied):
 - onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
 The container is the one thing not played: the commands run in a local training environment with the image's
 environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py).
+
+The account's state (jobs, tasks, where the primary's task folder is) is written to STATE_FILE in the rehearsal's
+folder on every change, so `python -m infra status|logs|download|cancel --rehearsal`, run from another shell
+while the rehearsal runs or after it, reads it through `RecordedBatch`, the same BatchService seam.
 """
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -39,6 +45,9 @@ from devtools.rehearsal.storage import Account
 from infra.dataplane.batch import JobNotFound
 
 TASK_STATES = ("active", "running", "completed")
+STATE_FILE = "batch-state.json"
+CANCEL_DIR = "cancel"  # a file named after a job here asks the running rehearsal to terminate it
+POLL_S = 0.5
 
 
 class ResourceFilesFailed(Exception):
@@ -98,11 +107,12 @@ class RehearsalBatch:
     """A Batch account with one pool of local nodes. Jobs run in a background thread, one at a time."""
 
     def __init__(self, pool: Pool, account: Account, node_env: dict[str, str], pool_spec: dict[str, Any],
-                 identities: dict[str, str], log: Callable[[str], None] = print):
+                 identities: dict[str, str], work: Path, log: Callable[[str], None] = print):
         """`node_env`: the image's environment (PATH to the training environment...); `pool_spec`: the Pool
-        resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID."""
+        resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID;
+        `work`: the rehearsal's folder, where its state is recorded for the verbs of other processes."""
         self.pool, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
-        self.identities, self.log = identities, log
+        self.identities, self.log, self.work = identities, log, work
         self.jobs: dict[str, dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
         self.threads: dict[str, threading.Thread] = {}
@@ -117,6 +127,7 @@ class RehearsalBatch:
         self.jobs[job["id"]] = {**job, "state": "active", "creationTime": _now(), "onAllTasksComplete": "noaction"}
         self.tasks[job["id"]] = {**task, "state": "active", "executionInfo": {"retryCount": 0}}
         self.jobs[job["id"]]["onAllTasksComplete"] = "terminatejob"
+        self.save()
         thread = threading.Thread(target=self._run_job, args=(job["id"],), daemon=True)
         self.threads[job["id"]] = thread
         thread.start()
@@ -160,6 +171,14 @@ class RehearsalBatch:
     def wait(self, job_id: str, timeout: float | None = None) -> None:
         self.threads[job_id].join(timeout)
 
+    def save(self) -> None:
+        """The state other processes read (RecordedBatch), replaced in one rename so they never see half of it."""
+        state = {"pid": os.getpid(), "azurite_port": self.account.azurite.port,
+                 "primary_batch_root": str(self.pool.nodes[0].batch_root), "jobs": self.jobs, "tasks": self.tasks}
+        partial = self.work / f".{STATE_FILE}.partial"
+        partial.write_text(json.dumps(state, indent=1, default=str))
+        partial.replace(self.work / STATE_FILE)
+
     # --- the node side -----------------------------------------------------------------------------------------
     def _task_dir(self, node: Node, job_id: str, task_id: str) -> Path:
         return node.host_path(self._task_dir_on_node(job_id, task_id))
@@ -196,12 +215,17 @@ class RehearsalBatch:
         with open(out_host / "stdout.txt", "ab") as stdout, open(out_host / "stderr.txt", "ab") as stderr:
             process = subprocess.Popen(self.pool.command(node, argv, cwd), env=env, stdout=stdout, stderr=stderr)
             self.processes.setdefault(job_id, []).append(process)
-            try:
-                return process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                raise
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                try:
+                    return process.wait(timeout=POLL_S)
+                except subprocess.TimeoutExpired:
+                    if (self.work / CANCEL_DIR / job_id).exists():  # `infra cancel --rehearsal` from another shell
+                        self.terminate(job_id)
+                    elif deadline is not None and time.monotonic() > deadline:
+                        process.kill()
+                        process.wait()
+                        raise
 
     def _start_nodes(self) -> None:
         """The pool's start task on every node, once (startTask.waitForSuccess: a failure keeps the node unusable)."""
@@ -297,6 +321,7 @@ class RehearsalBatch:
             self._start_nodes()
             task["state"], info["startTime"] = "running", _now()
             task["nodeInfo"] = {"nodeId": "tvm-0", "nodeUrl": self.pool.nodes[0].address}
+            self.save()
             while True:
                 try:
                     code = self._attempt(job_id, task)
@@ -310,6 +335,7 @@ class RehearsalBatch:
                     break
                 info["retryCount"] += 1
                 self.retried_at.append(time.monotonic())
+                self.save()
                 self.log(f"rehearsal: the task exited with {code}; Batch retries it "
                          f"({info['retryCount']} of {retries})")
             info["exitCode"] = code
@@ -330,3 +356,60 @@ class RehearsalBatch:
         task["state"], info["endTime"] = "completed", _now()
         if self.jobs[job_id]["onAllTasksComplete"] == "terminatejob":
             self.jobs[job_id]["state"] = "completed"
+        self.save()
+
+
+class RecordedBatch:
+    """The BatchService of a rehearsal, read from the state it records (STATE_FILE), for the verbs run in another
+    process: status and logs read the state and the primary's task folder; cancel asks the running rehearsal to
+    terminate the job, as `terminate` asks Batch."""
+
+    def __init__(self, work: Path):
+        self.work = work
+        try:
+            self.state = json.loads((work / STATE_FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            raise FileNotFoundError(f"no rehearsal state in {work}") from None
+
+    def running(self) -> bool:
+        """Whether the rehearsal that recorded this state is still running (and its Azurite with it)."""
+        try:
+            os.kill(int(self.state["pid"]), 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
+        raise NotImplementedError("a rehearsal runs the job `python -m infra rehearse` submits")
+
+    def get_job(self, job_id: str) -> dict[str, Any]:
+        if job_id not in self.state["jobs"]:
+            raise JobNotFound(f"job {job_id} not found")
+        return dict(self.state["jobs"][job_id])
+
+    def get_task(self, job_id: str, task_id: str) -> dict[str, Any]:
+        self.state = RecordedBatch(self.work).state  # a running rehearsal moves on between calls
+        if job_id not in self.state["tasks"]:
+            raise JobNotFound(f"job {job_id} not found")
+        return dict(self.state["tasks"][job_id])
+
+    def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
+        jobs = [dict(j) for i, j in self.state["jobs"].items() if i.startswith(prefix)]
+        return sorted(jobs, key=lambda j: j["creationTime"], reverse=True)
+
+    def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
+        task_dir = RehearsalBatch._task_dir_on_node(job_id, task_id).relative_to(BATCH_ROOT)
+        file = Path(self.state["primary_batch_root"]) / task_dir / path
+        if not file.is_file():
+            return b""
+        with open(file, "rb") as f:
+            f.seek(offset)
+            return f.read()
+
+    def terminate(self, job_id: str) -> None:
+        self.get_job(job_id)
+        (self.work / CANCEL_DIR).mkdir(exist_ok=True)
+        (self.work / CANCEL_DIR / job_id).touch()
+
+    def delete(self, job_id: str) -> None:
+        raise NotImplementedError("a rehearsal's jobs go with its folder")

@@ -12,21 +12,28 @@ functions `pulumi up` and `infra submit` use (batch_spec.job_inputs, job_spec, t
    primary, retries, output files to `outputs`;
 4. follows the job with the same verbs a user has (`infra logs --follow`, `status`, `download`), checks the
    model with onnxruntime, and reports what ran where and what was not rehearsed.
+
+Everything stays in the rehearsal's folder (default .rehearsal/<stack>, replaced by the stack's next rehearsal):
+the nodes' Batch trees, the export, Azurite's data and the Batch state, so that from another shell, while it
+runs or afterwards, `python -m infra status|logs [--follow]|download|cancel --stack NAME --rehearsal` work on
+it as they do on a deployed stack.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
-import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
 
 VENVS = {"pytorch": ".venv-torch", "tensorflow": ".venv-tf", "keras": ".venv-tf"}
+MARKER = ".rehearsal"  # in every rehearsal folder: only such a folder is ever emptied for the next one
 DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 # Small enough for 2 CPU cores in about a minute: what the job trains instead of the stack's trainingArgs.
 DEFAULT_ARGS = ("--num-classes 4 --image-size 64 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 "
@@ -104,7 +111,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     export.mkdir(parents=True, exist_ok=True)
     _say(f"rehearsal of stack {stack}: {framework} on {nodes} node(s) x {inputs.slots} process(es)")
 
-    with Azurite() as azurite, Pool(work / "nodes", nodes, export, mount_name) as pool:
+    with Azurite(location=work / "azurite") as azurite, Pool(work / "nodes", nodes, export, mount_name) as pool:
         account = Account(azurite, ev)
         containers = account.create_containers()
         scripts = account.upload_scripts()
@@ -115,10 +122,10 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
             _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
 
         identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
-        service = RehearsalBatch(pool, account, node_env, pool_spec, identities, log=_say)
+        service = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
         if before_submit:
             before_submit(account)
-        job = operate.submit(service, inputs, operate.now_utc(), sys.stdout)
+        job = operate.submit(service, inputs, operate.now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
         if fault:
             fault(service, pool, job)
         if follow:
@@ -152,6 +159,66 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
                          info.get("failureInfo"))
+
+
+def default_work(stack: str) -> Path:
+    return REPO_ROOT / ".rehearsal" / stack
+
+
+def _verb_flags(stack: str, work: Path) -> str:
+    """What the job verbs need to find this rehearsal: `--rehearsal`, with the folder unless it is the default."""
+    return " --rehearsal" if work == default_work(stack).resolve() else f" --rehearsal {work}"
+
+
+def prepare_work(work: Path) -> None:
+    """An empty folder for a rehearsal: a new or empty one, or a previous rehearsal's (emptied); never another."""
+    from devtools.rehearsal.batch import RecordedBatch, STATE_FILE
+
+    if work.exists() and any(work.iterdir()):
+        if not (work / MARKER).exists():
+            raise RehearsalRefused(f"--work {work}: the folder is not empty and not a rehearsal's; name a new or "
+                                   "empty folder")
+        if (work / STATE_FILE).exists() and RecordedBatch(work).running():
+            raise RehearsalRefused(f"--work {work}: a rehearsal is running there (pid "
+                                   f"{RecordedBatch(work).state['pid']}); wait for it or use another folder")
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("a `python -m infra rehearse` folder; the next rehearsal here replaces it\n")
+
+
+class RehearsalRefused(Exception):
+    """A rehearsal request that cannot go on; `str()` names the input and the fix."""
+
+
+class RecordedRehearsal:
+    """A rehearsal's folder as the job verbs see it: its BatchService (RecordedBatch) and its `outputs`
+    container (the rehearsal's Azurite while it runs, else one started on its data for as long as needed)."""
+
+    def __init__(self, work: Path, stack: str):
+        from devtools.rehearsal.batch import RecordedBatch
+
+        try:
+            self.service = RecordedBatch(work)
+        except FileNotFoundError:
+            raise RehearsalRefused(f"no rehearsal in {work}: run `python -m infra rehearse --stack {stack}` (as root) "
+                                   "first, or name the folder it used: --rehearsal WORK") from None
+        self.work, self._open = work, ExitStack()
+
+    def outputs_url(self) -> str:
+        """The deployer's read access to `outputs` (Azure AD in the real stack; a read+list SAS here)."""
+        from devtools.emulator import Azurite
+
+        if self.service.running():
+            azurite = Azurite(port=self.service.state["azurite_port"], location=self.work / "azurite")
+        else:
+            azurite = self._open.enter_context(Azurite(location=self.work / "azurite"))
+        return azurite.container_url("outputs", "rl")
+
+    def __enter__(self) -> "RecordedRehearsal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._open.close()
 
 
 def _stage_data(account, ev, export: Path, node_env: dict[str, str]) -> None:
@@ -230,8 +297,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--framework", choices=tuple(VENVS), help="default: the stack's trainingFramework")
     parser.add_argument("--args", help=f"train flags for the job (default: {DEFAULT_ARGS!r}; the stack's own "
                                        "trainingArgs are sized for GPUs)")
-    parser.add_argument("--work", type=Path, help="folder for the nodes, the export and the results (default: a "
-                                                  "temporary folder, removed afterwards)")
+    parser.add_argument("--work", type=Path, help="folder for the nodes, the export, the storage and the results "
+                                                  "(default: .rehearsal/STACK; the next rehearsal there replaces it)")
     args = parser.parse_args(argv)
     from devtools.rehearsal.nodes import RehearsalUnavailable
     from infra.core import batch_spec, config
@@ -244,13 +311,10 @@ def main(argv: list[str]) -> int:
         return result
 
     try:
-        if args.work:
-            args.work.mkdir(parents=True, exist_ok=True)
-            result = go(args.work.resolve())
-        else:
-            with tempfile.TemporaryDirectory(prefix="rehearsal-") as tmp:
-                result = go(Path(tmp))
-    except (config.ConfigError, batch_spec.JobError, RehearsalUnavailable) as err:
+        work = (args.work or default_work(args.stack)).resolve()
+        prepare_work(work)
+        result = go(work)
+    except (config.ConfigError, batch_spec.JobError, RehearsalUnavailable, RehearsalRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(report(result))

@@ -11,6 +11,7 @@ Commands:
 
 The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
 and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
+With --rehearsal, status, logs, download and cancel work on the stack's rehearsal instead (no Azure needed).
 
 Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
@@ -18,6 +19,9 @@ Examples:
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
   python -m infra logs --stack dev --follow
   python -m infra download --stack dev --dest results/
+  sudo python -m infra rehearse --stack dev          # then, from another shell while it runs or after:
+  python -m infra logs --stack dev --rehearsal --follow
+  python -m infra download --stack dev --rehearsal --dest results/
 """
 from __future__ import annotations
 
@@ -80,11 +84,41 @@ def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
         return 1
 
 
+def _rehearsal_verb(args: argparse.Namespace) -> int:
+    """status/logs/download/cancel on a rehearsal's folder (`python -m infra rehearse`), through the same
+    operate functions and BatchService seam as on a deployed stack."""
+    from devtools.rehearsal.run import RecordedRehearsal, RehearsalRefused, default_work
+    from infra.cli import operate
+    from infra.core import batch_spec
+
+    work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
+    try:
+        with RecordedRehearsal(work.resolve(), args.stack) as rehearsal:
+            job = operate.resolve_job(rehearsal.service, args.stack, args.job)
+            if args.command == "download":
+                print(operate.download(rehearsal.outputs_url(), job, args.dest))
+                print(f"outputs of {job} in {args.dest / job}")
+            elif args.command == "status":
+                print("\n".join(operate.status(rehearsal.service, job).lines()))
+            elif args.command == "logs":
+                operate.logs(rehearsal.service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
+            elif args.command == "cancel":
+                operate.cancel(rehearsal.service, job)
+                print(f"asked the rehearsal to cancel {job}; `python -m infra status --stack {args.stack} "
+                      "--rehearsal` shows when it has stopped")
+    except (RehearsalRefused, batch_spec.JobError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
     from infra.cli import operate
     from infra.core import batch_spec, config
     from training.errors import UsageError
 
+    if getattr(args, "rehearsal", None) is not None:
+        return _rehearsal_verb(args)
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
         outputs = operate.load_outputs(args.stack, args.outputs)
@@ -181,6 +215,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None)
                                   "waits for it, up to trainingDataWaitMinutes, holding its nodes)")
         else:
             sub.add_argument("--job", help="job ID (default: the stack's newest job)")
+            sub.add_argument("--rehearsal", nargs="?", const="", metavar="WORK",
+                             help="the stack's rehearsal (`python -m infra rehearse`) instead of Azure: its folder, "
+                                  "default .rehearsal/STACK")
         if verb == "logs":
             sub.add_argument("--follow", action="store_true", help="keep printing until the task ends")
             sub.add_argument("--stderr", action="store_true", help="stderr.txt instead of stdout.txt")

@@ -62,14 +62,15 @@ def require_staged(outputs: dict[str, Any], staged: Callable[[str], bool]) -> No
         raise JobError(not_staged_message("submit again (or pass --skip-data-check to let the job wait)"))
 
 
-def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO) -> str:
+def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "") -> str:
+    """`verb_flags`: added to the follow-up commands printed (the rehearsal's `--rehearsal`)."""
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = batch_spec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
     per_node = f"{inputs.slots} process(es)" if inputs.processes_per_node else f"{inputs.sku.gpus} GPUs"
     print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {per_node}", file=out)
-    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow", file=out)
-    print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}", file=out)
+    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow{verb_flags}", file=out)
+    print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}{verb_flags}", file=out)
     return job
 
 
@@ -152,6 +153,10 @@ def download(outputs_container_url: str, job: str, dest: Path, workers: int = 16
 
 def cancel(service: BatchService, job: str) -> None:
     try:
+        # Batch refuses to terminate a completed job (409 JobCompleted): say so rather than relay the refusal.
+        if service.get_job(job).get("state") == DONE:
+            raise JobError(f"job {job} has already completed; nothing to cancel (`python -m infra status` shows "
+                           "how it ended)")
         service.terminate(job)
     except JobNotFound:
         raise JobError(f"job {job} not found") from None

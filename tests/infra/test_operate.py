@@ -155,6 +155,10 @@ def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
     assert code == 0 and ("terminate", old) in batch.calls
     code, _, err = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", "nope"], batch, capsys)
     assert code == 1 and "job nope not found" in err
+    batch.jobs[new]["state"] = "completed"
+    code, _, err = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", new], batch, capsys)
+    assert code == 1 and f"job {new} has already completed; nothing to cancel" in err
+    assert ("terminate", new) not in batch.calls
 
 
 def test_verbs_without_jobs_or_outputs_fail_clearly(outputs_file, tmp_path, capsys):

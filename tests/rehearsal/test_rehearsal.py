@@ -35,22 +35,81 @@ def rehearse(*args, timeout=900):
     return result
 
 
+def verb(*args, timeout=600):
+    """A job verb in its own process, as a user runs it from another shell."""
+    return subprocess.run([sys.executable, "-m", "infra", *args, "--stack", "dev"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_rehearsal(work, train_args):
+    process = subprocess.Popen([sys.executable, "-m", "infra", "rehearse", "--stack", "dev", "--nodes", "2",
+                                "--framework", "pytorch", f"--args={train_args}", "--work", str(work)],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (work / "batch-state.json").exists():  # written when the job is submitted
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.5)
+    return process
+
+
 def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
-    result = rehearse("--nodes", "2", "--framework", "pytorch", f"--args={FAST}", "--work", str(tmp_path))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    out = result.stdout
+    """The whole user path: the rehearsal launches the job; from other processes, as from another shell, the user
+    follows it, reads its status and downloads the model, which runs in onnxruntime."""
+    from devtools.rehearsal.run import check_model
+
+    work = tmp_path / "work"
+    rehearsal = start_rehearsal(work, FAST)
+    follow = verb("logs", "--rehearsal", str(work), "--follow")  # while it trains; returns when the task ends
+    out, err = rehearsal.communicate(timeout=900)
+    assert rehearsal.returncode == 0, out[-3000:] + err[-3000:]
+    assert follow.returncode == 0 and "step 5/30" in follow.stdout and "done: step 30" in follow.stdout, follow
     hosts = re.search(r"world size 2 on hosts (\S+), (\S+) ", out)
     assert hosts and hosts.group(1).split(":")[0] != hosts.group(2).split(":")[0], out[-2000:]
     assert "task exit code 0, retried 0 time(s)" in out
     assert re.search(r"where: rank 0 on node0 \(\S+\); rank 1 on node1 \(\S+\)", out), out[-2000:]
     job = re.search(r"submitted (\S+):", out).group(1)
-    run = tmp_path / "results" / job / "run"
+    assert f"python -m infra logs --stack dev --job {job} --follow --rehearsal {work}" in out
+    assert "not rehearsed:" in out
+
+    status = verb("status", "--rehearsal", str(work))
+    assert status.returncode == 0 and f"job {job}: completed" in status.stdout
+    assert "task: completed, exit code 0, retried 0 time(s)" in status.stdout
+    # After the rehearsal has ended: its storage comes back up for the download.
+    fetched = tmp_path / "fetched"
+    download = verb("download", "--rehearsal", str(work), "--dest", str(fetched))
+    assert download.returncode == 0, download.stderr
+    run = fetched / job / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 30
     # Uploaded by Batch's output files with the nodes' identity, fetched by `infra download`, run in onnxruntime.
-    assert (tmp_path / "results" / job / "logs" / "stdout.txt").is_file() and (run / "model.onnx").is_file()
-    assert "model.onnx from `outputs` in onnxruntime: logits of shape (2, 4)" in out
-    assert "not rehearsed:" in out
+    assert (fetched / job / "logs" / "stdout.txt").is_file()
+    assert check_model(run / "model.onnx", "pytorch") == "(2, 4)"
+    cancel = verb("cancel", "--rehearsal", str(work))
+    assert cancel.returncode == 1 and "has already completed; nothing to cancel" in cancel.stderr
+
+
+def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
+    work = tmp_path / "work"
+    rehearsal = start_rehearsal(work, FAST.replace("--steps 30", "--steps 3000"))
+    deadline = time.monotonic() + 300
+    while "step 5/" not in verb("logs", "--rehearsal", str(work)).stdout:
+        assert rehearsal.poll() is None and time.monotonic() < deadline, rehearsal.communicate()
+        time.sleep(1)
+    cancel = verb("cancel", "--rehearsal", str(work))
+    asked = time.monotonic()
+    assert cancel.returncode == 0 and "asked the rehearsal to cancel" in cancel.stdout, cancel.stderr
+    out, err = rehearsal.communicate(timeout=300)
+    assert time.monotonic() - asked < 60, "the task did not stop within a minute"
+    assert rehearsal.returncode == 1, out[-2000:] + err[-2000:]
+    status = verb("status", "--rehearsal", str(work)).stdout
+    assert "completed" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
+
+
+def test_verbs_without_a_rehearsal_say_how_to_start_one(tmp_path):
+    result = verb("logs", "--rehearsal", str(tmp_path))
+    assert result.returncode == 1 and result.stderr.strip() == (
+        f"error: no rehearsal in {tmp_path}: run `python -m infra rehearse --stack dev` (as root) first, or name "
+        "the folder it used: --rehearsal WORK")
 
 
 def test_keras_on_two_nodes(tmp_path):
@@ -138,6 +197,8 @@ def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_p
 @pytest.mark.parametrize("args,message", [
     (["--nodes", "3"], "error: --nodes 3: give 1 to 2 (the pool grows to maxNodes=2 at most)"),
     (["--args=--precision fp8"], "error: --args: argument --precision: invalid choice: 'fp8'"),
+    # Only a rehearsal's own folder is ever emptied for the next one.
+    (["--work", "training"], f"error: --work {REPO_ROOT}/training: the folder is not empty and not a rehearsal's"),
 ])
 def test_bad_input_is_one_line_before_any_node_exists(args, message):
     result = rehearse(*args, timeout=120)
