@@ -45,9 +45,11 @@ NOT_REHEARSED = (
     "not one per GPU of the size",
     "mpirun: across nodes Horovod starts the remote ranks over the job's SSH with its Gloo controller here "
     "(the image has Open MPI)",
-    "the NFS VM itself (cloud-init, mdadm RAID, nfs-kernel-server, the systemd unit): its user data is "
-    "checked by cloud-init's own code, bash -n and shellcheck in the tests; its staging command runs here",
-    "Azure AD: each managed identity's access is a SAS with exactly the permissions its role assignments grant",
+    "the NFS VM's disks and kernel: its setup script (mdadm RAID, XFS, fstab, nfs-kernel-server) is checked by "
+    "bash -n and ShellCheck in the tests, not run; its user data is read by cloud-init's own code and its staging "
+    "unit runs here, with a ready venv instead of a pip install from PyPI",
+    "Azure AD itself: tokens come from a local managed identity endpoint (App Service protocol, not IMDS), and "
+    "storage honours each identity's role assignments as a SAS with exactly their permissions",
     "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
 )
 
@@ -88,8 +90,9 @@ def _say(text: str) -> None:
 
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
-             processes_per_node: int = 1, follow: bool = True, fault=None, before_submit=None) -> Rehearsal:
-    """`before_submit(account)` and `fault(service, pool, job)`: the tests' ways to break things as Azure can."""
+             processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None) -> Rehearsal:
+    """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
+    submitted): the tests' ways to break things as Azure can."""
     from devtools.emulator import Azurite
     from devtools.rehearsal.batch import RehearsalBatch
     from devtools.rehearsal.nodes import Pool
@@ -117,14 +120,14 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         scripts = account.upload_scripts()
         _say(f"storage: Azurite on 127.0.0.1:{azurite.port} as the stack's account; containers "
              f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
-        _stage_data(account, ev, export, node_env)
+        if tamper_storage:
+            tamper_storage(account)
+        _stage_data(account, ev, work, export, node_env)
         for node in pool.nodes:
             _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
 
         identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
         service = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
-        if before_submit:
-            before_submit(account)
         job = operate.submit(service, inputs, operate.now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
         if fault:
             fault(service, pool, job)
@@ -221,35 +224,42 @@ class RecordedRehearsal:
         self._open.close()
 
 
-def _stage_data(account, ev, export: Path, node_env: dict[str, str]) -> None:
-    """The NFS server's part: the deployer uploads a dataset; the server stages it with its own identity."""
+def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str]) -> None:
+    """The NFS server's part: the deployer uploads a dataset; the VM's user data, read by cloud-init's own code,
+    writes the staging unit, which runs as systemd would start it and signs in as the VM's identity."""
     import subprocess
 
-    from devtools.rehearsal.storage import principal_of
-    from infra.core.batch_spec import DATASET, STAGED_BLOB, STAGED_MARKER
+    from devtools.rehearsal.azure_ad import AzureAd
+    from devtools.rehearsal.nfs_server import NfsServer
+    from devtools.rehearsal.storage import identities_by_client_id
+    from infra.cli import operate
+    from infra.core.batch_spec import DATASET, STAGED_MARKER
+    from infra.dataplane import staging
 
     python = node_env["PATH"].split(":")[0] + "/python"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    source = export.parent / "dataset"
+    source = work / "dataset"
     subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
                     "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    nfs = next(r for r in ev.of_type("azure-native:managedidentity:UserAssignedIdentity") if "nfs" in r.name)
-    principal = principal_of(ev, nfs.state["id"])
-    urls = ev.outputs["containerUrls"]
-    data_url = account.as_identity(principal, urls["data"])
-    subprocess.run([sys.executable, "-m", "training", "stage", data_url, str(export / DATASET)], env=env,
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    (export / DATASET / STAGED_MARKER).touch()
-    from azure.storage.blob import ContainerClient
-
-    ContainerClient.from_container_url(account.as_identity(principal, urls["status"])).upload_blob(
-        STAGED_BLOB, b"staged by the rehearsal", overwrite=True)
+    vm = ev.one("azure-native:compute:VirtualMachine")
+    server = NfsServer(vm.inputs["osProfile"]["customData"], work / "nfs-vm", export)
+    config = server.boot()
+    _say(f"nfs: {vm.name}'s user data read by cloud-init's own code: {len(config['write_files'])} files written "
+         f"under {server.root}; the setup script (RAID, XFS, nfs-kernel-server) needs a VM and is not run")
+    with AzureAd(account, identities_by_client_id(ev), work / "azure-ad") as ad:
+        urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
+        _say(f"nfs: {server.run_staging_unit(urls, ad.env())}")
     count = sum(1 for p in (export / DATASET).rglob("*.JPEG"))
-    _say(f"nfs: {count} JPEG files uploaded to `data`, staged with the NFS server's identity into the export "
-         f"({DATASET}/, {STAGED_MARKER}), reported in `status`")
+    marker = (export / DATASET / STAGED_MARKER).exists()
+    # The gate `infra submit` and `pulumi up` apply before submitting: the unit's report in `status`.
+    operate.require_staged(ev.outputs, lambda declared: staging.staged(account.as_deployer(account.container(declared),
+                                                                                        "rl")))
+    _say(f"nfs: {count} JPEG files uploaded to `data` by the deployer, staged by the unit with the VM's identity "
+         f"into the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}), reported in `status`: the "
+         "submit gate passes")
 
 
 def _hosts_from_launch(text: str) -> list[str]:
@@ -300,6 +310,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--work", type=Path, help="folder for the nodes, the export, the storage and the results "
                                                   "(default: .rehearsal/STACK; the next rehearsal there replaces it)")
     args = parser.parse_args(argv)
+    from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
     from infra.core import batch_spec, config
 
@@ -317,5 +328,8 @@ def main(argv: list[str]) -> int:
     except (config.ConfigError, batch_spec.JobError, RehearsalUnavailable, RehearsalRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except StagingFailed as err:
+        print(f"error: the NFS server's staging failed, as it would on Azure: {err}", file=sys.stderr)
+        return 1
     print(report(result))
     return 0 if result.exit_code == 0 else 1

@@ -44,6 +44,12 @@ def principal_of(ev: Evaluation, identity_resource_id: str) -> str:
     raise LookupError(f"no user-assigned identity {identity_resource_id} in the program")
 
 
+def identities_by_client_id(ev: Evaluation) -> dict[str, str]:
+    """Client ID -> principal ID of every user-assigned identity the program declares."""
+    return {str(i.state["clientId"]): str(i.state["principalId"])
+            for i in ev.of_type("azure-native:managedidentity:UserAssignedIdentity")}
+
+
 class Account:
     """Azurite standing in for the stack's storage account."""
 
@@ -76,13 +82,16 @@ class Account:
             raise LookupError(f"{declared_url} is not a container of this stack's storage account")
         return name
 
+    def permissions_of(self, principal_id: str, container: str) -> str:
+        """The SAS permission letters an identity's role assignments grant on a container ("t" when none: a SAS
+        that allows nothing useful, so every request is refused as Azure AD would refuse it)."""
+        return "".join(sorted({p for g in self.grants if g.principal_id == principal_id
+                               and g.container == container for p in g.permissions})) or "t"
+
     def as_identity(self, principal_id: str, declared_url: str) -> str:
         """The container URL an identity reaches it by, carrying exactly what its role grants (403 otherwise)."""
         container = self.container(declared_url)
-        permissions = "".join(sorted({p for g in self.grants if g.principal_id == principal_id
-                                      and g.container == container for p in g.permissions}))
-        # No grant: a SAS that allows nothing useful, so every request is refused as Azure AD would refuse it.
-        return self.azurite.container_url(container, permissions or "t")
+        return self.azurite.container_url(container, self.permissions_of(principal_id, container))
 
     def as_deployer(self, container: str, permissions: str = "racwdl") -> str:
         """The deployer signed in with Azure AD (Storage Blob Data Contributor on the account, in the README)."""

@@ -93,7 +93,7 @@ import os, socket
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import ContainerClient
 status = ContainerClient.from_container_url(os.environ["STATUS_CONTAINER_URL"], credential=DefaultAzureCredential())
-status.upload_blob("{STAGED_BLOB}", f"staged by {{socket.gethostname()}}\n", overwrite=True)
+status.upload_blob("{STAGED_BLOB}", f"staged by {{socket.gethostname()}}\\n", overwrite=True)
 PY
 """
 

@@ -4,6 +4,8 @@ import hashlib
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from tests.data_path.conftest import cli, make_tree
 from training.data import transfer
 from training.data.blob_reader import STORAGE_SCOPE, BlobReader, _TokenCache
@@ -43,3 +45,14 @@ def test_a_token_about_to_expire_is_renewed():
     credential = CountingCredential(120)  # inside the five-minute margin
     cache = _TokenCache(credential)
     assert [cache.header(), cache.header()] == ["Bearer t1", "Bearer t2"]
+
+
+def test_a_token_never_goes_over_plain_http():
+    from training.data.transfer import ContainerTarget
+    from training.errors import UsageError
+
+    credential = CountingCredential(3600)
+    target = ContainerTarget.parse("http://127.0.0.1:10000/devstoreaccount1/data", "data container")
+    with pytest.raises(UsageError, match="Azure AD sign-in is sent only over https"):
+        BlobReader(target, 1, credential=credential)
+    assert credential.calls == []

@@ -1,12 +1,14 @@
 """The NFS server's user data as cloud-init itself reads it (Debian's cloud-init 22.4, unpacked by `make setup`),
 its scripts under bash -n and ShellCheck, and what brings it back after a reboot."""
 import base64
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from devtools.rehearsal.nfs_server import merged_cloud_config
 from infra.components import nfs
 from infra.core import nfs_user_data
 from infra import REPO_ROOT
@@ -25,25 +27,6 @@ def cloudinit():
 
     yield cloudinit
     sys.path.remove(str(CLOUD_INIT))
-
-
-def merged_cloud_config(data: bytes, tmp_path) -> dict:
-    """What cloud-init makes of the user data: its own processor splits it into parts, its own cloud-config
-    handler merges them (by each part's Merge-Type header, or the default), as on first boot."""
-    from cloudinit import helpers
-    from cloudinit.user_data import UserDataProcessor
-    from cloudinit.handlers.cloud_config import CloudConfigPartHandler
-
-    paths = helpers.Paths({"cloud_dir": str(tmp_path / "cloud"), "run_dir": str(tmp_path / "run")})
-    message = UserDataProcessor(paths).process(data)
-    handler = CloudConfigPartHandler(paths)
-    handler.handle_part(None, "__begin__", None, None, None, None)
-    for part in message.walk():
-        if part.get_content_maintype() == "multipart":
-            continue
-        handler.handle_part(None, part.get_content_type(), part.get_filename(), part.get_payload(decode=True).decode(),
-                            None, dict(part.items()))
-    return handler.cloud_buf  # the merged config (cloud-init writes it to the instance folder at __end__)
 
 
 def user_data(disks=4):
@@ -87,6 +70,30 @@ def test_the_old_two_part_user_data_lost_the_setup_script(cloudinit, tmp_path):
     assert config["runcmd"] == [["/usr/local/sbin/setup"]]  # runs a script that was never written
 
 
+def test_the_rehearsals_nfs_server_stops_at_user_data_that_loses_the_stage_script(cloudinit, tmp_path):
+    """The same two-part shape with the real files: cloud-init keeps only the second part's files, and the
+    rehearsal's NFS server says which file the unit lacks, before running anything."""
+    import yaml
+
+    from devtools.rehearsal.nfs_server import NfsServer, StagingFailed
+
+    config = yaml.safe_load(user_data().decode())
+    first, second = config["write_files"][:2], config["write_files"][2:]  # the scripts | env, unit, drop-in
+    parts = [yaml.safe_dump({**config, "write_files": first}), yaml.safe_dump({"write_files": second})]
+    body = "".join(f"--b\nContent-Type: text/cloud-config\nContent-Type-Merge: list(append)+dict(recurse_array)"
+                   f"+str()\n\n#cloud-config\n{part}\n" for part in parts)
+    mime = f"Content-Type: multipart/mixed; boundary=\"b\"\nMIME-Version: 1.0\n\n{body}--b--\n"
+    server = NfsServer(base64.b64encode(mime.encode()).decode(), tmp_path / "vm", tmp_path / "export")
+    server.boot()
+    with pytest.raises(StagingFailed, match="ExecStart=/usr/local/sbin/dltrain-stage does not exist"):
+        server.run_staging_unit({}, {})
+    # The one-document user data writes every file the unit needs.
+    good = NfsServer(base64.b64encode(user_data()).decode(), tmp_path / "vm2", tmp_path / "export")
+    good.boot()
+    assert all(good.vm_path(p).is_file() for p in ("/usr/local/sbin/dltrain-stage", "/etc/dltrain/stage.env"))
+    assert good.vm_path("/usr/local/sbin/dltrain-stage").stat().st_mode & 0o777 == 0o700
+
+
 @pytest.mark.parametrize("disks", [1, 4])
 def test_scripts_pass_bash_and_shellcheck(disks, tmp_path):
     for name, text in (("setup", nfs_user_data.setup_script("10.10.0.0/20", disks)), ("stage", nfs_user_data.stage_script())):
@@ -95,6 +102,16 @@ def test_scripts_pass_bash_and_shellcheck(disks, tmp_path):
         assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
         result = subprocess.run([str(SHELLCHECK), "--severity=warning", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout
+
+
+def test_the_python_the_stage_script_feeds_to_python_compiles():
+    """bash -n and ShellCheck see a heredoc as text: a newline escape lost in the f-string that writes the script
+    split a string literal in two, and the unit failed at its status report after every staging (found by the
+    rehearsal). The rehearsal runs the script; this catches it without one."""
+    blocks = re.findall(r"<<'PY'\n(.*?)\nPY\n", nfs_user_data.stage_script(), re.S)
+    assert len(blocks) == 2
+    for block in blocks:
+        compile(block, "dltrain-stage heredoc", "exec")
 
 
 def test_a_reboot_brings_the_array_mount_export_and_staging_back():

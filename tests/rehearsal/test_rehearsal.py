@@ -70,6 +70,10 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     job = re.search(r"submitted (\S+):", out).group(1)
     assert f"python -m infra logs --stack dev --job {job} --follow --rehearsal {work}" in out
     assert "not rehearsed:" in out
+    # The NFS server: its user data through cloud-init's code, its staging unit run with the VM's identity.
+    assert "nfs: dltrain-stage.service ran /usr/local/sbin/dltrain-stage and exited 0" in out
+    assert "160 JPEG files uploaded to `data` by the deployer, staged by the unit" in out
+    assert "the submit gate passes" in out
 
     status = verb("status", "--rehearsal", str(work))
     assert status.returncode == 0 and f"job {job}: completed" in status.stdout
@@ -186,12 +190,29 @@ def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_p
         account.grants = [g for g in account.grants if not (g.container == "scripts" and "rl" == g.permissions
                                                               and "pull" in g.principal_id)]
 
-    result = run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, before_submit=revoke_the_nodes_scripts_reader)
+    result = run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, tamper_storage=revoke_the_nodes_scripts_reader)
     out = capsys.readouterr().out
     assert result.failure and result.failure["code"] == "ResourceFileDownloadFailed", out[-2000:]
     assert "AuthorizationPermissionMismatch" in result.failure["message"] or "403" in result.failure["message"]
     assert result.uploaded == [] or all("/logs/" in name for name in result.uploaded)
     assert "job train-dev" in out and "completed" in out
+
+
+def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path):
+    """The staging unit, written by cloud-init's code from the VM's user data and run as systemd starts it, signs
+    in as the VM's identity: without Storage Blob Data Reader on `data` it is refused, and no job is submitted."""
+    from devtools.rehearsal.nfs_server import StagingFailed
+    from devtools.rehearsal.run import rehearse as run_rehearsal
+
+    def revoke_the_nfs_servers_data_reader(account):
+        account.grants = [g for g in account.grants if not (g.container == "data" and "nfs" in g.principal_id)]
+
+    with pytest.raises(StagingFailed) as failed:
+        run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, tamper_storage=revoke_the_nfs_servers_data_reader)
+    message = str(failed.value)
+    assert message.startswith("dltrain-stage.service exited with 2"), message  # the stager's usage/refusal code
+    assert "not allowed: listing the container" in message and "Storage Blob Data Contributor" in message, message
+    assert not (tmp_path / "batch-state.json").exists()  # nothing was submitted
 
 
 @pytest.mark.parametrize("args,message", [

@@ -23,6 +23,7 @@ from xml.etree import ElementTree
 import urllib3
 
 from training.data.transfer import READ_SIZE, ContainerTarget
+from training.errors import UsageError
 
 API_VERSION = "2023-11-03"  # x-ms-version; Azure AD (bearer) access needs 2017-11-09 or later
 STORAGE_SCOPE = "https://storage.azure.com/.default"
@@ -67,6 +68,10 @@ class BlobReader:
     def __init__(self, target: ContainerTarget, workers: int, credential=None):
         self.container_url = f"{target.account_url}/{quote(target.container)}"
         self.sas = urlparse(target.url).query if target.has_sas else ""
+        if not target.has_sas and not target.account_url.startswith("https://"):
+            # A bearer token is a credential: never over plain HTTP (azure-core refuses the same).
+            raise UsageError(f"{target.account_url}: Azure AD sign-in is sent only over https; use the account's "
+                             "https URL, or a SAS for a local emulator")
         if not target.has_sas and credential is None:
             from azure.identity import DefaultAzureCredential
 

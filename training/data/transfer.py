@@ -178,8 +178,10 @@ def classify(err: BaseException, operation: str) -> BaseException:
         if "expir" in message.lower() or "Signed expiry time" in message:
             return PermanentError("the SAS has expired; get a fresh one (`pulumi up` renews the stack's SAS)")
         if code == "AuthorizationPermissionMismatch" or "permission" in message.lower():
-            return PermanentError(f"the SAS does not allow {operation}: upload needs create+write (cw) on the "
-                                  "container, stage needs read+list (rl)")
+            # The same 403 for a SAS without the permission and an Azure AD identity without the role.
+            return PermanentError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
+                                  "container, stage and download need read+list (rl). With Azure AD: the identity "
+                                  "needs Storage Blob Data Contributor (upload) or Reader (stage, download) on it")
         if code.startswith("AuthorizationResourceType") or code == "AuthorizationFailure":
             return PermanentError(f"access denied for {operation} ({code}): check the SAS scope and the storage "
                                   "firewall (your IP in allowedIpRanges)")
