@@ -86,12 +86,14 @@ class Azurite:
         service = BlobServiceClient(self.account_url, credential={"account_name": ACCOUNT, "account_key": _DEV_KEY})
         service.create_container(name)
 
-    def container_url(self, container: str, permission: str, hours: float = 1.0) -> str:
-        """A container URL with a SAS: permission like 'rl' (read+list) or 'racwl'; hours < 0 gives an expired one."""
+    def container_url(self, container: str, permission: str, hours: float = 1.0, expiry: datetime | None = None) -> str:
+        """A container URL with a SAS: permission like 'rl' (read+list) or 'racwl'; valid for `hours` (< 0 gives
+        an expired one) or until `expiry`. Protocol https,http: Azurite here serves http only."""
         from azure.storage.blob import generate_container_sas
 
         now = datetime.now(timezone.utc)
+        expiry = expiry or now + timedelta(hours=hours)
         sas = generate_container_sas(ACCOUNT, container, account_key=_DEV_KEY, permission=permission,
-                                     start=now - timedelta(minutes=5) if hours > 0 else now - timedelta(hours=2),
-                                     expiry=now + timedelta(hours=hours), protocol="https,http")
+                                     start=now - timedelta(minutes=5) if expiry > now else now - timedelta(hours=2),
+                                     expiry=expiry, protocol="https,http")
         return f"{self.account_url}/{container}?{sas}"

@@ -51,6 +51,7 @@ NOT_REHEARSED = (
     "Azure AD itself: tokens come from a local managed identity endpoint (App Service protocol, not IMDS), and "
     "storage honours each identity's role assignments as a SAS with exactly their permissions",
     "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
+    "https: Azurite serves http, so the people's SAS allow http too (the program asks for https only)",
 )
 
 
@@ -123,6 +124,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         if tamper_storage:
             tamper_storage(account)
         _stage_data(account, ev, work, export, node_env)
+        _people_sas(account, work)
         for node in pool.nodes:
             _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
 
@@ -260,6 +262,30 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     _say(f"nfs: {count} JPEG files uploaded to `data` by the deployer, staged by the unit with the VM's identity "
          f"into the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}), reported in `status`: the "
          "submit gate passes")
+
+
+def _people_sas(account, work: Path) -> None:
+    """The SAS the stack exports for people (`pulumi stack output sas --show-secrets`), minted as the program asks
+    listStorageAccountServiceSAS; each is tried for what it must allow and refuse, and the README's use of the
+    data SAS (stage the dataset elsewhere) is run."""
+    import subprocess
+
+    account.write_probes()
+    lines = []
+    for sas in account.people_sas():
+        allowed, expected = sas.allows(), sas.expected()
+        if allowed != expected:
+            raise RuntimeError(f"the {sas.container} SAS (sp={sas.permissions}) allows {allowed}, not {expected}")
+        lines.append(f"{sas.container} sp={sas.permissions}: "
+                     + ", ".join(f"{op} {'yes' if ok else 'refused'}" for op, ok in allowed.items()))
+        if sas.container == "data":
+            subprocess.run([sys.executable, "-m", "training", "stage", sas.url, str(work / "people" / "data")],
+                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            lines[-1] += f"; `training stage` with it: {sum(1 for _ in (work / 'people' / 'data').rglob('*.JPEG'))} files"
+    expiry = {sas.expiry for sas in account.people_sas()}
+    _say(f"people's SAS, as the program asks listStorageAccountServiceSAS (until {', '.join(sorted(expiry))}): "
+         + "; ".join(lines))
 
 
 def _hosts_from_launch(text: str) -> list[str]:

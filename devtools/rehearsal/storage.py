@@ -9,12 +9,49 @@ refuse is refused by Azurite the same way (403 AuthorizationPermissionMismatch).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from devtools.emulator import Azurite
 from infra.cli.offline import Evaluation
 from infra.components import roles
 
 ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl"}
+SAS_FUNCTION = "azure-native:storage:listStorageAccountServiceSAS"
+PROBE = ".rehearsal-probe"  # a blob the deployer writes into each container, for the people's SAS to try
+
+
+@dataclass(frozen=True)
+class PeopleSas:
+    """One container SAS the program asks listStorageAccountServiceSAS for (the stack's `sas` output)."""
+
+    container: str
+    permissions: str
+    expiry: str
+    url: str  # minted here by Azurite with those permissions and that expiry
+
+    def allows(self) -> dict[str, bool]:
+        """What the SAS can do here, tried one request each: list, read, write (a probe blob)."""
+        from azure.core.exceptions import HttpResponseError
+        from azure.storage.blob import ContainerClient
+
+        client = ContainerClient.from_container_url(self.url)
+        tries = {"list": lambda: next(iter(client.list_blobs()), None),
+                 "read": lambda: client.download_blob(PROBE).readall(),
+                 "write": lambda: client.upload_blob(f"{PROBE}-sas", b"1", overwrite=True)}
+        allowed = {}
+        for operation, attempt in tries.items():
+            try:
+                attempt()
+                allowed[operation] = True
+            except HttpResponseError as err:
+                if err.status_code != 403:
+                    raise
+                allowed[operation] = False
+        return allowed
+
+    def expected(self) -> dict[str, bool]:
+        """What its permission letters grant (https://learn.microsoft.com/rest/api/storageservices/create-service-sas#permissions-for-a-directory-container-or-blob)."""
+        return {"list": "l" in self.permissions, "read": "r" in self.permissions, "write": "w" in self.permissions}
 
 
 @dataclass(frozen=True)
@@ -92,6 +129,26 @@ class Account:
         """The container URL an identity reaches it by, carrying exactly what its role grants (403 otherwise)."""
         container = self.container(declared_url)
         return self.azurite.container_url(container, self.permissions_of(principal_id, container))
+
+    def people_sas(self) -> list[PeopleSas]:
+        """Each SAS the program asks listStorageAccountServiceSAS for, minted with its container, permissions and
+        expiry (its protocol, https only, cannot be honoured by Azurite's http endpoint)."""
+        minted = []
+        for invocation in self.ev.invocations:
+            if invocation.token != SAS_FUNCTION:
+                continue
+            args = invocation.args
+            container = str(args["canonicalizedResource"]).rsplit("/", 1)[-1]
+            expiry = datetime.fromisoformat(str(args["sharedAccessExpiryTime"]).replace("Z", "+00:00"))
+            minted.append(PeopleSas(container, str(args["permissions"]), str(args["sharedAccessExpiryTime"]),
+                                    self.azurite.container_url(container, str(args["permissions"]), expiry=expiry)))
+        return minted
+
+    def write_probes(self) -> None:
+        from azure.storage.blob import ContainerClient
+
+        for container in self.declared_urls:
+            ContainerClient.from_container_url(self.as_deployer(container)).upload_blob(PROBE, b"1", overwrite=True)
 
     def as_deployer(self, container: str, permissions: str = "racwdl") -> str:
         """The deployer signed in with Azure AD (Storage Blob Data Contributor on the account, in the README)."""
