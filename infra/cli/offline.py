@@ -76,6 +76,12 @@ OWN_NAME_KEYS = {
     "azure-native:batch:BatchAccount": "accountName",
     "azure-native:batch:Pool": "poolName",
     "azure-native:compute:VirtualMachine": "vmName",
+    "azure-native:keyvault:Vault": "vaultName",
+    "azure-native:machinelearningservices:Workspace": "workspaceName",
+    "azure-native:machinelearningservices:Compute": "computeName",
+    "azure-native:machinelearningservices:Datastore": "name",
+    "azure-native:machinelearningservices:EnvironmentContainer": "name",
+    "azure-native:machinelearningservices:EnvironmentVersion": "version",
 }
 
 

@@ -36,6 +36,19 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
                                 "networkConfiguration.publicIPAddressConfiguration.provision",
                                 "mountConfiguration.nfsMountConfiguration.source",
                                 "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
+    "azure-native:keyvault:Vault": ("vaultName", "properties.enableRbacAuthorization",
+                                    "properties.networkAcls.defaultAction"),
+    "azure-native:machinelearningservices:Workspace": ("workspaceName", "publicNetworkAccess",
+                                                       "systemDatastoresAuthMode"),
+    "azure-native:machinelearningservices:Compute": ("computeName", "properties.properties.vmSize",
+                                                     "properties.properties.vmPriority",
+                                                     "properties.properties.scaleSettings.maxNodeCount",
+                                                     "properties.properties.scaleSettings.nodeIdleTimeBeforeScaleDown",
+                                                     "properties.properties.enableNodePublicIp"),
+    "azure-native:machinelearningservices:Datastore": ("name", "properties.containerName",
+                                                       "properties.credentials.credentialsType"),
+    "azure-native:machinelearningservices:EnvironmentVersion": ("properties.image",),
+    "azure-native:network:PrivateEndpoint": ("privateLinkServiceConnections.groupIds",),
     # The training job (dynamic resource): the ACR token password shares the type but has none of these.
     "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries"),
 }
@@ -123,15 +136,39 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
 def before_up(cfg) -> list[str]:
     """What a real subscription needs that the program cannot do for itself."""
     sku = cfg.sku
+    vcpus = f"{cfg.max_nodes * sku.vcpus} vCPUs ({cfg.max_nodes} node(s) x {sku.vcpus})"
+    if cfg.backend == "azureml":
+        return [*cfg.placeholders,
+                # https://learn.microsoft.com/azure/machine-learning/how-to-manage-quotas: Azure ML compute quota
+                # is per VM family and region, dedicated and low-priority separately.
+                f"Azure ML {'low-priority' if cfg.low_priority else 'dedicated'} core quota for the {sku.name} "
+                f"family in {cfg.location}: {vcpus}; request it in the portal (Azure Machine Learning > Quotas) "
+                "or the cluster stays at 0 nodes.",
+                "The workspace accepts the VNet only (public network access disabled; an IP allow list needs a "
+                "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion), or "
+                "run `pulumi up` there.",
+                "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
+                "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
     return [*cfg.placeholders,
             # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
             # dedicated core quota per VM family is often 0 for GPU families.
-            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {cfg.max_nodes * sku.vcpus} "
-            f"vCPUs ({cfg.max_nodes} node(s) x {sku.vcpus}). A new Batch account often has 0 for GPU families: "
-            "after the account exists, request it (portal: Batch account > Quotas > Request quota increase), or "
-            "the pool stays at 0 nodes with a quota error in its resize errors.",
+            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {vcpus}. A new Batch "
+            "account often has 0 for GPU families: after the account exists, request it (portal: Batch account > "
+            "Quotas > Request quota increase), or the pool stays at 0 nodes with a quota error in its resize errors.",
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
             "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+
+
+def _job_lines(cfg) -> list[str]:
+    if cfg.backend == "azureml":
+        return ["  backend azureml: the job's submission through the azure-ai-ml SDK is not built yet (issue 14); "
+                "`pulumi up` declares the workspace, cluster, datastore and environments only",
+                f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, "
+            f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
+           else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                 f"{cfg.stack}`"])
+    return job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
 
 
 def render(evaluation: Evaluation) -> tuple[str, bool]:
@@ -139,24 +176,22 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     cfg = evaluation.config
     sku = cfg.sku
     estimate = cost.estimate(cfg)
-    lines = [f"Plan for stack '{cfg.stack}' (team {cfg.team}, {cfg.location}); evaluated offline with Pulumi "
+    lines = [f"Plan for stack '{cfg.stack}' (team {cfg.team}, {cfg.location}, backend {cfg.backend}); evaluated "
+             "offline with Pulumi "
              "mocks, nothing was sent to Azure.", "",
              f"Resources ({sum(r.custom for r in evaluation.resources)} Azure resources in "
              f"{sum(not r.custom for r in evaluation.resources)} components)"]
     lines += _tree(evaluation)
     lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
-              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"]
+              f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
+              + (" (dedicated list price: low-priority nodes bill less)" if cfg.low_priority else "")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",
               f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
               f"({cfg.max_nodes * sku.gpus} GPUs)"]
     results = verdicts(evaluation)
-    job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {sku.gpus} GPUs, "
-            f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
-           else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
-                 f"{cfg.stack}`"])
-    lines += ["", "Training job"] + job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    lines += ["", "Training job"] + _job_lines(cfg)
     lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg)]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
     lines += ["", "Stack outputs"] + [

@@ -1,8 +1,10 @@
 """Environment: one team's whole training environment, the root of the resource tree.
 
 Order follows the data path: resource group -> monitoring -> network -> storage (+SAS) -> registry and
-images -> NFS file server (staged from storage) -> Batch account and GPU pool (mounting NFS, pulling the
-images) -> the training job, launched once the pool exists (unless trainingLaunchOnUp is false).
+images -> then the backend. batch (the reference architecture): NFS file server (staged from storage) ->
+Batch account and GPU pool (mounting NFS, pulling the images) -> the training job, launched once the pool
+exists (unless trainingLaunchOnUp is false). azureml (its successor): an Azure ML workspace, GPU compute
+cluster, datastore and environments (infra/components/azureml.py).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pulumi
 from pulumi_azure_native import resources
 
 from infra.components import roles
+from infra.components.azureml import AzureMl, AzureMlArgs
 from infra.core import naming
 from infra.components.cluster import Cluster, ClusterArgs
 from infra.core.config import StackConfig
@@ -51,41 +54,30 @@ class Environment(pulumi.ComponentResource):
         self.monitoring.watch_storage("storage", self.storage.account.id)
         self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
         urls = self.storage.container_urls
-        self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
-            cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
-            compute_subnet_id=self.network.compute_subnet.id,
-            container_urls={c: urls[c] for c in ("data", "scripts", "status")},
-            container_ids={c: self.storage.containers[c].id for c in ("data", "scripts", "status")}),
-            pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
-        # The GPU nodes reach storage with their identity, so no SAS sits in the Batch task definitions:
-        # the scripts and data to read, the outputs to write (Batch uploads output files with it).
+        # The GPU nodes reach storage with their identity, so no SAS sits in job definitions: the scripts and
+        # data to read, the outputs to write (Batch uploads output files with it; Azure ML reads datastores).
         nodes = self.registry.pull_identity
         self.node_grants = [
             self.storage.grant("nodes-scripts", nodes.principal_id, "scripts", roles.BLOB_DATA_READER),
             self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
             self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_CONTRIBUTOR),
         ]
-        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
-            cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
-            registry_server=self.registry.registry.login_server, image_names=self.registry.image_names,
-            pull_identity_id=nodes.id, nfs_source=self.nfs.mount_source,
-            nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
-        self.monitoring.watch_batch("batch", self.cluster.account.id)
         self.job = None
-        if cfg.training_launch_on_up:
-            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
-            status = urls["status"] if cfg.nfs_kind == "vm" else ""
-            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
-            stack_outputs = pulumi.Output.all(
-                poolId=self.cluster.pool.name, imageRefs=self.registry.image_refs,
-                registryLoginServer=self.registry.registry.login_server, pullIdentityId=nodes.id,
-                pullIdentityClientId=nodes.client_id, containerUrls=urls)
-            self.job = TrainingJob(f"{name}-job", TrainingJobArgs(
-                batch_endpoint=self.cluster.endpoint, data_status_url=status,
-                inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
-                pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
-                                                                *self.node_grants]))
-
+        if cfg.backend == "azureml":
+            self.azureml = AzureMl(f"{name}-ml", AzureMlArgs(
+                cfg, rg, vnet_id=self.network.vnet.id, compute_subnet_id=self.network.compute_subnet.id,
+                storage_subnet_id=self.network.storage_subnet.id, storage_account_id=self.storage.account.id,
+                storage_account_name=self.storage.account.name, registry_id=self.registry.registry.id,
+                app_insights_id=self.monitoring.app_insights.id, nodes_identity_id=nodes.id,
+                image_refs=self.registry.image_refs, depends_on=[self.registry.acr_pull, *self.node_grants]), child)
+            backend_outputs = {
+                "amlWorkspaceName": self.azureml.workspace.name,
+                "amlComputeName": self.azureml.compute.name,
+                "amlDatastore": self.azureml.datastore.name,
+                "amlEnvironments": self.azureml.environments,
+            }
+        else:
+            backend_outputs = self._batch(name, cfg, rg, urls, nodes)
         self.outputs = {
             "resourceGroupName": rg,
             "vnetId": self.network.vnet.id,
@@ -101,6 +93,40 @@ class Environment(pulumi.ComponentResource):
             "pullIdentityClientId": self.registry.pull_identity.client_id,
             "logAnalyticsWorkspaceId": self.monitoring.workspace.id,
             "appInsightsId": self.monitoring.app_insights.id,
+            "backend": cfg.backend,
+            **backend_outputs,
+        }
+        self.register_outputs(self.outputs)
+
+    def _batch(self, name: str, cfg: StackConfig, rg, urls, nodes) -> dict:
+        """The reference architecture's backend: the NFS server, the Batch pool and the training job."""
+        child = pulumi.ResourceOptions(parent=self)
+        self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
+            cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
+            compute_subnet_id=self.network.compute_subnet.id,
+            container_urls={c: urls[c] for c in ("data", "scripts", "status")},
+            container_ids={c: self.storage.containers[c].id for c in ("data", "scripts", "status")}),
+            pulumi.ResourceOptions(parent=self, depends_on=self.storage.scripts))
+        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
+            registry_server=self.registry.registry.login_server, image_names=self.registry.image_names,
+            pull_identity_id=nodes.id, nfs_source=self.nfs.mount_source,
+            nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
+        self.monitoring.watch_batch("batch", self.cluster.account.id)
+        if cfg.training_launch_on_up:
+            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
+            status = urls["status"] if cfg.nfs_kind == "vm" else ""
+            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+            stack_outputs = pulumi.Output.all(
+                poolId=self.cluster.pool.name, imageRefs=self.registry.image_refs,
+                registryLoginServer=self.registry.registry.login_server, pullIdentityId=nodes.id,
+                pullIdentityClientId=nodes.client_id, containerUrls=urls)
+            self.job = TrainingJob(f"{name}-job", TrainingJobArgs(
+                batch_endpoint=self.cluster.endpoint, data_status_url=status,
+                inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
+                                                                *self.node_grants]))
+        return {
             "nfsKind": cfg.nfs_kind,
             "nfsMountSource": self.nfs.mount_source,
             "batchAccountName": self.cluster.account.name,
@@ -108,7 +134,6 @@ class Environment(pulumi.ComponentResource):
             "poolId": self.cluster.pool.name,
             "trainingJobId": self.job.job_id if self.job else "",
         }
-        self.register_outputs(self.outputs)
 
 
 def deploy(config: StackConfig, now: datetime | None = None) -> Environment:

@@ -27,6 +27,15 @@ PROJECT = "azure-dl-training"
 
 IMAGES = ("pytorch", "tensorflow")  # the frameworks key: one container image each
 IMAGE_OF_LOOP = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # trainingFramework -> image
+BACKENDS = ("batch", "azureml")
+# Keys that mean something to one backend only; setting one for the other backend is refused, not ignored.
+BACKEND_ONLY_KEYS = {
+    "batch": ("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "dataLocalCache", "trainingDataWaitMinutes",
+              "trainingRetries"),
+    "azureml": ("amlDataMode", "amlIdleMinutes"),
+}
+AML_DATA_MODES = ("download", "mount")
+AML_IDLE_MINUTES = (1, 1440)
 NFS_KINDS = ("vm", "azure-files")
 NFS_DISK_COUNT = (1, 16)
 NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
@@ -40,7 +49,8 @@ LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 ti
 # Whole-number keys with bounds: key -> ((low, high), unit in the message).
 RANGES = {"sasExpiryHours": (SAS_EXPIRY_HOURS, " hours"), "logRetentionDays": (LOG_RETENTION_DAYS, " days"),
           "nfsDiskCount": (NFS_DISK_COUNT, ""), "trainingRetries": (TRAINING_RETRIES, ""),
-          "trainingMaxHours": (TRAINING_MAX_HOURS, " hours"), "trainingDataWaitMinutes": (DATA_WAIT_MINUTES, " minutes")}
+          "trainingMaxHours": (TRAINING_MAX_HOURS, " hours"), "trainingDataWaitMinutes": (DATA_WAIT_MINUTES, " minutes"),
+          "amlIdleMinutes": (AML_IDLE_MINUTES, " minutes")}
 MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
 AZURE_RESERVED_IPS_PER_SUBNET = 5
 SMALLEST_SUBNET_PREFIX = 29  # Azure's smallest subnet (https://learn.microsoft.com/azure/virtual-network/virtual-networks-faq)
@@ -88,6 +98,9 @@ class StackConfig:
     frameworks: tuple[str, ...]
     registry_sku: str
     image_tag: str
+    backend: str
+    aml_data_mode: str
+    aml_idle_minutes: int
     nfs_kind: str
     nfs_vm_size: str
     nfs_disk_count: int
@@ -185,6 +198,17 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     if unread:  # a key Pulumi.yaml declares that the program would never read
         raise ConfigError(sorted(unread)[0], "declared in Pulumi.yaml but not a StackConfig field")
 
+    backend = raw["backend"]
+    if backend not in BACKENDS:
+        raise ConfigError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    for other, keys in BACKEND_ONLY_KEYS.items():
+        for key in keys:
+            if other != backend and key in values:
+                raise ConfigError(key, f"applies to backend {other} only, and this stack's backend is {backend}; "
+                                       "remove it")
+    if raw["aml_data_mode"] not in AML_DATA_MODES:
+        raise ConfigError("amlDataMode", f"{raw['aml_data_mode']!r} is not one of {', '.join(AML_DATA_MODES)}")
+
     team = raw["team"]
     if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
         raise ConfigError("team", f"{team!r} must be 2-12 lowercase letters or digits, starting with a letter "
@@ -259,13 +283,13 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("maxNodes", f"{max_nodes} must be between 1 and {MAX_NODES_LIMIT}")
     if min_nodes > max_nodes:
         raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
-    if raw["low_priority"]:
+    if raw["low_priority"] and backend == "batch":
         # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
         # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
         # Batch service principal's access to the subscription), which this project does not deploy.
         raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
                                          "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
-                                         "set lowPriority: false")
+                                         "set lowPriority: false, or use backend azureml")
     if max_nodes > 1 and not sku.infiniband:
         ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
         raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "

@@ -19,6 +19,7 @@ HOURS_PER_MONTH = 730
 PREMIUM_SSD_TIERS = ((32, 5.28), (64, 10.21), (128, 19.71), (256, 38.01), (512, 73.22), (1024, 135.17),
                      (2048, 259.05), (4096, 495.57))
 AZURE_FILES_PREMIUM_PER_GIB_MONTH = 0.16
+PRIVATE_ENDPOINT_PER_HOUR = 0.01
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,15 @@ def estimate(config: StackConfig) -> CostEstimate:
         "NAT gateway": NAT_GATEWAY_PER_HOUR,
         "egress public IP": PUBLIC_IP_PER_HOUR,
         f"container registry ({config.registry_sku})": REGISTRY_PER_HOUR[config.registry_sku],
-        **nfs_per_hour(config),
-        "Batch account": 0.0,  # Batch itself is free: only its nodes bill
     }
+    if config.backend == "azureml":
+        fixed.update({
+            "Azure ML workspace private endpoint": PRIVATE_ENDPOINT_PER_HOUR,
+            "Azure ML workspace, Key Vault": 0.0,  # no hourly charge: the compute bills, Key Vault per operation
+        })
+    else:
+        fixed.update({**nfs_per_hour(config), "Batch account": 0.0})  # Batch itself is free: only its nodes bill
+    # Low-priority AML nodes bill less than the dedicated list price (the discount varies by region and is not in
+    # the catalog): the dedicated price is the estimate's upper bound.
     node_price = config.sku.price_per_hour
     return CostEstimate(fixed, node_price, config.min_nodes, config.max_nodes)

@@ -31,3 +31,11 @@ def nfs_storage_account(team: str, stack: str, location: str) -> str:
 
 def batch_account(team: str, stack: str, location: str) -> str:
     return f"ba{team}{_suffix('ba', team, stack, location)}"  # 3-24 lowercase letters and digits
+
+
+def key_vault(team: str, stack: str, location: str) -> str:
+    return f"kv-{team}-{_suffix('kv', team, stack, location)}"  # 3-24 letters, digits and hyphens, globally unique
+
+
+def aml_workspace(team: str, stack: str) -> str:
+    return f"mlw-{team}-{_suffix('mlw', team, stack)}"  # 3-33 letters, digits, hyphens; unique in its group

@@ -132,6 +132,46 @@ def _pool_private(props: Props) -> str | None:
     return None
 
 
+def _aml_workspace_private(props: Props) -> str | None:
+    if props.get("publicNetworkAccess") != "Disabled":
+        return "publicNetworkAccess must be Disabled (reached through its private endpoint in the VNet)"
+    if props.get("systemDatastoresAuthMode") != "identity":
+        return "systemDatastoresAuthMode must be identity (no storage account keys in the workspace)"
+    return None
+
+
+def _aml_compute_private(props: Props) -> str | None:
+    compute = props.get("properties") or {}
+    inner = compute.get("properties") or {}
+    if not (inner.get("subnet") or {}).get("id"):
+        return "properties.subnet is missing: nodes must join the compute subnet"
+    if inner.get("enableNodePublicIp") is not False:
+        return "enableNodePublicIp must be false"
+    if inner.get("remoteLoginPortPublicAccess") != "Disabled":
+        return "remoteLoginPortPublicAccess must be Disabled (no SSH into the nodes)"
+    if compute.get("disableLocalAuth") is not True:
+        return "disableLocalAuth must be true (Azure AD only)"
+    return None
+
+
+def _aml_datastore_no_secret(props: Props) -> str | None:
+    credentials = ((props.get("properties") or {}).get("credentials") or {}).get("credentialsType")
+    if credentials != "None":
+        return f"credentials are {credentials!r}; a datastore holds no key or SAS (credentialsType None: identity)"
+    return None
+
+
+def _key_vault_locked(props: Props) -> str | None:
+    vault = props.get("properties") or {}
+    if vault.get("enableRbacAuthorization") is not True:
+        return "enableRbacAuthorization must be true (Azure RBAC, no access policies)"
+    if vault.get("enablePurgeProtection") is not True:
+        return "enablePurgeProtection must be true"
+    if (vault.get("networkAcls") or {}).get("defaultAction") != "Deny" and vault.get("publicNetworkAccess") != "Disabled":
+        return "networkAcls.defaultAction must be Deny (admit the VNet and allowedIpRanges only)"
+    return None
+
+
 def _team_tag(props: Props) -> str | None:
     if "tags" in props and not (props.get("tags") or {}).get("team"):
         return "tags must include 'team' (who owns and pays for it)"
@@ -163,6 +203,14 @@ RESOURCE_CHECKS: list[Check] = [
           "azure-native:batch:BatchAccount", _batch_account_locked),
     Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.",
           "azure-native:batch:Pool", _pool_private),
+    Check("aml-workspace-private", "The Azure ML workspace is reached from the VNet only and holds no storage keys.",
+          "azure-native:machinelearningservices:Workspace", _aml_workspace_private),
+    Check("aml-compute-private", "Azure ML GPU nodes join the compute subnet, get no public IP and no SSH.",
+          "azure-native:machinelearningservices:Compute", _aml_compute_private),
+    Check("aml-datastore-no-secret", "Azure ML datastores hold no key or SAS (identity access).",
+          "azure-native:machinelearningservices:Datastore", _aml_datastore_no_secret),
+    Check("key-vault-locked", "Key Vaults use Azure RBAC, purge protection and a deny-by-default firewall.",
+          "azure-native:keyvault:Vault", _key_vault_locked),
 ]
 # Applies to every Azure resource type; checked on whatever carries a `tags` input.
 TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", "azure-native:*", _team_tag)

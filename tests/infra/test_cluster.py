@@ -9,9 +9,15 @@ from infra.components import roles
 from infra.core import nfs_user_data
 from infra.core import batch_spec, config
 from infra.components.cluster import REPLACE_ON_CHANGES
-from tests.infra.conftest import NOW, evaluation_for
+from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 
 POOL = "azure-native:batch:Pool"
+
+
+@pytest.fixture(params=BATCH_STACKS)
+def ev(request) -> offline.Evaluation:
+    """Every stack of the Batch backend: this module's resources exist only there."""
+    return evaluation_for(request.param)
 
 
 def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips(ev):

@@ -24,7 +24,7 @@ def test_every_stack_file_is_valid(stack):
 
 
 def test_team_stacks_differ_where_teams_differ():
-    a, b = (config.from_stack_file(s) for s in STACKS[:2])
+    a, b = (config.from_stack_file(s) for s in ("dev", "vision"))
     for attr in ("team", "location", "gpu_sku", "max_nodes", "address_space", "retain_outputs"):
         assert getattr(a, attr) != getattr(b, attr), attr
 
@@ -132,6 +132,14 @@ BAD_CONFIGS = [
     ({"storageSubnet": "10.10.16.0/30"}, "storageSubnet", "smallest subnet, /29"),
     ({"allowedIpRanges": []}, "allowedIpRanges", "is empty"),
     ({"lowPriority": True}, "lowPriority", "retired low-priority nodes in Batch-service pools on 2025-09-30"),
+    ({"backend": "aml"}, "backend", "not one of batch, azureml"),
+    # A key of the other backend is refused, not ignored: it would silently mean nothing.
+    ({"backend": "azureml", "nfsKind": "vm"}, "nfsKind", "applies to backend batch only"),
+    ({"backend": "azureml", "trainingRetries": 2}, "trainingRetries", "applies to backend batch only"),
+    ({"backend": "azureml", "dataLocalCache": True}, "dataLocalCache", "applies to backend batch only"),
+    ({"amlDataMode": "mount"}, "amlDataMode", "applies to backend azureml only, and this stack's backend is batch"),
+    ({"backend": "azureml", "amlDataMode": "stream"}, "amlDataMode", "not one of download, mount"),
+    ({"backend": "azureml", "amlIdleMinutes": 0}, "amlIdleMinutes", "outside 1-1440 minutes"),
     ({"trainingMaxHours": 0}, "trainingMaxHours", "1-168 hours"),
     ({"trainingDataWaitMinutes": 1}, "trainingDataWaitMinutes", "5-1440 minutes"),
 ]
@@ -207,3 +215,9 @@ def test_yaml_errors_keep_their_line_and_column(tmp_path):
         config.from_stack_file("a", tmp_path)
     message = str(raised.value)
     assert message.startswith("not valid YAML at line 4, column 1") and "--stack" not in message
+
+
+def test_azureml_takes_low_priority_nodes_and_its_own_keys():
+    cfg = parse("x", {**BASE, "backend": "azureml", "lowPriority": True, "amlDataMode": "mount", "amlIdleMinutes": 30})
+    assert (cfg.backend, cfg.low_priority, cfg.aml_data_mode, cfg.aml_idle_minutes) == ("azureml", True, "mount", 30)
+    assert parse("x", BASE).backend == "batch"

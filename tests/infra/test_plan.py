@@ -5,6 +5,7 @@ import sys
 
 from infra import REPO_ROOT
 from infra.cli.offline import MOCK_SAS_SIGNATURE
+from tests.infra.conftest import STACKS
 
 
 def run_plan(*args):
@@ -47,7 +48,7 @@ def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
 
 def test_plan_unknown_stack_names_the_known_ones():
     result = run_plan("--stack", "nope")
-    assert result.returncode == 2 and "stacks here: dev, vision" in result.stderr
+    assert result.returncode == 2 and "stacks here: dev, nlp, vision" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -57,7 +58,7 @@ def test_help_teaches_the_commands():
 
 
 def test_plan_passes_its_security_checks_for_every_stack_in_the_repo():
-    for stack in ("dev", "vision"):
+    for stack in STACKS:
         result = run_plan("--stack", stack)
         assert result.returncode == 0 and "FAIL" not in result.stdout, result.stdout + result.stderr
         assert "note: allowedIpRanges: 203.0.113.0/24" in result.stderr

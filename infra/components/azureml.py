@@ -1,0 +1,155 @@
+"""Azure ML: the second backend (`backend: azureml`), after "Train PyTorch models at scale with Azure Machine
+Learning": a workspace over the stack's own storage, registry, Application Insights and a Key Vault; a GPU
+compute cluster in the compute subnet; the `data` container as a datastore reached by identity; an environment
+version per framework image the stack builds.
+
+Security, as for the Batch backend:
+- the workspace is reached only from the VNet: public network access disabled and a private endpoint in the
+  storage subnet with its private DNS zones (https://learn.microsoft.com/azure/machine-learning/how-to-configure-private-link).
+  allowedIpRanges cannot be applied to the workspace with the stable API this provider uses (2025-12-01: an
+  IP allow list is a preview property), so the deployers reach it from the VNet (VPN, Bastion) or
+  `pulumi up` runs there; plan says so;
+- system datastores by identity, not account keys (systemDatastoresAuthMode: identity);
+- the Key Vault uses Azure RBAC (no access policies), purge protection, and admits only the VNet and
+  allowedIpRanges;
+- compute nodes have no public IP and no SSH (remoteLoginPortPublicAccess Disabled), local auth off, and run
+  as the nodes' user-assigned identity, which the environment grants AcrPull and its containers: the cluster
+  pulls images and reads datastores with it
+  (https://learn.microsoft.com/azure/machine-learning/how-to-identity-based-service-authentication).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pulumi
+from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
+
+from infra.core import naming
+from infra.core.config import StackConfig
+
+# Private DNS zones a workspace's private endpoint needs (Azure public cloud), from the private link page above.
+WORKSPACE_DNS_ZONES = ("privatelink.api.azureml.ms", "privatelink.notebooks.azure.net")
+DATASTORE = "trainingdata"  # the `data` container as the jobs see it: azureml://datastores/trainingdata/paths/...
+
+
+def environment_version(image_ref: str) -> str:
+    """An environment version is immutable: a new image digest makes a new version, the same one none."""
+    return hashlib.sha256(image_ref.encode()).hexdigest()[:12]
+
+
+@dataclass
+class AzureMlArgs:
+    config: StackConfig
+    resource_group_name: pulumi.Input[str]
+    vnet_id: pulumi.Input[str]
+    compute_subnet_id: pulumi.Input[str]
+    storage_subnet_id: pulumi.Input[str]
+    storage_account_id: pulumi.Input[str]
+    storage_account_name: pulumi.Input[str]
+    registry_id: pulumi.Input[str]
+    app_insights_id: pulumi.Input[str]
+    nodes_identity_id: pulumi.Input[str]
+    image_refs: pulumi.Input[dict]  # framework -> registry/name@sha256:...
+    depends_on: list[pulumi.Resource]  # the nodes' role assignments: the cluster pulls and reads with them
+
+
+class AzureMl(pulumi.ComponentResource):
+    def __init__(self, name: str, args: AzureMlArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("dltrain:azureml:AzureMl", name, None, opts)
+        cfg = args.config
+        child = pulumi.ResourceOptions(parent=self)
+        rg = args.resource_group_name
+        client = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+
+        self.key_vault = keyvault.Vault(
+            f"{name}-kv", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            vault_name=naming.key_vault(cfg.team, cfg.stack, cfg.location),
+            properties=keyvault.VaultPropertiesArgs(
+                tenant_id=client.tenant_id, sku=keyvault.SkuArgs(family="A", name="standard"),
+                enable_rbac_authorization=True, enable_soft_delete=True, enable_purge_protection=True,
+                public_network_access="Enabled",  # firewalled below: the VNet and the deployers' addresses
+                network_acls=keyvault.NetworkRuleSetArgs(
+                    default_action="Deny", bypass="AzureServices",
+                    ip_rules=[keyvault.IPRuleArgs(value=cidr) for cidr in cfg.allowed_ip_ranges],
+                    virtual_network_rules=[keyvault.VirtualNetworkRuleArgs(id=args.compute_subnet_id),
+                                           keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
+            opts=child)
+
+        self.workspace = ml.Workspace(
+            f"{name}-ws", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            workspace_name=naming.aml_workspace(cfg.team, cfg.stack),
+            identity=ml.ManagedServiceIdentityArgs(type="SystemAssigned"),
+            sku=ml.SkuArgs(name="Basic", tier="Basic"),
+            key_vault=self.key_vault.id, storage_account=args.storage_account_id,
+            container_registry=args.registry_id, application_insights=args.app_insights_id,
+            public_network_access="Disabled", system_datastores_auth_mode="identity", v1_legacy_mode=False,
+            opts=child)
+        self._private_endpoint(name, cfg, rg, args)
+
+        # The GPU cluster: dedicated or low-priority nodes of the catalog's size, scaling to minNodes when idle.
+        self.compute = ml.Compute(
+            f"{name}-gpu", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            workspace_name=self.workspace.name, compute_name="gpu",
+            identity=ml.ManagedServiceIdentityArgs(type="UserAssigned",
+                                                   user_assigned_identities=[args.nodes_identity_id]),
+            properties=ml.AmlComputeArgs(
+                compute_type="AmlCompute", disable_local_auth=True,
+                properties=ml.AmlComputePropertiesArgs(
+                    vm_size=cfg.gpu_sku, vm_priority="LowPriority" if cfg.low_priority else "Dedicated",
+                    os_type="Linux", enable_node_public_ip=False, remote_login_port_public_access="Disabled",
+                    subnet=ml.ResourceIdArgs(id=args.compute_subnet_id),
+                    scale_settings=ml.ScaleSettingsArgs(
+                        min_node_count=cfg.min_nodes, max_node_count=cfg.max_nodes,
+                        node_idle_time_before_scale_down=f"PT{cfg.aml_idle_minutes}M"))),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
+
+        # The `data` container, read by the identity of whoever reads it (the cluster's), never by a key or SAS.
+        self.datastore = ml.Datastore(
+            f"{name}-data", resource_group_name=rg, workspace_name=self.workspace.name, name=DATASTORE,
+            properties=ml.AzureBlobDatastoreArgs(
+                datastore_type="AzureBlob", account_name=args.storage_account_name, container_name="data",
+                credentials=ml.NoneDatastoreCredentialsArgs(credentials_type="None"),
+                service_data_access_auth_identity="None"),
+            opts=child)
+
+        # One environment per framework image the stack builds, pinned to its digest.
+        self.environments: dict[str, pulumi.Output[str]] = {}  # framework -> "name:version", as jobs name it
+        for framework in cfg.frameworks:
+            container = ml.EnvironmentContainer(
+                f"{name}-env-{framework}", resource_group_name=rg, workspace_name=self.workspace.name,
+                name=f"dltrain-{framework}",
+                properties=ml.EnvironmentContainerPropertiesArgs(description=f"ResNet50 training, {framework}"),
+                opts=child)
+            image = pulumi.Output.from_input(args.image_refs).apply(lambda refs, fw=framework: refs[fw])
+            version = ml.EnvironmentVersion(
+                f"{name}-env-{framework}-version", resource_group_name=rg, workspace_name=self.workspace.name,
+                name=container.name, version=image.apply(environment_version),
+                properties=ml.EnvironmentVersionPropertiesArgs(image=image, os_type="Linux"),
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True))
+            self.environments[framework] = pulumi.Output.concat(container.name, ":", version.version)
+        self.register_outputs({"workspace": self.workspace.name, "compute": self.compute.name})
+
+    def _private_endpoint(self, name: str, cfg: StackConfig, rg, args: AzureMlArgs) -> None:
+        child = pulumi.ResourceOptions(parent=self)
+        self.private_endpoint = network.PrivateEndpoint(
+            f"{name}-ws-pe", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            subnet=network.SubnetArgs(id=args.storage_subnet_id),
+            private_link_service_connections=[network.PrivateLinkServiceConnectionArgs(
+                name="workspace", private_link_service_id=self.workspace.id, group_ids=["amlworkspace"])],
+            opts=child)
+        zones = []
+        for zone_name in WORKSPACE_DNS_ZONES:
+            zone = privatedns.PrivateZone(f"{name}-dns-{zone_name.split('.')[1]}", resource_group_name=rg,
+                                          location="global", private_zone_name=zone_name, tags=cfg.tags, opts=child)
+            privatedns.VirtualNetworkLink(
+                f"{name}-dns-{zone_name.split('.')[1]}-link", resource_group_name=rg, location="global",
+                private_zone_name=zone.name, registration_enabled=False,
+                virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=cfg.tags, opts=child)
+            zones.append(zone)
+        network.PrivateDnsZoneGroup(
+            f"{name}-ws-pe-dns", resource_group_name=rg, private_endpoint_name=self.private_endpoint.name,
+            private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name=zone_name.replace(".", "-"),
+                                                                       private_dns_zone_id=zone.id)
+                                      for zone_name, zone in zip(WORKSPACE_DNS_ZONES, zones)],
+            opts=child)

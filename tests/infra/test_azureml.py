@@ -1,0 +1,136 @@
+"""The Azure ML backend as the program declares it (mocks): workspace, private endpoint, GPU compute cluster,
+datastore, environments, Key Vault, and that none of the Batch backend's resources come with it."""
+import subprocess
+import sys
+
+import pytest
+
+from infra import REPO_ROOT
+from infra.components import roles
+from infra.components.azureml import DATASTORE, WORKSPACE_DNS_ZONES, environment_version
+from infra.core import security
+
+ML = "azure-native:machinelearningservices"
+
+
+def test_the_workspace_uses_the_stacks_own_resources_and_is_private(aml_ev):
+    ws = aml_ev.one(f"{ML}:Workspace").inputs
+    assert ws["storageAccount"] == aml_ev.one("azure-native:storage:StorageAccount").state["id"]
+    assert ws["containerRegistry"] == aml_ev.one("azure-native:containerregistry:Registry").state["id"]
+    assert ws["applicationInsights"] == aml_ev.one("azure-native:applicationinsights:Component").state["id"]
+    assert ws["keyVault"] == aml_ev.one("azure-native:keyvault:Vault").state["id"]
+    assert ws["publicNetworkAccess"] == "Disabled" and ws["systemDatastoresAuthMode"] == "identity"
+    assert ws["identity"]["type"] == "SystemAssigned"
+
+
+def test_the_workspace_is_reached_through_a_private_endpoint_with_its_dns_zones(aml_ev):
+    endpoint = aml_ev.one("azure-native:network:PrivateEndpoint").inputs
+    assert endpoint["subnet"]["id"] == aml_ev.outputs["storageSubnetId"]
+    connection = endpoint["privateLinkServiceConnections"][0]
+    assert connection["privateLinkServiceId"] == aml_ev.one(f"{ML}:Workspace").state["id"]
+    assert connection["groupIds"] == ["amlworkspace"]
+    zones = {z.inputs["privateZoneName"]: z.state["id"] for z in aml_ev.of_type("azure-native:privatedns:PrivateZone")}
+    assert set(zones) == set(WORKSPACE_DNS_ZONES)
+    links = aml_ev.of_type("azure-native:privatedns:VirtualNetworkLink")
+    assert {link.inputs["virtualNetwork"]["id"] for link in links} == {aml_ev.outputs["vnetId"]}
+    group = aml_ev.one("azure-native:network:PrivateDnsZoneGroup").inputs
+    assert {c["privateDnsZoneId"] for c in group["privateDnsZoneConfigs"]} == set(zones.values())
+
+
+def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity(aml_ev):
+    cfg = aml_ev.config
+    compute = aml_ev.one(f"{ML}:Compute")
+    props = compute.inputs["properties"]
+    cluster = props["properties"]
+    assert props["computeType"] == "AmlCompute" and props["disableLocalAuth"] is True
+    assert cluster["vmSize"] == cfg.gpu_sku
+    assert cluster["vmPriority"] == ("LowPriority" if cfg.low_priority else "Dedicated")
+    assert cluster["scaleSettings"] == {"minNodeCount": cfg.min_nodes, "maxNodeCount": cfg.max_nodes,
+                                        "nodeIdleTimeBeforeScaleDown": f"PT{cfg.aml_idle_minutes}M"}
+    assert cluster["subnet"]["id"] == aml_ev.outputs["computeSubnetId"]
+    assert cluster["enableNodePublicIp"] is False and cluster["remoteLoginPortPublicAccess"] == "Disabled"
+    nodes = aml_ev.outputs["pullIdentityId"]
+    assert list(compute.inputs["identity"]["userAssignedIdentities"]) == [nodes]
+    # What the docs say the cluster's identity does: pull the images, read (and write) the data by identity.
+    principal = next(i.state["principalId"] for i in aml_ev.of_type("azure-native:managedidentity:UserAssignedIdentity")
+                     if i.state["id"] == nodes)
+    granted = {(a.inputs["scope"].rsplit("/", 1)[-1], a.inputs["roleDefinitionId"].rsplit("/", 1)[-1])
+               for a in aml_ev.of_type("azure-native:authorization:RoleAssignment")
+               if a.inputs["principalId"] == principal}
+    registry = aml_ev.one("azure-native:containerregistry:Registry").state["name"]
+    assert granted >= {(registry, roles.ACR_PULL), ("data", roles.BLOB_DATA_READER),
+                       ("outputs", roles.BLOB_DATA_CONTRIBUTOR)}
+
+
+def test_the_data_container_is_a_datastore_without_a_secret(aml_ev):
+    store = aml_ev.one(f"{ML}:Datastore").inputs
+    assert store["name"] == DATASTORE and aml_ev.outputs["amlDatastore"] == DATASTORE
+    props = store["properties"]
+    assert props["datastoreType"] == "AzureBlob" and props["containerName"] == "data"
+    assert props["accountName"] == aml_ev.outputs["storageAccountName"]
+    assert props["credentials"] == {"credentialsType": "None"}
+
+
+def test_one_environment_per_image_pinned_to_its_digest(aml_ev):
+    versions = aml_ev.of_type(f"{ML}:EnvironmentVersion")
+    assert len(versions) == len(aml_ev.config.frameworks)
+    for framework in aml_ev.config.frameworks:
+        image = aml_ev.outputs["imageRefs"][framework]
+        version = next(v for v in versions if f"env-{framework}-" in v.name)
+        assert "@sha256:" in image and version.inputs["properties"]["image"] == image
+        assert version.inputs["version"] == environment_version(image)
+        assert aml_ev.outputs["amlEnvironments"][framework] == f"dltrain-{framework}:{environment_version(image)}"
+    # A new image makes a new version; the same image, the same one.
+    assert environment_version("cr.io/pytorch@sha256:01") != environment_version("cr.io/pytorch@sha256:02")
+    assert environment_version("cr.io/pytorch@sha256:01") == environment_version("cr.io/pytorch@sha256:01")
+
+
+def test_the_key_vault_is_rbac_only_purge_protected_and_firewalled(aml_ev):
+    vault = aml_ev.one("azure-native:keyvault:Vault").inputs["properties"]
+    assert vault["enableRbacAuthorization"] is True and vault["enablePurgeProtection"] is True
+    acls = vault["networkAcls"]
+    assert acls["defaultAction"] == "Deny"
+    assert [rule["value"] for rule in acls["ipRules"]] == list(aml_ev.config.allowed_ip_ranges)
+    assert {rule["id"] for rule in acls["virtualNetworkRules"]} == {aml_ev.outputs["computeSubnetId"],
+                                                                   aml_ev.outputs["storageSubnetId"]}
+
+
+def test_no_batch_or_nfs_resource_comes_with_the_azureml_backend(aml_ev):
+    types = {r.type for r in aml_ev.resources}
+    assert not types & {"azure-native:batch:BatchAccount", "azure-native:batch:Pool", "azure-native:compute:VirtualMachine"}
+    assert not [r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs]  # no Batch job
+    assert not any("nfs" in r.name for r in aml_ev.resources)
+    assert aml_ev.outputs["backend"] == "azureml" and "poolId" not in aml_ev.outputs
+
+
+@pytest.mark.parametrize("check,props,message", [
+    ("aml-workspace-private", {"publicNetworkAccess": "Enabled", "systemDatastoresAuthMode": "identity"},
+     "publicNetworkAccess must be Disabled"),
+    ("aml-workspace-private", {"publicNetworkAccess": "Disabled", "systemDatastoresAuthMode": "accessKey"},
+     "systemDatastoresAuthMode must be identity"),
+    ("aml-compute-private", {"properties": {"disableLocalAuth": True, "properties": {
+        "subnet": {"id": "s"}, "enableNodePublicIp": True, "remoteLoginPortPublicAccess": "Disabled"}}},
+     "enableNodePublicIp must be false"),
+    ("aml-compute-private", {"properties": {"disableLocalAuth": True, "properties": {
+        "subnet": {"id": "s"}, "enableNodePublicIp": False, "remoteLoginPortPublicAccess": "NotSpecified"}}},
+     "remoteLoginPortPublicAccess must be Disabled"),
+    ("aml-datastore-no-secret", {"properties": {"credentials": {"credentialsType": "AccountKey"}}},
+     "a datastore holds no key or SAS"),
+    ("key-vault-locked", {"properties": {"enableRbacAuthorization": False}}, "enableRbacAuthorization must be true"),
+])
+def test_each_azureml_check_refuses_what_it_guards(check, props, message):
+    validator = next(c for c in security.RESOURCE_CHECKS if c.name == check)
+    assert message in (validator.validate(props) or "")
+
+
+def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
+    result = subprocess.run([sys.executable, "-m", "infra", "plan", "--stack", "nlp"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "backend azureml" in out and f"{ML}:Compute  dltrain-nlp-ml-gpu" in out
+    assert "PASS aml-workspace-private" in out and "PASS aml-compute-private" in out
+    assert "NFS" not in out.split("Estimated cost")[1].split("Training job")[0]
+    assert "low-priority nodes bill less" in out
+    assert "not built yet (issue 14)" in out
+    assert "Azure ML low-priority core quota for the Standard_ND96asr_v4 family" in out
