@@ -27,10 +27,10 @@ from pulumi_azure_native import authorization, keyvault, machinelearningservices
 
 from infra.core import naming
 from infra.core.config import StackConfig
+from infra.core.containers import AML_DATASTORES
 
 # Private DNS zones a workspace's private endpoint needs (Azure public cloud), from the private link page above.
 WORKSPACE_DNS_ZONES = ("privatelink.api.azureml.ms", "privatelink.notebooks.azure.net")
-DATASTORE = "trainingdata"  # the `data` container as the jobs see it: azureml://datastores/trainingdata/paths/...
 
 
 def environment_version(image_ref: str) -> str:
@@ -104,14 +104,17 @@ class AzureMl(pulumi.ComponentResource):
                         node_idle_time_before_scale_down=f"PT{cfg.aml_idle_minutes}M"))),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
 
-        # The `data` container, read by the identity of whoever reads it (the cluster's), never by a key or SAS.
-        self.datastore = ml.Datastore(
-            f"{name}-data", resource_group_name=rg, workspace_name=self.workspace.name, name=DATASTORE,
-            properties=ml.AzureBlobDatastoreArgs(
-                datastore_type="AzureBlob", account_name=args.storage_account_name, container_name="data",
-                credentials=ml.NoneDatastoreCredentialsArgs(credentials_type="None"),
-                service_data_access_auth_identity="None"),
-            opts=child)
+        # The `data` and `outputs` containers, reached with the identity of whoever uses them (the job's: the
+        # cluster's), never a key or SAS.
+        self.datastores = {
+            container: ml.Datastore(
+                f"{name}-{container}", resource_group_name=rg, workspace_name=self.workspace.name, name=store,
+                properties=ml.AzureBlobDatastoreArgs(
+                    datastore_type="AzureBlob", account_name=args.storage_account_name, container_name=container,
+                    credentials=ml.NoneDatastoreCredentialsArgs(credentials_type="None"),
+                    service_data_access_auth_identity="None"),
+                opts=child)
+            for container, store in AML_DATASTORES.items()}
 
         # One environment per framework image the stack builds, pinned to its digest.
         self.environments: dict[str, pulumi.Output[str]] = {}  # framework -> "name:version", as jobs name it

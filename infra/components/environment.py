@@ -73,7 +73,7 @@ class Environment(pulumi.ComponentResource):
             backend_outputs = {
                 "amlWorkspaceName": self.azureml.workspace.name,
                 "amlComputeName": self.azureml.compute.name,
-                "amlDatastore": self.azureml.datastore.name,
+                "amlDatastores": {c: store.name for c, store in self.azureml.datastores.items()},
                 "amlEnvironments": self.azureml.environments,
             }
         else:

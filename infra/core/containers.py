@@ -32,3 +32,7 @@ def runtime_files(package: Path = RUNTIME_PACKAGE) -> dict[str, Path]:
 def sas_expiry(now: datetime, hours: int) -> str:
     """SAS expiry as Azure wants it; rounded down to the hour so re-runs within the hour give the same token."""
     return (now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+# Backend azureml: the containers the job reads and writes, as Azure ML datastores (by identity, no secret).
+# Jobs name them azureml://datastores/<name>/paths/...
+AML_DATASTORES = {"data": "trainingdata", "outputs": "trainingoutputs"}

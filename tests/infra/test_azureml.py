@@ -7,7 +7,8 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.components import roles
-from infra.components.azureml import DATASTORE, WORKSPACE_DNS_ZONES, environment_version
+from infra.components.azureml import WORKSPACE_DNS_ZONES, environment_version
+from infra.core.containers import AML_DATASTORES
 from infra.core import security
 
 ML = "azure-native:machinelearningservices"
@@ -62,13 +63,14 @@ def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity
                        ("outputs", roles.BLOB_DATA_CONTRIBUTOR)}
 
 
-def test_the_data_container_is_a_datastore_without_a_secret(aml_ev):
-    store = aml_ev.one(f"{ML}:Datastore").inputs
-    assert store["name"] == DATASTORE and aml_ev.outputs["amlDatastore"] == DATASTORE
-    props = store["properties"]
-    assert props["datastoreType"] == "AzureBlob" and props["containerName"] == "data"
-    assert props["accountName"] == aml_ev.outputs["storageAccountName"]
-    assert props["credentials"] == {"credentialsType": "None"}
+def test_data_and_outputs_are_datastores_without_a_secret(aml_ev):
+    stores = {s.inputs["name"]: s.inputs["properties"] for s in aml_ev.of_type(f"{ML}:Datastore")}
+    assert {store: props["containerName"] for store, props in stores.items()} == {
+        store: container for container, store in AML_DATASTORES.items()}
+    assert aml_ev.outputs["amlDatastores"] == AML_DATASTORES
+    for props in stores.values():
+        assert props["datastoreType"] == "AzureBlob" and props["accountName"] == aml_ev.outputs["storageAccountName"]
+        assert props["credentials"] == {"credentialsType": "None"}
 
 
 def test_one_environment_per_image_pinned_to_its_digest(aml_ev):

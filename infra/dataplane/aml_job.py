@@ -1,0 +1,137 @@
+"""The Azure ML backend's training job, built with Azure ML's own SDK entities (azure-ai-ml), so that the SDK's
+schema, not ours, says whether it is valid; submitted by the same SDK.
+
+One command job on the stack's compute cluster (https://learn.microsoft.com/azure/machine-learning/how-to-train-distributed-gpu):
+- Horovod (pytorch, tensorflow, keras) as an MPI distribution with one process per GPU: Azure ML starts
+  mpirun itself, so every process runs `python -m training train` directly;
+- PyTorch DDP (trainingArgs with `--dist ddp`) as a PyTorch distribution: Azure ML sets MASTER_ADDR,
+  MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK and NODE_RANK per process. LOCAL_WORLD_SIZE is not in that list,
+  so the job sets it (one value for every process: the GPUs per node);
+- instance_count = nodes; the `data` container as the `data` input (download to the nodes' local disk, or a
+  read-only mount, as amlDataMode says), the run folder as the `run` output in the `outputs` container;
+- the training package as the job's code snapshot (the files `pulumi up` puts into `scripts` for Batch), so a
+  code change needs no image rebuild; the image's environment version pins the image digest;
+- the data is read with the compute cluster's identity (the job's identity), never a key or SAS;
+- the NCCL/InfiniBand environment of the Batch job, and a timeout of trainingMaxHours.
+The command runs in a shell: every user argument is quoted (shlex), as in the Batch job.
+"""
+from __future__ import annotations
+
+import hashlib
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra.core import batch_spec
+from infra.core.config import IMAGE_OF_LOOP, StackConfig
+from infra.core.containers import AML_DATASTORES, runtime_files
+from infra.core.skus import CATALOG
+
+DATA_MODES = {"download": "download", "mount": "ro_mount"}  # amlDataMode -> the SDK's input mode
+SHM_SIZE = "32g"  # PyTorch DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB)
+
+
+@dataclass(frozen=True)
+class AmlJobInputs:
+    stack: str
+    framework: str
+    nodes: int
+    gpu_sku: str
+    environment: str  # name:version of the framework's environment
+    compute: str
+    data_mode: str  # download | mount (amlDataMode)
+    train_args: tuple[str, ...]
+    max_hours: int
+    identity_client_id: str  # the compute cluster's (the nodes') user-assigned identity
+
+    @property
+    def gpus(self) -> int:
+        return CATALOG[self.gpu_sku].gpus
+
+    @property
+    def distribution(self) -> str:
+        """horovod or ddp, as the train flags say (horovod unless `--dist ddp`)."""
+        args = list(self.train_args)
+        for i, arg in enumerate(args):
+            if arg == "--dist" and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith("--dist="):
+                return arg.split("=", 1)[1]
+        return "horovod"
+
+
+def aml_job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
+                   train_args: tuple[str, ...] | None = None) -> AmlJobInputs:
+    """From the stack config and outputs, with the same overrides and refusals as the Batch job's inputs."""
+    framework = framework or cfg.training_framework
+    image = IMAGE_OF_LOOP[framework]
+    if image not in outputs["amlEnvironments"]:
+        raise batch_spec.JobError(f"--framework {framework}: the stack has no {image} environment (frameworks: "
+                                  f"{', '.join(outputs['amlEnvironments'])}); add it to frameworks and `pulumi up`")
+    nodes = cfg.max_nodes if nodes is None else nodes
+    if not 1 <= nodes <= cfg.max_nodes:
+        raise batch_spec.JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the cluster grows to "
+                                  f"maxNodes={cfg.max_nodes} at most)")
+    return AmlJobInputs(
+        stack=cfg.stack, framework=framework, nodes=nodes, gpu_sku=cfg.gpu_sku,
+        environment=outputs["amlEnvironments"][image], compute=outputs["amlComputeName"],
+        data_mode=cfg.aml_data_mode, train_args=cfg.training_args if train_args is None else train_args,
+        max_hours=cfg.training_max_hours, identity_client_id=outputs["pullIdentityClientId"])
+
+
+def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
+    fingerprint = hashlib.sha256(repr(inputs).encode()).hexdigest()[:10]
+    return f"train-{inputs.stack}-{fingerprint}" + (f"-{attempt}" if attempt else "")
+
+
+def command_line(inputs: AmlJobInputs) -> str:
+    """What every process runs; `${{inputs.data}}` and `${{outputs.run}}` are Azure ML's own placeholders."""
+    words = ["python", "-m", "training", "train", "--framework", shlex.quote(inputs.framework),
+             "--data", "${{inputs.data}}", "--output-dir", "${{outputs.run}}", "--resume", "auto",
+             *(shlex.quote(arg) for arg in inputs.train_args)]
+    return " ".join(words)
+
+
+def environment_variables(inputs: AmlJobInputs) -> dict[str, str]:
+    sku = CATALOG[inputs.gpu_sku]
+    env = ({**batch_spec.NCCL_IB_ENV, "NCCL_TOPO_FILE": sku.nccl_topo_file} if sku.infiniband
+           else {"NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"})
+    env["PYTHONUNBUFFERED"] = "1"
+    if inputs.distribution == "ddp":
+        env["LOCAL_WORLD_SIZE"] = str(inputs.gpus)
+    return {k: v for k, v in sorted(env.items()) if v}
+
+
+def code_snapshot(folder: Path) -> Path:
+    """The training package, exactly the files `scripts` holds, under `folder/training` (the job's code)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    for blob_name, source in runtime_files().items():
+        target = folder / blob_name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return folder
+
+
+def build_job(inputs: AmlJobInputs, name: str, code: Path):
+    """The job as azure-ai-ml's Command entity (validated by the SDK's own schema when built and dumped)."""
+    from azure.ai.ml import Input, MpiDistribution, Output, PyTorchDistribution, command
+    from azure.ai.ml.entities import ManagedIdentityConfiguration
+
+    distribution = (PyTorchDistribution(process_count_per_instance=inputs.gpus) if inputs.distribution == "ddp"
+                    else MpiDistribution(process_count_per_instance=inputs.gpus))
+    job = command(
+        name=name, display_name=name, experiment_name=f"dltrain-{inputs.stack}",
+        description=f"ResNet50 {inputs.framework} ({inputs.distribution}) on {inputs.nodes} x {inputs.gpu_sku}",
+        command=command_line(inputs), code=str(code), environment=inputs.environment, compute=inputs.compute,
+        instance_count=inputs.nodes, distribution=distribution, shm_size=SHM_SIZE,
+        environment_variables=environment_variables(inputs),
+        inputs={"data": Input(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['data']}/paths/",
+                              mode=DATA_MODES[inputs.data_mode])},
+        outputs={"run": Output(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/",
+                               mode="rw_mount")},
+        identity=ManagedIdentityConfiguration(client_id=inputs.identity_client_id),
+        timeout=inputs.max_hours * 3600, tags={"stack": inputs.stack, "framework": inputs.framework})
+    return job

@@ -1,0 +1,84 @@
+"""The Azure ML job, built with azure-ai-ml's own entities and checked by the SDK itself: its REST object (what
+the service receives) and its YAML form loaded back with `load_job` (the SDK's schema validates it)."""
+import subprocess
+
+import pytest
+
+from infra.core import batch_spec, config
+from infra.core.containers import AML_DATASTORES, runtime_files
+from infra.dataplane import aml_job
+from tests.infra.conftest import evaluation_for
+
+
+
+def stack_inputs(**overrides):
+    cfg = config.from_stack_file("nlp")
+    return aml_job.aml_job_inputs(cfg, evaluation_for("nlp").outputs, **overrides)
+
+
+def built(tmp_path, inputs):
+    """(the REST object as a dict, the job loaded back from its YAML by the SDK)."""
+    from azure.ai.ml import load_job
+
+    name = aml_job.job_name(inputs)
+    job = aml_job.build_job(inputs, name, aml_job.code_snapshot(tmp_path / "code"))._to_job()
+    job.dump(tmp_path / "job.yaml")
+    return job._to_rest_object().as_dict()["properties"], load_job(tmp_path / "job.yaml"), name
+
+
+def test_horovod_is_an_mpi_job_with_one_process_per_gpu_on_every_node(tmp_path):
+    inputs = stack_inputs()
+    rest, loaded, name = built(tmp_path, inputs)
+    assert rest["jobType"] == "Command" and rest["distribution"] == {"distributionType": "Mpi",
+                                                                     "processCountPerInstance": 8}
+    assert rest["resources"]["instanceCount"] == 4 == inputs.nodes
+    outputs = evaluation_for("nlp").outputs
+    assert loaded.environment == outputs["amlEnvironments"]["pytorch"] and loaded.compute == outputs["amlComputeName"]
+    assert loaded.distribution.process_count_per_instance == 8 and loaded.resources.instance_count == 4
+    assert loaded.inputs["data"].path == f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
+    assert loaded.inputs["data"].mode == "download"  # amlDataMode
+    assert loaded.outputs["run"].path == f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/"
+    assert loaded.identity.client_id == outputs["pullIdentityClientId"]  # the cluster's identity reads the data
+    assert loaded.limits.timeout == config.from_stack_file("nlp").training_max_hours * 3600
+    assert loaded.command.startswith("python -m training train --framework pytorch --data ${{inputs.data}} "
+                                     "--output-dir ${{outputs.run}} --resume auto --epochs 90")
+    env = loaded.environment_variables
+    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
+    assert "LOCAL_WORLD_SIZE" not in env
+    # The code snapshot is the training package, exactly what `scripts` holds for the Batch backend.
+    snapshot = {p.relative_to(tmp_path / "code").as_posix() for p in (tmp_path / "code").rglob("*.py")}
+    assert snapshot == set(runtime_files())
+
+
+def test_ddp_is_a_pytorch_distribution_with_the_local_world_size_set(tmp_path):
+    rest, loaded, _ = built(tmp_path, stack_inputs(train_args=("--dist", "ddp", "--epochs", "1"), nodes=2))
+    assert rest["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 8}
+    assert loaded.resources.instance_count == 2
+    assert loaded.environment_variables["LOCAL_WORLD_SIZE"] == "8"
+
+
+def test_mount_mode_reads_the_data_in_place(tmp_path):
+    cfg = config.parse("nlp", {**config.read_stack_file("nlp", config.REPO_ROOT), "amlDataMode": "mount"},
+                       placeholders_ok=True)
+    inputs = aml_job.aml_job_inputs(cfg, evaluation_for("nlp").outputs)
+    _, loaded, _ = built(tmp_path, inputs)
+    assert loaded.inputs["data"].mode == "ro_mount"
+
+
+def test_no_user_text_reaches_the_shell(tmp_path):
+    """Azure ML runs the command in a shell: user arguments arrive verbatim, and nothing in them runs."""
+    hostile = ("--base-lr", "$(touch pwned)", "--note", "`id`; rm -rf / 'quoted'")
+    line = aml_job.command_line(stack_inputs(train_args=hostile))
+    probe = line.replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
+        .replace("${{outputs.run}}", "O")
+    result = subprocess.run(["bash", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
+    assert result.stdout.splitlines()[-4:] == list(hostile) and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"framework": "tensorflow"}, "--framework tensorflow: the stack has no tensorflow environment"),
+    ({"nodes": 5}, "--nodes 5: give 1 to 4"),
+])
+def test_a_job_the_stack_cannot_run_is_refused_in_one_line(overrides, message):
+    with pytest.raises(batch_spec.JobError, match=message):
+        stack_inputs(**overrides)
