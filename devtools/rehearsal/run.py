@@ -102,6 +102,9 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     from infra.core import batch_spec, config
 
     cfg = config.from_stack_file(stack)
+    if cfg.backend != "batch":
+        raise batch_spec.JobError(f"--stack {stack}: the rehearsal plays the Batch backend, and this stack's backend "
+                                  f"is {cfg.backend} (its job is checked by azure-ai-ml's own schema in the tests)")
     ev = offline.evaluate(cfg)
     framework = framework or cfg.training_framework
     args = config.parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS,

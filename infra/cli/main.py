@@ -7,6 +7,7 @@ Commands:
   logs      a job's stdout (or --stderr); --follow streams it until the task ends
   download  a finished job's logs, metrics, summary and model from the outputs container
   cancel    stop a running job (its outputs so far stay)
+  register-model  (backend azureml) a finished job's model as a model version, its metrics as tags
   rehearse  the stack's own job run here as Azure would run it (Azurite, local nodes with real SSH; root)
 
 The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
@@ -71,9 +72,9 @@ def _azure_error_line(err: Exception) -> str | None:
     return None
 
 
-def _job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
+def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
     try:
-        return _run_job_verb(args, batch_factory, staged)
+        return _run_job_verb(args, batch_factory, staged, aml_factory)
     except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
         line = _azure_error_line(err)
         if line is None:
@@ -92,6 +93,10 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
     from infra.core import batch_spec
 
     work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
+    if args.command == "register-model":
+        print("error: register-model needs backend azureml (a model registry); the rehearsal plays the Batch "
+              "backend, whose model is run/model.onnx in what `download --rehearsal` fetches", file=sys.stderr)
+        return 1
     try:
         with RecordedRehearsal(work.resolve(), args.stack) as rehearsal:
             job = operate.resolve_job(rehearsal.service, args.stack, args.job)
@@ -112,7 +117,36 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
+def _aml_verb(args: argparse.Namespace, stack_config, aml_factory) -> int:
+    """The job verbs of a stack with backend azureml, through the AmlJobs seam."""
+    from infra.cli import operate, operate_aml
+    from infra.core import config
+    from infra.dataplane import aml_job
+
+    outputs = operate.load_outputs(args.stack, args.outputs, required=operate_aml.REQUIRED_OUTPUTS)
+    service = aml_factory(outputs)
+    if args.command == "submit":
+        train_args = None if args.args is None else config.parse_training_args(
+            args.framework or stack_config.training_framework, args.args, key="--args")
+        inputs = aml_job.aml_job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+        operate_aml.submit(service, inputs, operate.now_utc(), sys.stdout)
+        return 0
+    job = operate_aml.resolve_job(service, args.stack, args.job)
+    if args.command == "status":
+        print("\n".join(operate_aml.status(service, job)))
+    elif args.command == "logs":
+        operate_aml.logs(service, job, args.follow, sys.stdout)
+    elif args.command == "download":
+        print(f"outputs of {job} in {operate_aml.download(service, job, args.dest)}")
+    elif args.command == "register-model":
+        operate_aml.register_model(service, job, args.dest, args.name or f"resnet50-{args.stack}", sys.stdout)
+    elif args.command == "cancel":
+        operate_aml.cancel(service, job)
+        print(f"cancelled {job}")
+    return 0
+
+
+def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
     from infra.cli import operate
     from infra.core import batch_spec, config
     from training.errors import UsageError
@@ -121,6 +155,11 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
         return _rehearsal_verb(args)
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
+        if stack_config.backend == "azureml":
+            return _aml_verb(args, stack_config, aml_factory or _azure_ml)
+        if args.command == "register-model":
+            raise batch_spec.JobError("register-model needs backend azureml (its model registry); a Batch job's "
+                                      "model is run/model.onnx in what `python -m infra download` fetches")
         outputs = operate.load_outputs(args.stack, args.outputs)
         if args.command == "download":
             job = args.job
@@ -156,6 +195,12 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged) -> int:
         return 1
 
 
+def _azure_ml(outputs: dict):
+    from infra.dataplane.azureml import AzureMlJobs
+
+    return AzureMlJobs(outputs["subscriptionId"], outputs["resourceGroupName"], outputs["amlWorkspaceName"])
+
+
 def _azure_batch(endpoint: str):
     from infra.dataplane.batch import AzureBatch
 
@@ -168,9 +213,10 @@ def _rehearse(argv: list[str]) -> int:
     return rehearse_main(argv)
 
 
-def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None) -> int:
-    """`batch_factory(endpoint) -> BatchService` and `staged(status_url) -> bool`: the tests pass their own;
-    everyone else gets Azure Batch and the `status` container (infra/dataplane/staging.py)."""
+def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml) -> int:
+    """`batch_factory(endpoint) -> BatchService`, `staged(status_url) -> bool` and `aml_factory(outputs) ->
+    AmlJobs`: the tests pass their own; everyone else gets Azure Batch, the `status` container
+    (infra/dataplane/staging.py) and Azure ML."""
     if staged is None:
         from infra.dataplane.staging import staged
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
@@ -197,6 +243,8 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None)
         "logs": "print a job's stdout (or --stderr); --follow streams it until the task ends",
         "download": "fetch a job's logs and run folder (metrics, summary, TensorBoard, model) from `outputs`",
         "cancel": "stop a job's task; outputs written so far stay",
+        "register-model": "backend azureml: register a finished job's model.onnx as a model version in the "
+                          "workspace, with its metrics as tags",
     }
     for verb, help_text in verbs.items():
         sub = commands.add_parser(verb, help=help_text, description=help_text)
@@ -221,10 +269,12 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None)
         if verb == "logs":
             sub.add_argument("--follow", action="store_true", help="keep printing until the task ends")
             sub.add_argument("--stderr", action="store_true", help="stderr.txt instead of stdout.txt")
-        if verb == "download":
+        if verb == "register-model":
+            sub.add_argument("--name", help="model name (default: resnet50-STACK)")
+        if verb in ("download", "register-model"):
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
-        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged))
+        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged, aml_factory))
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])

@@ -28,7 +28,8 @@ DONE = "completed"
 
 
 def load_outputs(stack: str, outputs_file: Path | None,
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> dict[str, Any]:
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                 required: tuple[str, ...] = REQUIRED_OUTPUTS) -> dict[str, Any]:
     if outputs_file:
         try:
             outputs = json.loads(outputs_file.read_text())
@@ -45,7 +46,7 @@ def load_outputs(stack: str, outputs_file: Path | None,
             last = (result.stderr.strip().splitlines() or ["no message"])[-1]
             raise JobError(f"cannot read the outputs of stack {stack!r} ({last}); is it deployed (`pulumi up`)?")
         outputs = json.loads(result.stdout or "{}")
-    missing = [key for key in REQUIRED_OUTPUTS if key not in outputs]
+    missing = [key for key in required if key not in outputs]
     if missing:
         raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
     return outputs

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pulumi
-from pulumi_azure_native import resources
+from pulumi_azure_native import authorization, resources
 
 from infra.components import roles
 from infra.components.azureml import AzureMl, AzureMlArgs
@@ -79,6 +79,8 @@ class Environment(pulumi.ComponentResource):
         else:
             backend_outputs = self._batch(name, cfg, rg, urls, nodes)
         self.outputs = {
+            "subscriptionId": authorization.get_client_config_output(
+                opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id,
             "resourceGroupName": rg,
             "vnetId": self.network.vnet.id,
             "computeSubnetId": self.network.compute_subnet.id,

@@ -1,0 +1,98 @@
+"""Job operations on a stack with `backend: azureml`: submit, status, logs, download, cancel, register-model,
+through the `AmlJobs` seam (infra/dataplane/azureml.py). The job itself is built by infra/dataplane/aml_job.py."""
+from __future__ import annotations
+
+import json
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from infra.core.batch_spec import JobError
+from infra.dataplane import aml_job
+from infra.dataplane.azureml import TERMINAL, AmlJobs
+from infra.dataplane.batch import JobNotFound
+
+REQUIRED_OUTPUTS = ("subscriptionId", "resourceGroupName", "amlWorkspaceName", "amlComputeName", "amlEnvironments",
+                    "pullIdentityClientId")
+SUMMARY_TAGS = ("framework", "world_size", "steps", "img_per_sec", "top1", "final_loss")
+
+
+def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: TextIO) -> str:
+    name = aml_job.job_name(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
+    with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:  # uploaded by the SDK as the job's code
+        service.submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
+    print(f"submitted {name}: {inputs.framework} ({inputs.distribution}) on {inputs.nodes} node(s) x {inputs.gpus} "
+          "GPUs", file=out)
+    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {name} --follow", file=out)
+    print(f"  results:  python -m infra download --stack {inputs.stack} --job {name}", file=out)
+    return name
+
+
+def _get(service: AmlJobs, name: str) -> dict:
+    try:
+        return service.get(name)
+    except JobNotFound:
+        raise JobError(f"job {name} not found (see `python -m infra status` for the newest)") from None
+
+
+def resolve_job(service: AmlJobs, stack: str, name: str | None) -> str:
+    if name:
+        return name
+    jobs = service.list_jobs(f"train-{stack}-")
+    if not jobs:
+        raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
+    return jobs[0]["name"]
+
+
+def status(service: AmlJobs, name: str) -> list[str]:
+    job = _get(service, name)
+    return [f"job {name}: {job['status']}", f"  created: {job['created'] or '-'}",
+            f"  studio: {job['studio_url'] or '-'}"]
+
+
+def logs(service: AmlJobs, name: str, follow: bool, out: TextIO) -> None:
+    job = _get(service, name)
+    if follow:
+        service.stream(name)  # Azure ML's own streaming prints until the job ends
+        return
+    print(f"job {name}: {job['status']}. Azure ML streams a job's output with --follow; a finished job's logs "
+          "come with `python -m infra download` (its user_logs/)", file=out)
+
+
+def download(service: AmlJobs, name: str, dest: Path) -> Path:
+    job = _get(service, name)
+    if job["status"] not in TERMINAL:
+        raise JobError(f"job {name} is {job['status']}: its outputs are complete once it has ended (`python -m "
+                       "infra status`)")
+    service.download(name, dest / name)
+    return dest / name
+
+
+def run_summary(folder: Path) -> dict:
+    found = sorted(folder.rglob("summary.json"))
+    if not found:
+        raise JobError(f"no summary.json under {folder}: the job wrote no run folder (did it fail? see its logs)")
+    return json.loads(found[0].read_text())
+
+
+def register_model(service: AmlJobs, name: str, dest: Path, model_name: str, out: TextIO) -> str:
+    """The job's model.onnx as a new version of `model_name`, its summary's metrics as tags (as the source
+    document's run.register_model does)."""
+    folder = download(service, name, dest)
+    summary = run_summary(folder)
+    tags = {key: str(summary[key]) for key in SUMMARY_TAGS if key in summary} | {"job": name}
+    version = service.register_model(model_name, name, tags)
+    print(f"registered {model_name} version {version} from {name} ({', '.join(f'{k}={v}' for k, v in tags.items())})",
+          file=out)
+    return version
+
+
+def cancel(service: AmlJobs, name: str) -> None:
+    job = _get(service, name)
+    if job["status"] in TERMINAL:
+        raise JobError(f"job {name} has already ended ({job['status']}); nothing to cancel")
+    try:
+        service.cancel(name)
+    except JobNotFound:
+        raise JobError(f"job {name} not found") from None

@@ -1,0 +1,130 @@
+"""The job verbs of an azureml stack (`python -m infra submit|status|logs|download|cancel|register-model`),
+against one fake at the AmlJobs seam: what each verb asks Azure ML for, and its one-line refusals."""
+import json
+
+import pytest
+
+from infra.cli.main import main
+from infra.dataplane.azureml import model_path
+from infra.dataplane.batch import JobNotFound
+from tests.infra.conftest import evaluation_for
+
+
+class FakeAmlJobs:
+    """Azure ML's jobs and models as the seam sees them; `finish(name)` plays a job that completed and wrote its
+    run folder (summary.json, model.onnx) under the `run` output, as `jobs.download(all=True)` lays it out."""
+
+    def __init__(self):
+        self.jobs, self.calls, self.models = {}, [], {}
+
+    def submit(self, job):
+        self.calls.append(("submit", job.name))
+        self.jobs[job.name] = {"name": job.name, "status": "Queued", "created": f"2026-11-22T10:{len(self.jobs):02d}",
+                               "studio_url": f"https://ml.azure.com/runs/{job.name}", "job": job}
+        return job.name
+
+    def get(self, name):
+        if name not in self.jobs:
+            raise JobNotFound(name)
+        return {k: v for k, v in self.jobs[name].items() if k != "job"}
+
+    def list_jobs(self, prefix):
+        return sorted((self.get(n) for n in self.jobs if n.startswith(prefix)), key=lambda j: j["created"],
+                      reverse=True)
+
+    def stream(self, name):
+        self.calls.append(("stream", name))
+
+    def download(self, name, dest):
+        self.calls.append(("download", name))
+        run = dest / "named-outputs" / "run"
+        run.mkdir(parents=True, exist_ok=True)
+        (run / "summary.json").write_text(json.dumps(self.jobs[name].get("summary", {})))
+        (run / "model.onnx").write_bytes(b"onnx")
+
+    def cancel(self, name):
+        self.calls.append(("cancel", name))
+        self.jobs[name]["status"] = "Canceled"
+
+    def register_model(self, name, job_name, tags):
+        self.calls.append(("register", name, job_name))
+        self.models.setdefault(name, []).append(tags)
+        return str(len(self.models[name]))
+
+    def finish(self, name, summary):
+        self.jobs[name].update(status="Completed", summary=summary)
+
+
+@pytest.fixture
+def outputs_file(tmp_path):
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(evaluation_for("nlp").outputs))
+    return path
+
+
+def run(argv, aml, capsys):
+    code = main(argv, aml_factory=lambda outputs: aml, batch_factory=lambda endpoint: pytest.fail("Batch used"))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_submit_status_logs_download_register_and_cancel(outputs_file, tmp_path, capsys):
+    aml = FakeAmlJobs()
+    common = ["--stack", "nlp", "--outputs", str(outputs_file)]
+    code, out, err = run(["submit", *common, "--nodes", "2", "--args=--epochs 1 --dist ddp"], aml, capsys)
+    assert code == 0, err
+    name = aml.calls[0][1]
+    job = aml.jobs[name]["job"]
+    assert name.startswith("train-nlp-") and f"submitted {name}: pytorch (ddp) on 2 node(s) x 8 GPUs" in out
+    assert job.resources.instance_count == 2 and type(job.distribution).__name__ == "PyTorchDistribution"
+
+    code, out, _ = run(["status", *common], aml, capsys)  # the newest job by default
+    assert code == 0 and f"job {name}: Queued" in out and f"https://ml.azure.com/runs/{name}" in out
+    code, _, _ = run(["logs", *common, "--follow"], aml, capsys)
+    assert code == 0 and ("stream", name) in aml.calls
+
+    # Outputs are complete only once the job has ended.
+    code, _, err = run(["download", *common, "--dest", str(tmp_path / "r")], aml, capsys)
+    assert code == 1 and f"job {name} is Queued: its outputs are complete once it has ended" in err
+    aml.finish(name, {"framework": "pytorch", "world_size": 16, "steps": 500, "img_per_sec": 21000.5, "top1": 0.71})
+    code, out, _ = run(["download", *common, "--dest", str(tmp_path / "r")], aml, capsys)
+    assert code == 0 and (tmp_path / "r" / name / "named-outputs" / "run" / "model.onnx").is_file()
+
+    code, out, err = run(["register-model", *common, "--dest", str(tmp_path / "r")], aml, capsys)
+    assert code == 0, err
+    assert ("register", "resnet50-nlp", name) in aml.calls
+    assert aml.models["resnet50-nlp"] == [{"framework": "pytorch", "world_size": "16", "steps": "500",
+                                           "img_per_sec": "21000.5", "top1": "0.71", "job": name}]
+    assert f"registered resnet50-nlp version 1 from {name}" in out
+    assert model_path(name) == f"azureml://jobs/{name}/outputs/run/paths/model.onnx"
+
+    code, _, err = run(["cancel", *common], aml, capsys)
+    assert code == 1 and "has already ended (Completed); nothing to cancel" in err
+    aml.jobs[name]["status"] = "Running"  # as if it were still running
+    code, out, _ = run(["cancel", *common, "--job", name], aml, capsys)
+    assert code == 0 and ("cancel", name) in aml.calls
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["status", "--job", "nope"], "job nope not found"),
+    (["status"], "stack nlp has no training jobs; start one with `python -m infra submit --stack nlp`"),
+    (["submit", "--nodes", "9"], "--nodes 9: give 1 to 4"),
+    (["submit", "--framework", "keras"], "the stack has no tensorflow environment"),
+    (["submit", "--args=--epochs x"], "--args: argument --epochs"),
+])
+def test_bad_requests_are_one_line(argv, message, outputs_file, capsys):
+    code, _, err = run([argv[0], "--stack", "nlp", "--outputs", str(outputs_file), *argv[1:]], FakeAmlJobs(), capsys)
+    assert code != 0 and message in err and err.count("\n") == 1, err
+
+
+def test_outputs_of_another_version_are_named(tmp_path, capsys):
+    partial = tmp_path / "outputs.json"
+    partial.write_text(json.dumps({"resourceGroupName": "rg"}))
+    code, _, err = run(["status", "--stack", "nlp", "--outputs", str(partial)], FakeAmlJobs(), capsys)
+    assert code == 1 and "stack outputs lack subscriptionId, amlWorkspaceName" in err
+
+
+def test_register_model_needs_the_azureml_backend(tmp_path, capsys):
+    code, _, err = run(["register-model", "--stack", "dev", "--outputs", str(tmp_path / "x.json")], FakeAmlJobs(),
+                       capsys)
+    assert code == 1 and "register-model needs backend azureml" in err
