@@ -140,6 +140,11 @@ class AzureMocks(pulumi.runtime.Mocks):
             from infra.core import batch_spec
 
             state["job_id"] = batch_spec.job_id(training_job.inputs_from(inputs))
+        elif args.typ == "pulumi-python:dynamic:Resource" and "workspace" in inputs:
+            from infra.components import aml_training_job
+            from infra.dataplane import aml_job
+
+            state["job_name"] = aml_job.job_name(aml_training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource":
             state.update(username="training-image-push", password="mock-token-password")
         return (state.get("id") or f"{args.name}-id"), state

@@ -161,9 +161,15 @@ def before_up(cfg) -> list[str]:
 
 def _job_lines(cfg) -> list[str]:
     if cfg.backend == "azureml":
-        return ["  backend azureml: the job's submission through the azure-ai-ml SDK is not built yet (issue 14); "
-                "`pulumi up` declares the workspace, cluster, datastore and environments only",
-                f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+        from infra.dataplane.aml_job import aml_job_inputs
+
+        inputs = aml_job_inputs(cfg, {"amlEnvironments": {f: "" for f in cfg.frameworks}, "amlComputeName": "gpu",
+                                      "pullIdentityClientId": ""})
+        job = ([f"  launched on `pulumi up` as an Azure ML command job: {cfg.training_framework} "
+                f"({inputs.distribution}) on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, data by {cfg.aml_data_mode}"]
+               if cfg.training_launch_on_up else
+               [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack {cfg.stack}`"])
+        return job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
     job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, "
             f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
            else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "

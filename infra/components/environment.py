@@ -15,6 +15,7 @@ import pulumi
 from pulumi_azure_native import authorization, resources
 
 from infra.components import roles
+from infra.components.aml_training_job import AmlTrainingJob, AmlTrainingJobArgs
 from infra.components.azureml import AzureMl, AzureMlArgs
 from infra.core import naming
 from infra.components.cluster import Cluster, ClusterArgs
@@ -25,6 +26,7 @@ from infra.components.nfs import NfsArgs, NfsServer
 from infra.components.registry import Registry, RegistryArgs
 from infra.components.storage import Storage, StorageArgs
 from infra.core.batch_spec import job_inputs
+from infra.dataplane.aml_job import aml_job_inputs
 from infra.components.training_job import TrainingJob, TrainingJobArgs
 
 
@@ -70,7 +72,19 @@ class Environment(pulumi.ComponentResource):
                 storage_account_name=self.storage.account.name, registry_id=self.registry.registry.id,
                 app_insights_id=self.monitoring.app_insights.id, nodes_identity_id=nodes.id,
                 image_refs=self.registry.image_refs, depends_on=[self.registry.acr_pull, *self.node_grants]), child)
+            subscription = authorization.get_client_config_output(
+                opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
+            if cfg.training_launch_on_up:
+                # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+                stack_outputs = pulumi.Output.all(
+                    amlEnvironments=self.azureml.environments, amlComputeName=self.azureml.compute.name,
+                    pullIdentityClientId=nodes.client_id)
+                self.job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
+                    subscription_id=subscription, resource_group=rg, workspace=self.azureml.workspace.name,
+                    inputs=stack_outputs.apply(lambda outputs: aml_job_inputs(cfg, outputs))),
+                    pulumi.ResourceOptions(parent=self, depends_on=[self.azureml]))
             backend_outputs = {
+                "trainingJobId": self.job.job_name if self.job else "",
                 "amlWorkspaceName": self.azureml.workspace.name,
                 "amlComputeName": self.azureml.compute.name,
                 "amlDatastores": {c: store.name for c, store in self.azureml.datastores.items()},

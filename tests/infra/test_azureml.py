@@ -134,5 +134,41 @@ def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
     assert "PASS aml-workspace-private" in out and "PASS aml-compute-private" in out
     assert "NFS" not in out.split("Estimated cost")[1].split("Training job")[0]
     assert "low-priority nodes bill less" in out
-    assert "not built yet (issue 14)" in out
+    assert "launched on `pulumi up` as an Azure ML command job: pytorch (horovod) on 4 node(s) x 8 GPUs" in out
     assert "Azure ML low-priority core quota for the Standard_ND96asr_v4 family" in out
+
+
+def test_up_launches_the_job_from_the_same_outputs_submit_reads(aml_ev):
+    from infra.components.aml_training_job import inputs_from
+    from infra.dataplane import aml_job
+
+    job = next(r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs)
+    assert job.inputs["workspace"] == aml_ev.outputs["amlWorkspaceName"]
+    assert job.inputs["subscription_id"] == aml_ev.outputs["subscriptionId"]
+    assert inputs_from(job.inputs) == aml_job.aml_job_inputs(aml_ev.config, aml_ev.outputs)
+    assert aml_ev.outputs["trainingJobId"] == aml_job.job_name(inputs_from(job.inputs))
+
+
+def test_the_provider_submits_replaces_and_cancels_a_running_job_on_delete():
+    from infra.components.aml_training_job import AmlTrainingJobProvider, inputs_from
+    from tests.infra.conftest import evaluation_for
+    from tests.infra.fake_aml import FakeAmlJobs
+
+    props = next(r for r in evaluation_for("nlp").of_type("pulumi-python:dynamic:Resource")
+                 if "workspace" in r.inputs).inputs
+    aml = FakeAmlJobs()
+    provider = AmlTrainingJobProvider(aml)
+    created = provider.create(props)
+    assert aml.calls == [("submit", created.id)] and created.outs["job_name"] == created.id
+    submitted = aml.jobs[created.id]["job"]
+    assert submitted.resources.instance_count == inputs_from(props).nodes
+    # Only what the training depends on replaces the job; the engine's floats are the same numbers.
+    assert provider.diff(created.id, {**props, "nodes": float(props["nodes"])}, props).changes is False
+    assert provider.diff(created.id, props, {**props, "train_args": ["--epochs", "1"]}).replaces == ["train_args"]
+    # delete: a running job is cancelled, a finished one left alone, a gone one tolerated; history stays.
+    aml.jobs[created.id]["status"] = "Running"
+    provider.delete(created.id, props)
+    assert aml.calls[-1] == ("cancel", created.id) and created.id in aml.jobs
+    provider.delete(created.id, props)
+    assert aml.calls.count(("cancel", created.id)) == 1
+    provider.delete("gone", props)
