@@ -23,8 +23,9 @@ RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /opt/dltrain
 
-COPY training/requirements-torch.txt training/requirements-stage.txt training/
-RUN pip install --no-cache-dir -r training/requirements-torch.txt -r training/requirements-stage.txt
+COPY training/requirements-torch.txt training/requirements-stage.txt training/requirements-azureml.txt training/
+RUN pip install --no-cache-dir -r training/requirements-torch.txt -r training/requirements-stage.txt \
+    -r training/requirements-azureml.txt
 
 COPY images/build_horovod.sh images/
 RUN images/build_horovod.sh --python python --framework pytorch --ops nccl --cache /tmp/wheels \

@@ -26,8 +26,9 @@ RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /opt/dltrain
 
-COPY training/requirements-tf.txt training/requirements-tf-gpu.txt training/requirements-stage.txt training/
-RUN pip install --no-cache-dir -r training/requirements-tf-gpu.txt -r training/requirements-stage.txt
+COPY training/requirements-tf.txt training/requirements-tf-gpu.txt training/requirements-stage.txt training/requirements-azureml.txt training/
+RUN pip install --no-cache-dir -r training/requirements-tf-gpu.txt -r training/requirements-stage.txt \
+    -r training/requirements-azureml.txt
 
 COPY images/build_horovod.sh images/
 RUN images/build_horovod.sh --python python --framework tensorflow --ops nccl --cache /tmp/wheels \

@@ -67,6 +67,9 @@ class TrainConfig:
     resume: str = _opt("none", "'auto' continues from the newest valid checkpoint in output_dir, or a checkpoint path")
     seed: int = _opt(42, "seed of weights, synthetic data and augmentation")
     export: bool = _opt(True, "export the final model (ONNX for pytorch) from rank 0")
+    mlflow: bool = _opt(False, "also log params and metrics to MLflow from rank 0: to MLFLOW_TRACKING_URI when set "
+                               "(Azure ML sets it in every job, which logs there even without this flag), else to a "
+                               "local store in OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns`)")
 
     def validate(self) -> None:
         positive = ("num_classes", "image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints")

@@ -8,6 +8,7 @@ Pure apart from file writes: no framework is imported here.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, metrics
+from training import checkpoint, metrics, tracking
 from training.config import TrainConfig
 from training.schedule import lr_at, peak_lr
 
@@ -100,6 +101,7 @@ class Reporter:
     window: tuple[float, int]
     rates: list[float]
     loss: float = float("nan")
+    tracker: tracking.Tracker | None = None  # MLflow, rank 0, when on (training/tracking.py)
 
     def record(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
@@ -113,6 +115,8 @@ class Reporter:
         self.log.write({"step": step, "epoch": round(epoch, 4), "loss": loss, "lr": lr, "img_per_sec": round(rate, 2)})
         for tag, value in (("train/loss", loss), ("train/lr", lr), ("train/img_per_sec", rate)):
             self.writer.scalar(tag, value, step)
+        if self.tracker:
+            self.tracker.log_step(step, {"loss": loss, "lr": lr, "img_per_sec": rate})
         print(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s",
               flush=True)
 
@@ -151,9 +155,14 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
               f"{the_plan.total_steps} steps, global batch {the_plan.global_batch}, peak LR {the_plan.peak_lr:.4g}, "
               f"{speed_settings(cfg)}", flush=True)
 
+    uri = tracking.tracking_uri(cfg.mlflow, cfg.output_dir) if rank0 else None
+    tracker = tracking.Tracker(uri, {**dataclasses.asdict(cfg), "world_size": loop.size,
+                                     "global_batch": the_plan.global_batch, "peak_lr": the_plan.peak_lr,
+                                     "total_steps": the_plan.total_steps, "device": loop.device}) if uri else None
     started = time.perf_counter()
     reporter = Reporter(the_plan, rank0, metrics.MetricsLog(out / "metrics.jsonl", append=bool(resume_from)) if rank0
-                        else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [])
+                        else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [],
+                        tracker=tracker)
     start_step = step
 
     def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
@@ -182,6 +191,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         from training import report
 
         report.write_for_run(out)
+        if tracker:
+            tracker.finish(result, [out / "summary.json", out / "report.png"])
         print(metrics.done_line(result, cfg.output_dir), flush=True)
     loop.shutdown()
     return result

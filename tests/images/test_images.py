@@ -29,7 +29,8 @@ def test_dockerfile_is_clean_under_hadolint(dockerfile):
 def test_images_install_the_pinned_requirements_and_build_horovod_with_nccl(dockerfile, requirements):
     text = (REPO_ROOT / "images" / dockerfile).read_text()
     # The stager's pins too: with nfsKind azure-files the job stages the data inside this image.
-    assert f"pip install --no-cache-dir -r {requirements} -r training/requirements-stage.txt" in text
+    assert (f"pip install --no-cache-dir -r {requirements} -r training/requirements-stage.txt \\\n"
+            "    -r training/requirements-azureml.txt") in text
     assert "images/build_horovod.sh" in text and "--ops nccl" in text
     assert "openmpi-bin" in text and "libucx0" in text and "ibverbs-providers" in text
     assert "COPY training/ training/" in text
@@ -88,7 +89,8 @@ def test_the_image_pins_resolve_for_the_images_own_python(dockerfile, requiremen
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--disable-pip-version-check",
          "--ignore-installed", "--only-binary=:all:", "--python-version", version, *platforms,
          "--platform", "manylinux2014_x86_64", "--target", str(tmp_path / "target"),
-         "-r", str(REPO_ROOT / requirements), "-r", str(REPO_ROOT / "training/requirements-stage.txt")],
+         "-r", str(REPO_ROOT / requirements), "-r", str(REPO_ROOT / "training/requirements-stage.txt"),
+         "-r", str(REPO_ROOT / "training/requirements-azureml.txt")],
         capture_output=True, text=True, timeout=600)
     errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
     assert result.returncode == 0, f"{dockerfile} (Python {version}): " + "; ".join(errors)

@@ -179,3 +179,30 @@ def test_help_documents_every_flag_with_its_default():
                  "--fp16-allreduce", "--label-smoothing", "--lr-schedule", "--checkpoint-every", "--keep-checkpoints"):
         assert flag in result.stdout, flag
     assert "(default: 0.9)" in result.stdout
+
+
+def test_mlflow_logs_the_same_metrics_to_a_local_store(tmp_path, monkeypatch):
+    """`--mlflow` without MLFLOW_TRACKING_URI: a local store in the run folder, read back with MLflow's own
+    client: the params, every logged step's loss as metrics.jsonl has it, the summary and its artifacts."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for this reader, as the trainer sets it for itself
+    out = tmp_path / "run"
+    training("train", "--data", "synthetic", "--num-classes", "4", *TINY, "--steps", "4", "--mlflow",
+             "--output-dir", str(out))
+    client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
+    experiment = client.get_experiment_by_name("dltrain")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.params["framework"] == "pytorch" and run.data.params["world_size"] == "1"
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "loss")}
+    assert history == {m["step"]: pytest.approx(m["loss"]) for m in _metrics(out)}
+    summary = json.loads((out / "summary.json").read_text())
+    assert run.data.metrics["final/img_per_sec"] == pytest.approx(summary["img_per_sec"])
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"summary.json", "report.png"}
+    assert run.info.status == "FINISHED"
+
+
+def test_without_the_flag_or_a_tracking_uri_nothing_goes_to_mlflow(tmp_path):
+    out = tmp_path / "run"
+    training("train", "--data", "synthetic", "--num-classes", "4", *TINY, "--steps", "2", "--output-dir", str(out))
+    assert not (out / "mlruns").exists()

@@ -1,0 +1,61 @@
+"""MLflow tracking from rank 0, beside metrics.jsonl and TensorBoard (which are always written).
+
+On when `--mlflow` is given, or when MLFLOW_TRACKING_URI is set: Azure ML sets it in every job, with
+MLFLOW_RUN_ID naming the job's own run, so a job's metrics appear in the studio
+(https://learn.microsoft.com/azure/machine-learning/how-to-use-mlflow-configure-tracking; the images carry
+azureml-mlflow for its azureml:// URIs). Without MLFLOW_TRACKING_URI, `--mlflow` logs to a local store in
+OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns` shows it), so the same metrics view works
+before anything is deployed. Logged: the run's settings as params, loss, LR and img/s at every logged step,
+the summary's numbers at the end, and summary.json and report.png as artifacts.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from training.errors import UsageError
+
+EXPERIMENT = "dltrain"
+ALLOW_FILE_STORE = "MLFLOW_ALLOW_FILE_STORE"  # for local stores; under Azure ML the job's own experiment and run are used
+
+
+def tracking_uri(enabled: bool, output_dir: str, env: Mapping[str, str] = os.environ) -> str | None:
+    """Where to log, or None for no MLflow."""
+    if env.get("MLFLOW_TRACKING_URI"):
+        return env["MLFLOW_TRACKING_URI"]
+    if enabled:
+        return (Path(output_dir) / "mlruns").resolve().as_uri()
+    return None
+
+
+class Tracker:
+    def __init__(self, uri: str, params: dict[str, Any], env: Mapping[str, str] = os.environ):
+        try:
+            import mlflow
+        except ImportError:
+            raise UsageError("--mlflow: MLflow is not installed in this environment (pip install mlflow-skinny, "
+                             "pinned in the training requirements)") from None
+        self.mlflow = mlflow
+        if uri.startswith("file:"):
+            # MLflow 3.15 refuses its file store unless told (its database store needs SQLAlchemy, which
+            # mlflow-skinny leaves out); the local store here is one run's folder, which the file store serves well.
+            os.environ.setdefault(ALLOW_FILE_STORE, "true")
+        mlflow.set_tracking_uri(uri)
+        if not env.get("MLFLOW_RUN_ID"):  # Azure ML names the run; elsewhere a run of our experiment
+            mlflow.set_experiment(EXPERIMENT)
+        self.run = mlflow.start_run()
+        mlflow.log_params({key: str(value) for key, value in params.items()})
+
+    def log_step(self, step: int, values: dict[str, float]) -> None:
+        self.mlflow.log_metrics(values, step=step)
+
+    def finish(self, summary: dict[str, Any], files: list[Path]) -> None:
+        numbers = {key: float(value) for key, value in summary.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        self.mlflow.log_metrics({f"final/{key}": value for key, value in numbers.items()})
+        for file in files:
+            if file.is_file():
+                self.mlflow.log_artifact(str(file))
+        self.mlflow.end_run()
