@@ -275,7 +275,7 @@ def _people_sas(account, work: Path) -> None:
 
     account.write_probes()
     lines = []
-    for sas in account.people_sas():
+    for sas in sorted(account.people_sas(), key=lambda sas: sas.container):  # the program asks in any order
         allowed, expected = sas.allows(), sas.expected()
         if allowed != expected:
             raise RuntimeError(f"the {sas.container} SAS (sp={sas.permissions}) allows {allowed}, not {expected}")
