@@ -72,6 +72,7 @@ class Environment(pulumi.ComponentResource):
                 storage_account_name=self.storage.account.name, registry_id=self.registry.registry.id,
                 app_insights_id=self.monitoring.app_insights.id, nodes_identity_id=nodes.id,
                 image_refs=self.registry.image_refs, depends_on=[self.registry.acr_pull, *self.node_grants]), child)
+            self.monitoring.watch_azureml("azureml", self.azureml.workspace.id)
             subscription = authorization.get_client_config_output(
                 opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
             if cfg.training_launch_on_up:

@@ -17,6 +17,10 @@ BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
 # `ServiceLog` is the category's name; `ServiceLogs` is deprecated
 # (https://learn.microsoft.com/azure/batch/batch-diagnostics#service-log-events).
 BATCH_LOG_CATEGORIES = ("ServiceLog", "AuditLog")
+# Azure ML workspace: cluster and job events, GPU/CPU utilisation, run status changes
+# (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-machinelearningservices-workspaces-logs).
+AML_LOG_CATEGORIES = ("AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComputeCpuGpuUtilization",
+                      "AmlRunStatusChangedEvent")
 
 
 @dataclass
@@ -61,8 +65,15 @@ class Monitoring(pulumi.ComponentResource):
 
     def watch_batch(self, label: str, account_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
         """Send the Batch account's service logs, audit log and metrics (node counts, tasks) to the workspace."""
+        return self._watch(label, account_id, BATCH_LOG_CATEGORIES)
+
+    def watch_azureml(self, label: str, workspace_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the Azure ML workspace's cluster, job and utilisation logs and its metrics to the workspace."""
+        return self._watch(label, workspace_id, AML_LOG_CATEGORIES)
+
+    def _watch(self, label: str, resource_id: pulumi.Input[str], categories: tuple[str, ...]) -> monitor.DiagnosticSetting:
         return monitor.DiagnosticSetting(
-            f"{self._name}-{label}-diag", resource_uri=account_id, workspace_id=self.workspace.id,
-            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in BATCH_LOG_CATEGORIES],
+            f"{self._name}-{label}-diag", resource_uri=resource_id, workspace_id=self.workspace.id,
+            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in categories],
             metrics=[monitor.DiagnosticsMetricSettingsArgs(category="AllMetrics", enabled=True)],
             opts=pulumi.ResourceOptions(parent=self))

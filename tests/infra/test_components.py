@@ -176,6 +176,11 @@ def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
         batch_id = ev.one("azure-native:batch:BatchAccount").state["id"]
         watched.add(batch_id)
         assert {log["category"] for log in settings[batch_id]["logs"]} == {"ServiceLog", "AuditLog"}
+    else:
+        aml_id = ev.one("azure-native:machinelearningservices:Workspace").state["id"]
+        watched.add(aml_id)
+        assert {log["category"] for log in settings[aml_id]["logs"]} == {
+            "AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComputeCpuGpuUtilization", "AmlRunStatusChangedEvent"}
     assert set(settings) == watched
     assert all(s["workspaceId"] == workspace.state["id"] for s in settings.values())
     blob_logs = {log["category"] for log in settings[f"{account_id}/blobServices/default"]["logs"]}
