@@ -17,6 +17,7 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 
+from infra.components.training_job import as_compared, as_stored
 from infra.dataplane import aml_job
 from infra.dataplane.azureml import TERMINAL, AmlJobs, AzureMlJobs
 from infra.dataplane.batch import JobNotFound
@@ -48,7 +49,7 @@ class AmlTrainingJobProvider(ResourceProvider):
         return CreateResult(id_=name, outs={**props, "job_name": name})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [name for name in (*INPUT_FIELDS, *WORKSPACE_FIELDS) if _norm(olds.get(name)) != _norm(news.get(name))]
+        changed = [name for name in (*INPUT_FIELDS, *WORKSPACE_FIELDS) if as_compared(olds.get(name)) != as_compared(news.get(name))]
         return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
@@ -58,14 +59,6 @@ class AmlTrainingJobProvider(ResourceProvider):
                 jobs.cancel(id_)
         except JobNotFound:
             pass  # gone with its workspace
-
-
-def _norm(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return tuple(value)
-    return value
 
 
 @dataclass
@@ -80,12 +73,8 @@ class AmlTrainingJob(pulumi.dynamic.Resource):
     job_name: pulumi.Output[str]
 
     def __init__(self, name: str, args: AmlTrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        fields_ = {field: args.inputs.apply(lambda inputs, field=field: _plain(getattr(inputs, field)))
+        fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
                    for field in INPUT_FIELDS}
         super().__init__(AmlTrainingJobProvider(), name,
                          {"subscription_id": args.subscription_id, "resource_group": args.resource_group,
                           "workspace": args.workspace, **fields_, "job_name": None}, opts)
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value  # the engine stores lists

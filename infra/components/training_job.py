@@ -48,7 +48,7 @@ class TrainingJobProvider(ResourceProvider):
         return CreateResult(id_=job, outs={**props, "job_id": job})
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [name for name in INPUT_FIELDS if _norm(olds.get(name)) != _norm(news.get(name))]
+        changed = [name for name in INPUT_FIELDS if as_compared(olds.get(name)) != as_compared(news.get(name))]
         if olds.get("batch_endpoint") != news.get("batch_endpoint"):
             changed.append("batch_endpoint")
         # Create the new job first: the old one keeps its nodes until the new one is queued.
@@ -58,7 +58,8 @@ class TrainingJobProvider(ResourceProvider):
         self._batch(props).delete(id_)
 
 
-def _norm(value: Any) -> Any:
+def as_compared(value: Any) -> Any:
+    """A value as the engine may hand it back (floats for integers, lists for tuples), for diffs."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, list):
@@ -79,12 +80,12 @@ class TrainingJob(pulumi.dynamic.Resource):
     job_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        fields_ = {field: args.inputs.apply(lambda inputs, field=field: _plain(getattr(inputs, field)))
+        fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
                    for field in INPUT_FIELDS}
         super().__init__(TrainingJobProvider(), name,
                          {"batch_endpoint": args.batch_endpoint, "data_status_url": args.data_status_url,
                           **fields_, "job_id": None}, opts)
 
 
-def _plain(value: Any) -> Any:
+def as_stored(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value  # the engine stores lists
