@@ -14,7 +14,11 @@ setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurit
 # Azurite, the Azure Storage emulator (npm), for the demo and the data-path tests.
 .cache/azurite/.installed-$(AZURITE_VERSION):
 	mkdir -p .cache/azurite
-	npm install --prefix .cache/azurite --no-audit --no-fund --silent azurite@$(AZURITE_VERSION)
+	@# The registry sometimes fails a request: three tries, 10 s apart, then its own error.
+	for try in 1 2 3; do \
+	    npm install --prefix .cache/azurite --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION) && break; \
+	    [ $$try = 3 ] && exit 1; echo "npm install failed (try $$try of 3); retrying in 10 s"; sleep 10; \
+	done
 	touch $@
 
 # Debian's own cloud-init (its code checks the NFS server's user data) and OpenSSH (the job's sshd, run for real
