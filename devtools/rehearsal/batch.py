@@ -70,6 +70,15 @@ def wall_clock_seconds(duration: str | None) -> float | None:
     return hours * 3600 + minutes * 60 + seconds
 
 
+def read_from(file: Path, offset: int) -> bytes:
+    """A task file's bytes from `offset` on; b'' while it does not exist (the task has not started)."""
+    if not file.is_file():
+        return b""
+    with open(file, "rb") as f:
+        f.seek(offset)
+        return f.read()
+
+
 def output_blob_names(pattern: str, working_dir: Path, path: str) -> dict[Path, str]:
     """Files a Batch output file pattern matches (relative to the working directory) -> their blob names."""
     wildcard = any(ch in pattern for ch in "*?[")
@@ -147,12 +156,7 @@ class RehearsalBatch:
         return sorted(jobs, key=lambda j: j["creationTime"], reverse=True)
 
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
-        file = self._task_dir(self.pool.nodes[0], job_id, task_id) / path
-        if not file.is_file():
-            return b""
-        with open(file, "rb") as f:
-            f.seek(offset)
-            return f.read()
+        return read_from(self._task_dir(self.pool.nodes[0], job_id, task_id) / path, offset)
 
     def terminate(self, job_id: str) -> None:
         if job_id not in self.jobs:
@@ -399,12 +403,7 @@ class RecordedBatch:
 
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
         task_dir = RehearsalBatch._task_dir_on_node(job_id, task_id).relative_to(BATCH_ROOT)
-        file = Path(self.state["primary_batch_root"]) / task_dir / path
-        if not file.is_file():
-            return b""
-        with open(file, "rb") as f:
-            f.seek(offset)
-            return f.read()
+        return read_from(Path(self.state["primary_batch_root"]) / task_dir / path, offset)
 
     def terminate(self, job_id: str) -> None:
         self.get_job(job_id)

@@ -131,7 +131,7 @@ def _aml_verb(args: argparse.Namespace, stack_config, aml_factory) -> int:
         inputs = aml_job.aml_job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
         operate_aml.submit(service, inputs, operate.now_utc(), sys.stdout)
         return 0
-    job = operate_aml.resolve_job(service, args.stack, args.job)
+    job = operate.resolve_job(service, args.stack, args.job, key="name")
     if args.command == "status":
         print("\n".join(operate_aml.status(service, job)))
     elif args.command == "logs":

@@ -75,14 +75,15 @@ def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, o
     return job
 
 
-def resolve_job(service: BatchService, stack: str, job: str | None) -> str:
-    """The job named, or the stack's newest one."""
+def resolve_job(service: BatchService, stack: str, job: str | None, key: str = "id") -> str:
+    """The job named, or the stack's newest one (`key`: where its name is in what list_jobs returns: Batch's
+    "id", Azure ML's "name")."""
     if job:
         return job
     jobs = service.list_jobs(f"train-{stack}-")
     if not jobs:
         raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
-    return jobs[0]["id"]
+    return jobs[0][key]
 
 
 @dataclass(frozen=True)

@@ -36,15 +36,6 @@ def _get(service: AmlJobs, name: str) -> dict:
         raise JobError(f"job {name} not found (see `python -m infra status` for the newest)") from None
 
 
-def resolve_job(service: AmlJobs, stack: str, name: str | None) -> str:
-    if name:
-        return name
-    jobs = service.list_jobs(f"train-{stack}-")
-    if not jobs:
-        raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
-    return jobs[0]["name"]
-
-
 def status(service: AmlJobs, name: str) -> list[str]:
     job = _get(service, name)
     return [f"job {name}: {job['status']}", f"  created: {job['created'] or '-'}",
