@@ -1,60 +1,253 @@
-"""ResNet50 synthetic training throughput: our best settings next to the Horovod synthetic-benchmark recipe.
+"""ResNet50 training throughput on one device: the Horovod benchmark recipe, our settings on synthetic data, and
+our settings on real JPEG files through each data path, side by side in one invocation, with ratios.
 
-Both run in one invocation, on the same device, through `python -m training train --data synthetic` (the
-real training loop, one worker), and the figures are printed side by side with their ratio:
-  recipe: fp32, eager, batch 32 per worker (horovod/examples/pytorch/pytorch_synthetic_benchmark.py)
-  ours:   bf16 autocast, channels-last, torch.compile, a large batch
+Every training figure comes from `python -m training train` (the real training loop, one worker):
+  recipe          synthetic, fp32, eager (no compile / XLA), batch 32 (horovod/examples/*_synthetic_benchmark.py)
+  ours            synthetic, bf16, channels-last and torch.compile (pytorch) or XLA (tensorflow), a large batch
+  ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` and `--loader pil` (pytorch),
+                  tf.data (tensorflow, keras)
+and for pytorch the data paths alone (no model: how many images per second each loader can deliver), which
+says whether the loader or the GPU sets the pace. Columns: img/s with its 95% confidence interval (the first
+logged window, warm-up and compilation, excluded), peak memory (GPU: the framework's allocator; CPU: the
+process's peak RSS), mean GPU utilisation over the second half of the run (nvidia-smi), and the ratios.
+
+Run it from the framework's environment: `.venv-torch/bin/python -m devtools benchmark` (pytorch),
+`.venv-tf/bin/python -m devtools benchmark --framework tensorflow` (or keras).
 
 Examples:
-  python -m devtools benchmark                       # 224 px on a GPU, 64 px on CPU
-  python -m devtools benchmark --image-size 224 --steps 60 --batch-size 256
+  python -m devtools benchmark                          # 224 px and the largest batch that fits on a GPU
+  python -m devtools benchmark --image-size 224 --steps 60 --batch-size 256 --data /data/imagenet
+  python -m devtools benchmark --framework keras --skip-jpeg
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.errors import UsageError
 
-def _run(name: str, flags: list[str], out: Path) -> dict:
-    # One worker, so DDP's single-process path: no launcher needed, and channels-last weights allowed.
-    command = [sys.executable, "-m", "training", "train", "--dist", "ddp", "--data", "synthetic", "--no-export",
-               "--checkpoint-every", "1000000", "--output-dir", str(out / name), *flags]
-    print(f"benchmark: {name}: {' '.join(command[3:])}", flush=True)
-    result = subprocess.run(command, capture_output=True, text=True)
+PROBE_BATCHES = (256, 384, 512, 768, 1024)  # --batch-size auto on a GPU: the largest of these that fits
+
+
+@dataclass
+class Run:
+    label: str
+    flags: list[str]
+    summary: dict = field(default_factory=dict)
+    gpu_utilisation: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.summary["img_per_sec"]
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name from nvidia-smi, or None on a machine without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    result = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                            text=True)
+    return result.stdout.splitlines()[0].strip() if result.returncode == 0 and result.stdout.strip() else None
+
+
+class UtilisationSampler:
+    """nvidia-smi's GPU utilisation every 0.2 s while a run trains; the mean of the second half of the samples
+    (the first half holds start-up, data generation and compilation)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled, self.samples, self._stop = enabled, [], threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        command = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "--id=0"]
+        while not self._stop.wait(0.2):
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode == 0 and result.stdout.strip().isdigit():
+                self.samples.append(float(result.stdout.strip()))
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self.enabled:
+            self._thread.join()
+
+    def mean(self) -> float | None:
+        tail = self.samples[len(self.samples) // 2:]
+        return sum(tail) / len(tail) if tail else None
+
+
+def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "training", "train", "--no-export", "--checkpoint-every", "1000000",
+               "--output-dir", str(out / run.label.replace(" ", "-")), *run.flags]
+    print(f"benchmark: {run.label}: {' '.join(command[3:])}", flush=True)
+    with UtilisationSampler(gpu) as sampler:
+        result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
-        raise SystemExit(f"error: benchmark run {name!r} failed:\n{result.stderr[-2000:]}")
-    return json.loads((out / name / "summary.json").read_text())
+        if not check:
+            return result
+        raise SystemExit(f"error: benchmark run {run.label!r} failed:\n{result.stderr[-2000:]}")
+    run.summary = json.loads((out / run.label.replace(" ", "-") / "summary.json").read_text())
+    run.gpu_utilisation = sampler.mean()
+    return result
+
+
+def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
+    """The largest of PROBE_BATCHES that trains a few eager steps without running out of GPU memory."""
+    fits = None
+    for batch in PROBE_BATCHES:
+        probe = Run(f"probe batch {batch}", [*common, "--steps", "3", "--log-every", "1", "--batch-size", str(batch),
+                                             *[flag for flag in ours if flag not in ("--compile", "--xla")]])
+        result = train(probe, out, gpu=False, check=False)
+        if result.returncode != 0:
+            if "out of memory" not in (result.stderr + result.stdout).lower():
+                raise SystemExit(f"error: batch-size probe {batch} failed:\n{result.stderr[-2000:]}")
+            break
+        fits = batch
+    if fits is None:
+        raise SystemExit(f"error: not even batch {PROBE_BATCHES[0]} fits on this GPU; give --batch-size")
+    print(f"benchmark: the largest batch that fits: {fits}", flush=True)
+    return fits
+
+
+def loader_rate(data: Path, loader: str, image_size: int, batch_size: int, workers: int, batches: int) -> float:
+    """Images per second `--loader LOADER` delivers to the device with no model behind it (runs in its own
+    process: DALI's workers and the GPU context start fresh)."""
+    import torch
+
+    from training.config import TrainConfig, resolve_for_device
+    from training.pytorch.data import FolderData
+
+    gpu = torch.cuda.is_available()
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    cfg = resolve_for_device(TrainConfig(data=str(data), image_size=image_size, batch_size=batch_size,
+                                         workers=workers, loader=loader), gpu)
+    source = FolderData(data, cfg, rank=0, size=1, device=device)
+    stream = source.epoch_batches(0, 0)
+    next(stream)  # start-up (worker processes, pipeline build) is not throughput
+    started, done = time.perf_counter(), 0
+    for images, _ in stream:
+        images.to(device, non_blocking=True)
+        done += 1
+        if done == batches:
+            break
+    if gpu:
+        torch.cuda.synchronize()
+    return done * batch_size / (time.perf_counter() - started)
+
+
+def measure_loader(data: Path, loader: str, image_size: int, batch_size: int, workers: int, batches: int) -> float:
+    code = ("import sys; from pathlib import Path; from devtools.benchmark import loader_rate; "
+            "print(loader_rate(Path(sys.argv[1]), sys.argv[2], *map(int, sys.argv[3:])))")
+    print(f"benchmark: {loader} data path alone, {batches} batches of {batch_size}", flush=True)
+    result = subprocess.run([sys.executable, "-c", code, str(data), loader, str(image_size), str(batch_size),
+                             str(workers), str(batches)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"error: the {loader} data path failed:\n{result.stderr[-2000:]}")
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def jpeg_dataset(images: int, out: Path, jobs: int) -> Path:
+    from devtools.synth_data import make_dataset
+
+    classes = 100
+    per_class = -(-images // classes)
+    print(f"benchmark: writing {classes * per_class} JPEG files at ImageNet sizes to {out} ...", flush=True)
+    count, size = make_dataset(out, classes, per_class, 0, imagenet_sizes=True, jobs=jobs)
+    print(f"benchmark: {count} files, {size / count / 1024:.0f} KB each on average", flush=True)
+    return out
+
+
+def _table(runs: list[Run], loaders: dict[str, float], baseline: Run, synthetic: Run) -> list[str]:
+    lines = [f"  {'run':<58} {'img/s':>9} {'95% CI':>8} {'peak memory':>16} {'GPU util':>9} {'x recipe':>9} "
+             f"{'x synthetic':>12}"]
+    for run in runs:
+        s = run.summary
+        memory = f"{s['peak_memory_mb'] / 1024:.1f} GiB {'GPU' if s['peak_memory_of'] == 'gpu' else 'RSS'}"
+        util = "n/a" if run.gpu_utilisation is None else f"{run.gpu_utilisation:.0f}%"
+        lines.append(f"  {run.label:<58} {run.rate:>9.1f} {'+-' + format(s['img_per_sec_ci95'], '.1f'):>8} "
+                     f"{memory:>16} {util:>9} {run.rate / baseline.rate:>8.2f}x {run.rate / synthetic.rate:>11.2f}x")
+    for loader, rate in loaders.items():
+        lines.append(f"  {loader + ' data path alone (no model)':<58} {rate:>9.1f} {'':>8} {'':>16} {'':>9} "
+                     f"{'':>9} {rate / synthetic.rate:>11.2f}x")
+    return lines
 
 
 def main(argv: list[str]) -> int:
-    import torch
-
-    gpu = torch.cuda.is_available()
+    gpu = gpu_name()
     parser = argparse.ArgumentParser(prog="python -m devtools benchmark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"), default="pytorch",
+                        help="training loop to measure (default: pytorch); run from that framework's environment")
     parser.add_argument("--image-size", type=int, default=224 if gpu else 64, help="pixels (default: 224 GPU, 64 CPU)")
     parser.add_argument("--steps", type=int, default=60 if gpu else 12, help="steps per run, the first "
                         "logged window (warm-up, compilation) excluded from the rate (default: 60 GPU, 12 CPU)")
-    parser.add_argument("--batch-size", type=int, default=256 if gpu else 64, help="our per-worker batch "
-                        "(default: 256 GPU, 64 CPU); the recipe always uses 32")
-    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out of our settings")
+    parser.add_argument("--batch-size", default="auto", help="our per-worker batch, or auto: the largest of "
+                        f"{', '.join(map(str, PROBE_BATCHES))} that fits on the GPU, 64 on CPU (default: auto); "
+                        "the recipe always uses 32")
+    parser.add_argument("--workers", type=int, default=None, help="loader worker processes for the JPEG runs "
+                        "(default: the cores, at most 16)")
+    parser.add_argument("--data", type=Path, help="an ImageNet-layout folder for the JPEG runs (default: made now "
+                        "at ImageNet sizes, one epoch's worth, in a temporary folder)")
+    parser.add_argument("--skip-jpeg", action="store_true", help="synthetic runs only")
+    parser.add_argument("--no-compile", action="store_true", help="leave torch.compile / XLA out of our settings")
     args = parser.parse_args(argv)
+    try:
+        __import__("torch" if args.framework == "pytorch" else "tensorflow")
+    except ImportError:
+        venv = ".venv-torch" if args.framework == "pytorch" else ".venv-tf"
+        raise UsageError(f"--framework {args.framework}: not installed in this Python; run {venv}/bin/python -m "
+                         "devtools benchmark") from None
+    if args.batch_size != "auto" and not args.batch_size.isdigit():
+        raise UsageError(f"--batch-size {args.batch_size}: give a number of images or auto")
+    workers = args.workers or min(16, len(os.sched_getaffinity(0)))
     log_every = max(1, args.steps // 6)
-    common = ["--image-size", str(args.image_size), "--steps", str(args.steps), "--log-every", str(log_every),
-              "--workers", "0"]
+    common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every)]
+    if args.framework == "pytorch":
+        common += ["--dist", "ddp"]  # one worker without a launcher; DDP takes channels-last weights
+        recipe_flags, ours = ["--precision", "fp32", "--no-channels-last"], ["--precision", "bf16", "--channels-last"]
+        ours += [] if args.no_compile else ["--compile"]
+    else:
+        recipe_flags, ours = ["--precision", "fp32"], ["--precision", "bf16"]
+        ours += [] if args.no_compile or args.framework == "keras" else ["--xla"]  # Keras fit cannot XLA Horovod
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        recipe = _run("recipe", [*common, "--batch-size", "32", "--precision", "fp32", "--no-channels-last"], out)
-        ours = _run("ours", [*common, "--batch-size", str(args.batch_size), "--precision", "bf16", "--channels-last",
-                             *([] if args.no_compile else ["--compile"])], out)
-    device = torch.cuda.get_device_name() if gpu else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"\nResNet50 synthetic training, {args.image_size}x{args.image_size}, 1 worker, {device}")
-    print(f"  {'recipe (fp32, eager, batch 32)':<48} {recipe['img_per_sec']:>9.1f} +- {recipe['img_per_sec_ci95']:.1f} img/s")
-    label = f"ours (bf16, channels-last, {'eager' if args.no_compile else 'compile'}, batch {args.batch_size})"
-    print(f"  {label:<48} {ours['img_per_sec']:>9.1f} +- {ours['img_per_sec_ci95']:.1f} img/s")
-    print(f"  ratio ours / recipe: {ours['img_per_sec'] / recipe['img_per_sec']:.2f}x")
+        if args.batch_size == "auto":
+            batch = largest_batch([*common, "--data", "synthetic"], ours, out) if gpu else 64
+        else:
+            batch = int(args.batch_size)
+        steps = ["--steps", str(args.steps)]
+        settings = ", ".join(flag.lstrip("-") for flag in ours if flag != "--precision")
+        recipe = Run("recipe: synthetic, fp32, eager, batch 32",
+                     [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags])
+        synthetic = Run(f"ours: synthetic, {settings}, batch {batch}",
+                        [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours])
+        runs, loaders = [recipe, synthetic], {}
+        if not args.skip_jpeg:
+            data = args.data or jpeg_dataset((args.steps + 1) * batch, out / "jpeg", workers)
+            jpeg = [*common, *steps, "--data", str(data), "--batch-size", str(batch), "--workers", str(workers), *ours]
+            for loader in (("dali", "pil") if args.framework == "pytorch" else ("tf.data",)):
+                flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
+                runs.append(Run(f"ours: JPEG files, {loader} ({workers} workers)", flags))
+        for run in runs:
+            train(run, out, bool(gpu))
+        if not args.skip_jpeg and args.framework == "pytorch":
+            loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, max(4, args.steps // 2))
+                       for loader in ("dali", "pil")}
+    device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
+    print(f"\nResNet50 training, {args.framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
+    print("\n".join(_table(runs, loaders, recipe, synthetic)))
+    print(f"  ours / recipe (synthetic): {synthetic.rate / recipe.rate:.2f}x")
     return 0

@@ -6,6 +6,7 @@ framework happens here, so a bad value fails in a second, before any model is bu
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ TRAINING_LOOPS = ("pytorch", "tensorflow", "keras")  # --framework: Keras runs i
 DIST_BACKENDS = ("horovod", "ddp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "step")
+LOADERS = ("auto", "dali", "pil")
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
@@ -38,6 +40,9 @@ class TrainConfig:
     image_size: int = _opt(224, "training crop size in pixels")
     batch_size: int = _opt(32, "images per worker per step; the global batch is this x world size")
     workers: int = _opt(4, "data-loading processes per worker (folder data)")
+    loader: str = _opt("auto", "folder-data decoding and augmentation (pytorch): dali (NVIDIA DALI: on the GPU with "
+                               "nvJPEG, on CPU with its CPU backend), pil (torchvision in --workers processes); auto: "
+                               "dali on a GPU where DALI is installed, else pil. Both crop and order alike", LOADERS)
     max_bad_images: float = _opt(0.01, "fraction of unreadable images tolerated before training refuses to start")
     # Optimisation (Goyal et al. 2017)
     base_lr: float = _opt(0.1, "learning rate per 256 images; the peak LR is base_lr x global batch / 256")
@@ -95,15 +100,26 @@ class TrainConfig:
                              + ("use --compile" if self.framework == "pytorch" else
                                 "Keras fit would compile Horovod's allreduce into the step, which XLA cannot run")
                              + ")")
+        if self.loader == "dali" and self.framework != "pytorch":
+            raise UsageError(f"--loader dali applies to pytorch only ({self.framework} reads folders with tf.data)")
         if self.channels_last is True and self.framework != "pytorch":
             raise UsageError(f"--channels-last applies to pytorch only ({self.framework} is channels-last already)")
 
 
+def dali_installed() -> bool:
+    return importlib.util.find_spec("nvidia.dali") is not None  # found, not imported: this module stays light
+
+
 def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:
-    """`cfg` with the hardware-dependent defaults (precision auto, channels-last unset) decided for this device."""
+    """`cfg` with the hardware-dependent defaults (precision and loader auto, channels-last unset) decided for
+    this device."""
     precision = ("bf16" if gpu else "fp32") if cfg.precision == "auto" else cfg.precision
     channels_last = (gpu and cfg.framework == "pytorch") if cfg.channels_last is None else cfg.channels_last
-    return replace(cfg, precision=precision, channels_last=channels_last)
+    if cfg.loader == "auto":
+        loader = "dali" if gpu and cfg.framework == "pytorch" and dali_installed() else "pil"
+    else:
+        loader = cfg.loader
+    return replace(cfg, precision=precision, channels_last=channels_last, loader=loader)
 
 
 def _flag(name: str) -> str:

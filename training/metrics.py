@@ -82,3 +82,10 @@ def done_line(result: dict[str, Any], output_dir: str | Path) -> str:
             f"{result['world_size']} worker(s), final loss {result['final_loss']:.4f}"
             + (f", top-1 {result['top1']:.3f}" if result["top1"] is not None else "")
             + f"; outputs in {output_dir}")
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

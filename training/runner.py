@@ -88,6 +88,8 @@ class Loop(Protocol):
     def tensorboard(self, directory: Path) -> ScalarWriter: ...
     def export(self, out: Path) -> dict[str, str]:
         """Rank 0 only: the model files written (name -> path)."""
+    def peak_gpu_memory_mb(self) -> float | None:
+        """The most GPU memory this rank's framework held at once, or None on CPU."""
     def shutdown(self) -> None: ...
 
 
@@ -182,7 +184,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                              extra={"steps": step, "total_steps": the_plan.total_steps, "resumed_from_step": start_step,
                                     "distribution": loop.distribution, "device": loop.device,
                                     "global_batch": the_plan.global_batch, "precision": cfg.precision,
-                                    "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla})
+                                    "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
+                                    "data_path": data_path(cfg), **peak_memory(loop)})
     reporter.close()
     if rank0:
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
@@ -201,4 +204,20 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
 def speed_settings(cfg: TrainConfig) -> str:
     """The speed flags in effect, for the first progress line."""
     return ", ".join([cfg.precision, *(name for name, on in (("channels-last", cfg.channels_last),
-                                                             ("compile", cfg.compile), ("xla", cfg.xla)) if on)])
+                                                             ("compile", cfg.compile), ("xla", cfg.xla)) if on),
+                      f"data: {data_path(cfg)}"])
+
+
+def data_path(cfg: TrainConfig) -> str:
+    """What feeds the model: synthetic tensors, or the loader that decodes the folder's JPEG files."""
+    if cfg.data == "synthetic":
+        return "synthetic"
+    return cfg.loader if cfg.framework == "pytorch" else "tf.data"
+
+
+def peak_memory(loop: Loop) -> dict[str, Any]:
+    """This rank's peak memory for the summary: the framework's GPU figure, or the process's peak RSS on CPU."""
+    gpu = loop.peak_gpu_memory_mb()
+    if gpu is not None:
+        return {"peak_memory_mb": round(gpu, 1), "peak_memory_of": "gpu"}
+    return {"peak_memory_mb": round(metrics.peak_rss_mb(), 1), "peak_memory_of": "host process (RSS)"}

@@ -136,7 +136,8 @@ def _bad_jpegs(root, good, bad):
 
 @pytest.mark.parametrize("case", ["unknown-precision", "unknown-framework-value", "missing-dataset", "not-imagenet",
                                   "no-images", "unreadable-jpegs", "unwritable-output", "bad-config-file",
-                                  "ddp-with-keras", "unknown-config-key", "missing-resume-file"])
+                                  "ddp-with-keras", "dali-with-tensorflow", "unknown-config-key",
+                                  "missing-resume-file"])
 def test_bad_input_is_one_line_and_non_zero(case, tmp_path):
     out = ["--output-dir", str(tmp_path / "out")]
     args, words = {
@@ -153,6 +154,7 @@ def test_bad_input_is_one_line_and_non_zero(case, tmp_path):
         "bad-config-file": (["--config", str((tmp_path / "c.yaml").write_text("steps: [") and tmp_path / "c.yaml")],
                             "not valid YAML"),
         "ddp-with-keras": (["--framework", "keras", "--dist", "ddp", *out], "applies to pytorch only"),
+        "dali-with-tensorflow": (["--framework", "tensorflow", "--loader", "dali", *out], "reads folders with tf.data"),
         "unknown-config-key": (["--config", str((tmp_path / "k.yaml").write_text("stepz: 3") and tmp_path / "k.yaml")],
                                "unknown option 'stepz'"),
         "missing-resume-file": (["--resume", str(tmp_path / "x.pt"), "--data", "synthetic", "--image-size", "32",

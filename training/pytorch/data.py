@@ -1,11 +1,14 @@
 """PyTorch data: an ImageNet-layout folder with augmentation and a distributed sampler, or synthetic tensors.
 
-Augmentation is seeded per (seed, epoch, sample), not per worker process, so a run resumed in the middle
-of an epoch sees exactly the images and crops an uninterrupted run would have seen.
+Which image a rank reads at each step, its random-resized crop and its flip are decided here, per (seed,
+epoch, sample) and not per worker process, for both decoders (`--loader pil`: torchvision on CPU worker
+processes; `--loader dali`: NVIDIA DALI, training/pytorch/dali.py). So a run resumed in the middle of an epoch
+sees exactly the images and crops an uninterrupted run would have seen, and the two loaders crop alike.
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -16,30 +19,67 @@ from training.errors import UsageError
 from training.data.folder import MEAN, STD, scan, verify_images
 from training.runner import synthetic_steps_per_epoch
 
+# torchvision's RandomResizedCrop defaults (Szegedy et al. 2015), which NVIDIA's DALI recipe uses too
+CROP_AREA, CROP_RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+
+
+@dataclass(frozen=True)
+class Crop:
+    top: int
+    left: int
+    height: int
+    width: int
+    flip: bool
+
+
+def training_crop(image: Image.Image, seed: int, epoch: int, index: int) -> Crop:
+    """The random-resized crop and horizontal flip of sample `index` in `epoch`. `image` may be opened lazily
+    (only its header is read): torchvision draws the window from the image's size alone."""
+    from torchvision.transforms import RandomResizedCrop
+
+    torch.manual_seed(hash((seed, epoch, index)) & 0x7FFF_FFFF)
+    top, left, height, width = RandomResizedCrop.get_params(image, scale=CROP_AREA, ratio=CROP_RATIO)
+    return Crop(top, left, height, width, flip=bool(torch.rand(1) < 0.5))
+
+
+def first_readable(samples: list[tuple[Path, int]], index: int, use):
+    """`use(path, label)` of the sample at `index`, or of the next one whose file PIL can read (a bad file among
+    good ones: say so and go on; verify_images has refused a dataset with too many)."""
+    for offset in range(len(samples)):
+        path, label = samples[(index + offset) % len(samples)]
+        try:
+            return use(path, label)
+        except OSError as err:
+            print(f"warning: unreadable image {path}: {err}", file=sys.stderr)
+    raise RuntimeError("no readable image in the dataset")
+
 
 class FolderDataset(Dataset):
     def __init__(self, samples: list[tuple[Path, int]], image_size: int, train: bool, seed: int):
         from torchvision import transforms
 
-        self.samples, self.seed, self.epoch = samples, seed, 0
-        normalize = [transforms.ToTensor(), transforms.Normalize(MEAN, STD)]
-        self.transform = transforms.Compose(
-            [transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(), *normalize] if train else
-            [transforms.Resize(int(image_size * 256 / 224)), transforms.CenterCrop(image_size), *normalize])
+        self.samples, self.seed, self.epoch, self.image_size, self.train = samples, seed, 0, image_size, train
+        self.normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
+        self.evaluation = transforms.Compose([transforms.Resize(int(image_size * 256 / 224)),
+                                              transforms.CenterCrop(image_size)])
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def __getitem__(self, index: int):
-        torch.manual_seed(hash((self.seed, self.epoch, index)) & 0x7FFF_FFFF)
-        for offset in range(len(self.samples)):
-            path, label = self.samples[(index + offset) % len(self.samples)]
-            try:
-                with Image.open(path) as image:
-                    return self.transform(image.convert("RGB")), label
-            except OSError as err:  # a bad file among good ones: use the next, say so
-                print(f"warning: unreadable image {path}: {err}", file=sys.stderr)
-        raise RuntimeError("no readable image in the dataset")
+        return first_readable(self.samples, index, lambda path, label: (self._transformed(path, index), label))
+
+    def _transformed(self, path: Path, index: int) -> torch.Tensor:
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as F
+
+        with Image.open(path) as image:
+            if not self.train:
+                return self.normalize(self.evaluation(image.convert("RGB")))
+            crop = training_crop(image, self.seed, self.epoch, index)
+            cropped = F.resized_crop(image.convert("RGB"), crop.top, crop.left, crop.height, crop.width,
+                                     [self.image_size, self.image_size], InterpolationMode.BILINEAR, antialias=True)
+            return self.normalize(F.hflip(cropped) if crop.flip else cropped)
 
 
 class ResumableSampler(DistributedSampler):
@@ -58,24 +98,49 @@ class ResumableSampler(DistributedSampler):
         return super().__len__() - self.start_batch * self.batch_size
 
 
+def training_sampler(count: int, cfg, rank: int, size: int) -> ResumableSampler:
+    """The order in which this rank reads the training samples, epoch by epoch: a shuffled, disjoint shard
+    per rank (DistributedSampler seeded by --seed and the epoch), whole batches only."""
+    return ResumableSampler(range(count), num_replicas=size, rank=rank, shuffle=True, seed=cfg.seed,
+                            drop_last=True, batch_size=cfg.batch_size)
+
+
+class PilBatches:
+    """Training batches decoded and augmented by PIL/torchvision in `--workers` processes."""
+
+    def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, pin_memory: bool):
+        self.dataset = FolderDataset(samples, cfg.image_size, train=True, seed=cfg.seed)
+        self.sampler = training_sampler(len(samples), cfg, rank, size)
+        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=self.sampler,
+                                 num_workers=cfg.workers, pin_memory=pin_memory, drop_last=True,
+                                 persistent_workers=False)  # workers re-fork per epoch and see dataset.epoch
+
+    def epoch_batches(self, epoch: int, start_batch: int):
+        self.sampler.set_epoch(epoch)
+        self.dataset.epoch = epoch
+        self.sampler.start_batch = start_batch
+        return iter(self.loader)
+
+
 class FolderData:
-    def __init__(self, root: Path, cfg, rank: int, size: int, pin_memory: bool):
+    def __init__(self, root: Path, cfg, rank: int, size: int, device: torch.device):
         if not root.is_dir():
             raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder or 'synthetic')")
         classes, samples = scan(root, "train")
         if len(classes) > cfg.num_classes:
             raise UsageError(f"--data {root}: {len(classes)} classes, more than --num-classes {cfg.num_classes}")
         verify_images(samples, cfg.max_bad_images, cfg.seed)
-        self.dataset = FolderDataset(samples, cfg.image_size, train=True, seed=cfg.seed)
-        self.sampler = ResumableSampler(self.dataset, num_replicas=size, rank=rank, shuffle=True, seed=cfg.seed,
-                                        drop_last=True, batch_size=cfg.batch_size)
-        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=self.sampler,
-                                 num_workers=cfg.workers, pin_memory=pin_memory, drop_last=True,
-                                 persistent_workers=False)  # workers re-fork per epoch and see dataset.epoch
-        self.steps_per_epoch = len(self.dataset) // size // cfg.batch_size
+        self.steps_per_epoch = len(samples) // size // cfg.batch_size
         if self.steps_per_epoch == 0:
-            raise UsageError(f"--data {root}: {len(self.dataset)} images are fewer than one global batch "
+            raise UsageError(f"--data {root}: {len(samples)} images are fewer than one global batch "
                              f"({cfg.batch_size} x {size} workers); lower --batch-size")
+        if cfg.loader == "dali":
+            from training.pytorch.dali import DaliBatches
+
+            self.train = DaliBatches(samples, cfg, rank, size, device)
+        else:
+            self.train = PilBatches(samples, cfg, rank, size, pin_memory=device.type == "cuda")
+        # Evaluation runs once per epoch over a small split: PIL for both loaders.
         self.val = None
         if (root / "val").is_dir():
             _, val_samples = scan(root, "val")
@@ -84,10 +149,7 @@ class FolderData:
             self.val = DataLoader(val_set, batch_size=cfg.batch_size, sampler=val_sampler, num_workers=cfg.workers)
 
     def epoch_batches(self, epoch: int, start_batch: int):
-        self.sampler.set_epoch(epoch)
-        self.dataset.epoch = epoch
-        self.sampler.start_batch = start_batch
-        return iter(self.loader)
+        return self.train.epoch_batches(epoch, start_batch)
 
 
 class SyntheticData:

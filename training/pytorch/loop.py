@@ -68,7 +68,7 @@ class TorchLoop:
             torch.set_num_threads(max(1, usable_cores() // self.dist.local_size))
         global_batch = cfg.batch_size * self.size
         self.data = (SyntheticData(cfg, global_batch, self.torch_device, self.rank) if cfg.data == "synthetic"
-                     else FolderData(Path(cfg.data), cfg, self.rank, self.size, pin_memory=cuda))
+                     else FolderData(Path(cfg.data), cfg, self.rank, self.size, self.torch_device))
         self.steps_per_epoch = self.data.steps_per_epoch
         model = _build_model(cfg, self.torch_device)
         # The LR is set before every step (runner); this one is only the constructor's placeholder.
@@ -154,6 +154,9 @@ class TorchLoop:
         from training.pytorch.export import export_checked
 
         return {"onnx": str(export_checked(self.module, out, self.cfg.image_size, self.torch_device))}
+
+    def peak_gpu_memory_mb(self) -> float | None:
+        return torch.cuda.max_memory_allocated(self.torch_device) / 2**20 if self.device == "gpu" else None
 
     def shutdown(self) -> None:
         self.dist.shutdown()

@@ -242,6 +242,11 @@ class TfLoop:
 
         return export_checked(self.tf, self.model, out, self.cfg.image_size)
 
+    def peak_gpu_memory_mb(self) -> float | None:
+        if self.device != "gpu":
+            return None
+        return self.tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20  # bytes, since TF 2.5
+
     def shutdown(self) -> None:
         pass  # Horovod shuts down at exit; Keras callbacks may still hold collectives until then
 

@@ -1,0 +1,91 @@
+"""`--loader dali` against `--loader pil` on CPU (DALI's CPU backend): the same images in the same order, the same
+crop windows and flips, the same normalisation; resumable mid-epoch; and a training run through it."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.config import TrainConfig, resolve_for_device
+from training.errors import UsageError
+from training.pytorch import dali
+from training.pytorch.data import FolderData
+
+from tests.train_pytorch.conftest import TINY, TORCH, training
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """Real JPEG files at ImageNet's sizes and aspect ratios (400-500 x 350-500 px), so crops differ per image."""
+    root = tmp_path_factory.mktemp("photos")
+    TORCH.devtools("synth-data", "--out", root, "--classes", "4", "--per-class", "10", "--val-per-class", "0",
+                   "--imagenet-sizes")
+    return root
+
+
+def folder(root: Path, loader: str, rank: int = 1, size: int = 2) -> FolderData:
+    cfg = resolve_for_device(TrainConfig(data=str(root), image_size=64, batch_size=4, workers=1, num_classes=4,
+                                         loader=loader), gpu=False)
+    return FolderData(root, cfg, rank, size, torch.device("cpu"))
+
+
+def epoch(data: FolderData, number: int, start_batch: int = 0) -> tuple[torch.Tensor, list[int]]:
+    batches = list(data.epoch_batches(number, start_batch))
+    return torch.cat([images for images, _ in batches]), [label for _, labels in batches for label in labels.tolist()]
+
+
+def test_dali_feeds_a_rank_what_pil_feeds_it(photos):
+    pil_images, pil_labels = epoch(folder(photos, "pil"), 1)
+    dali_images, dali_labels = epoch(folder(photos, "dali"), 1)
+    assert dali_labels == pil_labels and len(pil_labels) == 20  # 40 images, 2 ranks, whole batches of 4
+    assert dali_images.shape == pil_images.shape == (20, 3, 64, 64) and dali_images.dtype == torch.float32
+    # Same window, flip and normalisation: only the two JPEG decoders' and resizers' rounding differ (measured:
+    # mean |difference| 0.004, i.e. a third of one 8-bit level after normalisation).
+    difference = (dali_images - pil_images).abs()
+    assert difference.mean() < 0.02 and difference.max() < 0.5
+    assert torch.allclose(dali_images.mean((0, 2, 3)), pil_images.mean((0, 2, 3)), atol=0.01)
+    assert torch.allclose(dali_images.std((0, 2, 3)), pil_images.std((0, 2, 3)), atol=0.01)
+    # a mirrored window would differ by far more than rounding: each image matches itself, not its mirror
+    mirrored = (dali_images.flip(-1) - pil_images).abs().mean((1, 2, 3))
+    assert (difference.mean((1, 2, 3)) < mirrored).all()
+
+
+def test_a_resumed_dali_loader_sees_what_an_uninterrupted_one_sees(photos):
+    uninterrupted = folder(photos, "dali")
+    first, _ = epoch(uninterrupted, 0)
+    pipeline = uninterrupted.train._iterator
+    second, second_labels = epoch(uninterrupted, 1)
+    assert uninterrupted.train._iterator is pipeline  # one pipeline runs on into the next epoch
+    resumed_images, resumed_labels = epoch(folder(photos, "dali"), 1, start_batch=2)
+    assert resumed_labels == second_labels[8:]
+    assert torch.equal(resumed_images, second[8:])
+    assert not torch.equal(first, second)  # a new epoch: a new order and new windows
+
+
+def test_ranks_read_disjoint_shards(photos):
+    shards = [dali.SampleSource(folder(photos, "pil").train.dataset.samples, TrainConfig(batch_size=4), rank, 2, 0, 0)
+              for rank in (0, 1)]
+    picked = [{shard.position(k)[1] for k in range(shard.per_epoch)} for shard in shards]
+    assert len(picked[0]) == len(picked[1]) == 20 and not picked[0] & picked[1]
+
+
+def test_the_loader_defaults_to_dali_on_a_gpu_and_pil_on_cpu():
+    assert resolve_for_device(TrainConfig(), gpu=True).loader == "dali"
+    assert resolve_for_device(TrainConfig(), gpu=False).loader == "pil"
+    assert resolve_for_device(TrainConfig(loader="dali"), gpu=False).loader == "dali"
+
+
+def test_without_dali_installed_the_loader_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(dali, "dali_installed", lambda: False)
+    with pytest.raises(UsageError, match="--loader dali: NVIDIA DALI is not installed.*or use --loader pil"):
+        dali.require_installed()
+
+
+def test_training_through_dali_on_cpu(photos, tmp_path):
+    out = tmp_path / "out"
+    result = training("train", "--data", photos, "--num-classes", "4", "--loader", "dali", "--steps", "4",
+                      *TINY, "--output-dir", out)
+    assert "data: dali" in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["data_path"] == "dali"
+    assert summary["peak_memory_of"] == "host process (RSS)" and summary["peak_memory_mb"] > 100
