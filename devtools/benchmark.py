@@ -3,7 +3,8 @@ our settings on real JPEG files through each data path, side by side in one invo
 
 Every training figure comes from `python -m training train` (the real training loop, one worker):
   recipe          synthetic, fp32, eager (no compile / XLA), batch 32 (horovod/examples/*_synthetic_benchmark.py)
-  ours            synthetic, bf16, channels-last and torch.compile (pytorch) or XLA (tensorflow), a large batch
+  ours            synthetic, the trainer's defaults for the device (on a GPU: bf16, and channels-last for
+                  pytorch) with torch.compile (pytorch) or XLA (tensorflow), the largest batch that fits
   ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` and `--loader pil` (pytorch),
                   tf.data (tensorflow, keras)
 and for pytorch the data paths alone (no model: how many images per second each loader can deliver), which
@@ -40,7 +41,8 @@ PROBE_BATCHES = (256, 384, 512, 768, 1024)  # --batch-size auto on a GPU: the la
 
 @dataclass
 class Run:
-    label: str
+    name: str  # its output folder
+    label: str  # "{settings}" is replaced by the settings the trainer used, from its summary
     flags: list[str]
     summary: dict = field(default_factory=dict)
     gpu_utilisation: float | None = None
@@ -48,6 +50,12 @@ class Run:
     @property
     def rate(self) -> float:
         return self.summary["img_per_sec"]
+
+    @property
+    def title(self) -> str:
+        s = self.summary
+        used = [s["precision"], *(name for name in ("channels_last", "compile", "xla") if s.get(name))]
+        return self.label.replace("{settings}", ", ".join(used).replace("_", "-"))
 
 
 def gpu_name() -> str | None:
@@ -91,7 +99,7 @@ class UtilisationSampler:
 
 def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "training", "train", "--no-export", "--checkpoint-every", "1000000",
-               "--output-dir", str(out / run.label.replace(" ", "-")), *run.flags]
+               "--output-dir", str(out / run.name), *run.flags]
     print(f"benchmark: {run.label}: {' '.join(command[3:])}", flush=True)
     with UtilisationSampler(gpu) as sampler:
         result = subprocess.run(command, capture_output=True, text=True)
@@ -99,7 +107,7 @@ def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.Comp
         if not check:
             return result
         raise SystemExit(f"error: benchmark run {run.label!r} failed:\n{result.stderr[-2000:]}")
-    run.summary = json.loads((out / run.label.replace(" ", "-") / "summary.json").read_text())
+    run.summary = json.loads((out / run.name / "summary.json").read_text())
     run.gpu_utilisation = sampler.mean()
     return result
 
@@ -108,7 +116,7 @@ def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
     """The largest of PROBE_BATCHES that trains a few eager steps without running out of GPU memory."""
     fits = None
     for batch in PROBE_BATCHES:
-        probe = Run(f"probe batch {batch}", [*common, "--steps", "3", "--log-every", "1", "--batch-size", str(batch),
+        probe = Run(f"probe-{batch}", f"probe batch {batch}", [*common, "--steps", "3", "--log-every", "1", "--batch-size", str(batch),
                                              *[flag for flag in ours if flag not in ("--compile", "--xla")]])
         result = train(probe, out, gpu=False, check=False)
         if result.returncode != 0:
@@ -177,7 +185,7 @@ def _table(runs: list[Run], loaders: dict[str, float], baseline: Run, synthetic:
         s = run.summary
         memory = f"{s['peak_memory_mb'] / 1024:.1f} GiB {'GPU' if s['peak_memory_of'] == 'gpu' else 'RSS'}"
         util = "n/a" if run.gpu_utilisation is None else f"{run.gpu_utilisation:.0f}%"
-        lines.append(f"  {run.label:<58} {run.rate:>9.1f} {'+-' + format(s['img_per_sec_ci95'], '.1f'):>8} "
+        lines.append(f"  {run.title:<58} {run.rate:>9.1f} {'+-' + format(s['img_per_sec_ci95'], '.1f'):>8} "
                      f"{memory:>16} {util:>9} {run.rate / baseline.rate:>8.2f}x {run.rate / synthetic.rate:>11.2f}x")
     for loader, rate in loaders.items():
         lines.append(f"  {loader + ' data path alone (no model)':<58} {rate:>9.1f} {'':>8} {'':>16} {'':>9} "
@@ -215,13 +223,13 @@ def main(argv: list[str]) -> int:
     workers = args.workers or min(16, len(os.sched_getaffinity(0)))
     log_every = max(1, args.steps // 6)
     common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every)]
+    # ours: the trainer's own defaults for the device, plus graph compilation
     if args.framework == "pytorch":
         common += ["--dist", "ddp"]  # one worker without a launcher; DDP takes channels-last weights
-        recipe_flags, ours = ["--precision", "fp32", "--no-channels-last"], ["--precision", "bf16", "--channels-last"]
-        ours += [] if args.no_compile else ["--compile"]
+        recipe_flags, ours = ["--precision", "fp32", "--no-channels-last"], [] if args.no_compile else ["--compile"]
     else:
-        recipe_flags, ours = ["--precision", "fp32"], ["--precision", "bf16"]
-        ours += [] if args.no_compile or args.framework == "keras" else ["--xla"]  # Keras fit cannot XLA Horovod
+        recipe_flags = ["--precision", "fp32"]
+        ours = [] if args.no_compile or args.framework == "keras" else ["--xla"]  # Keras fit cannot XLA Horovod
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if args.batch_size == "auto":
@@ -229,10 +237,9 @@ def main(argv: list[str]) -> int:
         else:
             batch = int(args.batch_size)
         steps = ["--steps", str(args.steps)]
-        settings = ", ".join(flag.lstrip("-") for flag in ours if flag != "--precision")
-        recipe = Run("recipe: synthetic, fp32, eager, batch 32",
+        recipe = Run("recipe", "recipe: synthetic, fp32, eager, batch 32",
                      [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags])
-        synthetic = Run(f"ours: synthetic, {settings}, batch {batch}",
+        synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
                         [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours])
         runs, loaders = [recipe, synthetic], {}
         if not args.skip_jpeg:
@@ -240,7 +247,7 @@ def main(argv: list[str]) -> int:
             jpeg = [*common, *steps, "--data", str(data), "--batch-size", str(batch), "--workers", str(workers), *ours]
             for loader in (("dali", "pil") if args.framework == "pytorch" else ("tf.data",)):
                 flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
-                runs.append(Run(f"ours: JPEG files, {loader} ({workers} workers)", flags))
+                runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags))
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":

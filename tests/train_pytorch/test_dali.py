@@ -89,3 +89,16 @@ def test_training_through_dali_on_cpu(photos, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["data_path"] == "dali"
     assert summary["peak_memory_of"] == "host process (RSS)" and summary["peak_memory_mb"] > 100
+
+
+def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
+    result = TORCH.devtools("benchmark", "--image-size", "32", "--steps", "4", "--batch-size", "4", "--workers", "1",
+                            "--no-compile", timeout=600)
+    table = result.stdout.split("ResNet50 training, pytorch, 32x32, 1 worker, CPU")[1].splitlines()
+    rows = {line.split("  ")[1].strip(): line for line in table[2:] if line.startswith("  ") and "  " in line[2:]}
+    assert set(rows) >= {"recipe: synthetic, fp32, eager, batch 32", "ours: synthetic, fp32, batch 4",
+                         "ours: JPEG files, dali (1 workers)", "ours: JPEG files, pil (1 workers)",
+                         "dali data path alone (no model)", "pil data path alone (no model)"}, table
+    assert "1.00x" in rows["recipe: synthetic, fp32, eager, batch 32"]
+    assert "GiB RSS" in rows["ours: JPEG files, dali (1 workers)"]
+    assert "ours / recipe (synthetic):" in result.stdout
