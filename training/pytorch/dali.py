@@ -94,7 +94,7 @@ def build_pipeline(source: SampleSource, cfg, device: torch.device, channels_las
         images = fn.crop_mirror_normalize(images, mirror=flip, dtype=types.FLOAT,
                                           mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
                                           output_layout="HWC" if channels_last else "CHW")
-        return images, labels
+        return images, labels.gpu() if gpu else labels  # on the device already: no copy in the training step
 
     pipeline = training_pipeline()
     pipeline.build()
