@@ -2,7 +2,8 @@
 our settings on real JPEG files through each data path, side by side in one invocation, with ratios.
 
 Every training figure comes from `python -m training train` (the real training loop, one worker):
-  recipe          synthetic, fp32, eager (no compile / XLA), batch 32 (horovod/examples/*_synthetic_benchmark.py)
+  recipe          synthetic, fp32, batch 32, eager (pytorch) or without XLA (tensorflow, keras), as
+                  horovod/examples/*/*_synthetic_benchmark.py run
   ours            synthetic, the trainer's defaults for the device (on a GPU: bf16, and channels-last for
                   pytorch) with torch.compile (pytorch) or XLA (tensorflow), the largest batch that fits
   ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` and `--loader pil` (pytorch),
@@ -100,7 +101,7 @@ class UtilisationSampler:
 def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "training", "train", "--no-export", "--checkpoint-every", "1000000",
                "--output-dir", str(out / run.name), *run.flags]
-    print(f"benchmark: {run.label}: {' '.join(command[3:])}", flush=True)
+    print(f"benchmark: {run.label.replace('{settings}', 'defaults')}: {' '.join(command[3:])}", flush=True)
     with UtilisationSampler(gpu) as sampler:
         result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
@@ -237,7 +238,8 @@ def main(argv: list[str]) -> int:
         else:
             batch = int(args.batch_size)
         steps = ["--steps", str(args.steps)]
-        recipe = Run("recipe", "recipe: synthetic, fp32, eager, batch 32",
+        compiled = "eager" if args.framework == "pytorch" else "no XLA"  # Horovod's TF recipe runs a tf.function
+        recipe = Run("recipe", f"recipe: synthetic, fp32, {compiled}, batch 32",
                      [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags])
         synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
                         [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours])

@@ -107,7 +107,12 @@ class TrainConfig:
 
 
 def dali_installed() -> bool:
-    return importlib.util.find_spec("nvidia.dali") is not None  # found, not imported: this module stays light
+    # Found, not imported: this module stays light. find_spec imports the parent package, and raises rather than
+    # answering None when no `nvidia` package exists at all.
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:

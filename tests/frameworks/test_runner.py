@@ -2,7 +2,7 @@
 import pytest
 
 from training import runner
-from training.config import parse_args, resolve_for_device
+from training.config import dali_installed, parse_args, resolve_for_device
 
 
 def cfg(*flags):
@@ -40,6 +40,12 @@ def test_stop_at_step_ends_early_on_the_full_runs_schedule():
 def test_the_defaults_fit_the_hardware(framework, gpu, precision, channels_last):
     resolved = resolve_for_device(cfg("--framework", framework), gpu)
     assert (resolved.precision, resolved.channels_last) == (precision, channels_last)
+
+
+def test_without_dali_a_gpu_reads_jpegs_with_pil():
+    # This venv has no `nvidia` package at all: the probe must answer False, not raise.
+    assert not dali_installed()
+    assert resolve_for_device(cfg(), gpu=True).loader == "pil"
 
 
 def test_explicit_speed_flags_win_over_the_hardware_defaults():

@@ -102,3 +102,16 @@ def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
     assert "1.00x" in rows["recipe: synthetic, fp32, eager, batch 32"]
     assert "GiB RSS" in rows["ours: JPEG files, dali (1 workers)"]
     assert "ours / recipe (synthetic):" in result.stdout
+
+
+def test_synth_data_makes_photos_at_imagenet_sizes(photos):
+    from PIL import Image
+
+    from devtools.synth_data import IMAGENET_HEIGHTS, IMAGENET_WIDTHS
+
+    files = sorted(photos.rglob("*.JPEG"))
+    sizes = [Image.open(path).size for path in files]
+    assert len(files) == 40 and len(set(sizes)) > 10
+    assert all(IMAGENET_WIDTHS[0] <= w <= IMAGENET_WIDTHS[1] and IMAGENET_HEIGHTS[0] <= h <= IMAGENET_HEIGHTS[1]
+               for w, h in sizes)
+    assert 80_000 < sum(path.stat().st_size for path in files) / len(files) < 140_000  # ImageNet's ~110 KB

@@ -44,7 +44,9 @@ class SampleSource:
     started) -> (JPEG bytes, label, crop anchor (x, y), crop shape (w, h), flip). Runs in spawned workers."""
 
     def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, epoch: int, start_batch: int):
-        self.samples, self.seed = samples, cfg.seed
+        # Each worker gets a pickled copy of the whole list (every epoch reshuffles over all of it): strings
+        # pickle at a fraction of Path objects' size and time.
+        self.samples, self.seed = [(str(path), label) for path, label in samples], cfg.seed
         self.sampler = training_sampler(len(samples), cfg, rank, size)
         self.per_epoch = len(self.sampler)  # whole batches only
         self.first = epoch * self.per_epoch + start_batch * cfg.batch_size
@@ -61,12 +63,12 @@ class SampleSource:
     def __call__(self, info):
         epoch, index = self.position(info.idx_in_epoch)  # the source never ends an epoch: one running count
 
-        def read(path: Path, label: int):
+        def read(path: str, label: int):
             from PIL import Image
 
             with Image.open(path) as header:  # the header only: the window needs the image's size
                 crop = training_crop(header, self.seed, epoch, index)
-            return (np.frombuffer(path.read_bytes(), dtype=np.uint8), np.array(label, dtype=np.int64),
+            return (np.fromfile(path, dtype=np.uint8), np.array(label, dtype=np.int64),
                     np.array([crop.left, crop.top], dtype=np.float32),
                     np.array([crop.width, crop.height], dtype=np.float32), np.array(crop.flip, dtype=np.int32))
 

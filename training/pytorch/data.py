@@ -42,7 +42,7 @@ def training_crop(image: Image.Image, seed: int, epoch: int, index: int) -> Crop
     return Crop(top, left, height, width, flip=bool(torch.rand(1) < 0.5))
 
 
-def first_readable(samples: list[tuple[Path, int]], index: int, use):
+def first_readable(samples: list[tuple[Path | str, int]], index: int, use):
     """`use(path, label)` of the sample at `index`, or of the next one whose file PIL can read (a bad file among
     good ones: say so and go on; verify_images has refused a dataset with too many)."""
     for offset in range(len(samples)):
