@@ -37,7 +37,9 @@ def training_crop(image: Image.Image, seed: int, epoch: int, index: int) -> Crop
     (only its header is read): torchvision draws the window from the image's size alone."""
     from torchvision.transforms import RandomResizedCrop
 
-    torch.manual_seed(hash((seed, epoch, index)) & 0x7FFF_FFFF)
+    # The CPU generator alone, which is all get_params draws from: torch.manual_seed would also seed every
+    # device's generator, 200 us a sample (measured), a third of the DALI source's time per sample.
+    torch.default_generator.manual_seed(hash((seed, epoch, index)) & 0x7FFF_FFFF)
     top, left, height, width = RandomResizedCrop.get_params(image, scale=CROP_AREA, ratio=CROP_RATIO)
     return Crop(top, left, height, width, flip=bool(torch.rand(1) < 0.5))
 
