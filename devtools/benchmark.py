@@ -212,7 +212,13 @@ def main(argv: list[str]) -> int:
                         "at ImageNet sizes, one epoch's worth, in a temporary folder)")
     parser.add_argument("--skip-jpeg", action="store_true", help="synthetic runs only")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile / XLA out of our settings")
+    parser.add_argument("--dist", choices=("horovod", "ddp"), default="horovod", help="pytorch's distribution, "
+                        "one process without a launcher (default: horovod, as the cluster's job runs; under Horovod "
+                        "the weights stay NCHW and only activations go channels-last, DDP takes channels-last "
+                        "weights)")
     args = parser.parse_args(argv)
+    if args.dist == "ddp" and args.framework != "pytorch":
+        raise UsageError(f"--dist ddp applies to pytorch only; {args.framework} runs Horovod")
     try:
         __import__("torch" if args.framework == "pytorch" else "tensorflow")
     except ImportError:
@@ -226,7 +232,7 @@ def main(argv: list[str]) -> int:
     common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every)]
     # ours: the trainer's own defaults for the device, plus graph compilation
     if args.framework == "pytorch":
-        common += ["--dist", "ddp"]  # one worker without a launcher; DDP takes channels-last weights
+        common += ["--dist", args.dist]
         recipe_flags, ours = ["--precision", "fp32", "--no-channels-last"], [] if args.no_compile else ["--compile"]
     else:
         recipe_flags = ["--precision", "fp32"]
@@ -258,7 +264,8 @@ def main(argv: list[str]) -> int:
             loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, max(4, args.steps // 2))
                        for loader in ("dali", "pil")}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
-    print(f"\nResNet50 training, {args.framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
+    framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework
+    print(f"\nResNet50 training, {framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
     print("\n".join(_table(runs, loaders, recipe, synthetic)))
     print(f"  ours / recipe (synthetic): {synthetic.rate / recipe.rate:.2f}x")
     return 0

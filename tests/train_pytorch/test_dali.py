@@ -94,7 +94,8 @@ def test_training_through_dali_on_cpu(photos, tmp_path):
 def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
     result = TORCH.devtools("benchmark", "--image-size", "32", "--steps", "4", "--batch-size", "4", "--workers", "1",
                             "--no-compile", timeout=600)
-    table = result.stdout.split("ResNet50 training, pytorch, 32x32, 1 worker, CPU")[1].splitlines()
+    # one process of Horovod without a launcher, as the cluster's job trains
+    table = result.stdout.split("ResNet50 training, pytorch (horovod), 32x32, 1 worker, CPU")[1].splitlines()
     rows = {line.split("  ")[1].strip(): line for line in table[2:] if line.startswith("  ") and "  " in line[2:]}
     assert set(rows) >= {"recipe: synthetic, fp32, eager, batch 32", "ours: synthetic, fp32, batch 4",
                          "ours: JPEG files, dali (1 workers)", "ours: JPEG files, pil (1 workers)",
@@ -102,6 +103,13 @@ def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
     assert "1.00x" in rows["recipe: synthetic, fp32, eager, batch 32"]
     assert "GiB RSS" in rows["ours: JPEG files, dali (1 workers)"]
     assert "ours / recipe (synthetic):" in result.stdout
+
+
+def test_the_benchmark_refuses_ddp_for_tensorflow_in_one_line():
+    from devtools.benchmark import main
+
+    with pytest.raises(UsageError, match="--dist ddp applies to pytorch only; tensorflow runs Horovod"):
+        main(["--framework", "tensorflow", "--dist", "ddp"])
 
 
 def test_synth_data_makes_photos_at_imagenet_sizes(photos):
