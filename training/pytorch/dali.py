@@ -107,10 +107,11 @@ class DaliBatches:
     """Training batches from one DALI pipeline that runs on across epochs; a resume (or any call that does not
     continue where the last epoch ended) builds a new one starting at that epoch and batch."""
 
-    def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, device: torch.device):
+    def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, device: torch.device,
+                 steps_per_epoch: int):
         require_installed()
         self.samples, self.cfg, self.rank, self.size, self.device = samples, cfg, rank, size, device
-        self.steps_per_epoch = len(samples) // size // cfg.batch_size
+        self.steps_per_epoch = steps_per_epoch  # FolderData's: whole global batches
         self._iterator, self._next = None, None  # the pipeline's iterator and the (epoch, batch) it yields next
 
     def _start(self, epoch: int, start_batch: int) -> None:

@@ -139,7 +139,7 @@ class FolderData:
         if cfg.loader == "dali":
             from training.pytorch.dali import DaliBatches
 
-            self.train = DaliBatches(samples, cfg, rank, size, device)
+            self.train = DaliBatches(samples, cfg, rank, size, device, self.steps_per_epoch)
         else:
             self.train = PilBatches(samples, cfg, rank, size, pin_memory=device.type == "cuda")
         # Evaluation runs once per epoch over a small split: PIL for both loaders.
