@@ -1,6 +1,8 @@
 """Evaluate the Pulumi program without Azure and without the Pulumi CLI, using Pulumi's own mocks.
 
-`evaluate(config)` runs `infra.environment.deploy` under `pulumi.runtime.set_mocks` and returns every
+`evaluate_program(stack, engine_config)` runs __main__.py as the language host does, with the config the
+Pulumi CLI would give it; `evaluate(config)` runs the program's body for a given StackConfig. Both run under
+`pulumi.runtime.set_mocks` and return every
 resource it declared (type, name, parent, inputs), every provider function it invoked, and its stack
 outputs resolved. `plan` prints that; the tests assert on it. The mocks echo inputs and add what Azure
 would compute (ids, names, endpoints): they stand in for the engine, not for our code.
@@ -9,6 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
+import os
+import runpy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,7 +24,9 @@ from pulumi.runtime import mocks, settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from infra import REPO_ROOT
 from infra.core.config import PROJECT, StackConfig
+from infra.core.engine_config import EngineConfig
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 MOCK_SAS_SIGNATURE = "sig=MOCK"
@@ -197,24 +205,59 @@ def _plain(value: Any) -> Any:
 
 
 def evaluate(config: StackConfig, now: datetime | None = None) -> Evaluation:
-    """Run the program for `config` under mocks; nothing leaves this process."""
+    """Run the program's body, `deploy(config)`, under mocks; nothing leaves this process. For a config that no
+    stack file holds (tests vary one); `plan` and the conformance tests run __main__.py with `evaluate_program`."""
     from infra.components.environment import deploy
 
+    return _evaluate(config.stack, lambda: deploy(config, now), lambda: config)
+
+
+def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
+    """Run __main__.py as Pulumi's Python language host runs it, with `engine` (what the CLI computed from the
+    stack file, infra/core/engine_config.py) as its config: the host puts the map in PULUMI_CONFIG and the secret
+    keys in PULUMI_CONFIG_SECRET_KEYS, its exec script hands both to `set_all_config` and runs the program with
+    runpy (pulumi/pulumi sdk/python/cmd/pulumi-language-python/main.go and pulumi-language-python-exec).
+    A config the program refuses raises the program's `pulumi.RunError`."""
+    from infra.core import config as stack_config
+
+    def program():
+        runpy.run_path(str(REPO_ROOT / "__main__.py"), run_name="__main__")
+
+    wire = {"PULUMI_CONFIG": json.dumps(engine.values),
+            "PULUMI_CONFIG_SECRET_KEYS": json.dumps(sorted(engine.secret_keys))}
+    saved = {name: os.environ.get(name) for name in wire}
+    os.environ.update(wire)
+    try:
+        pulumi.runtime.set_all_config(pulumi.runtime.get_config_env(), pulumi.runtime.get_config_secret_keys_env())
+        return _evaluate(stack, program, stack_config.from_pulumi)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        pulumi.runtime.set_all_config({}, [])
+
+
+def _evaluate(stack: str, program: Callable[[], Any], config_of: Callable[[], StackConfig]) -> Evaluation:
     azure_mocks = AzureMocks()
     monitor = RecordingMonitor(azure_mocks)
-    mocks.set_mocks(azure_mocks, project=PROJECT, stack=config.stack, preview=False, monitor=monitor)
+    settings.ROOT.set(None)  # a fresh root stack per evaluation: it collects this program's exports
+    mocks.set_mocks(azure_mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
     settings.SETTINGS.rpc_manager.clear()
     settings.SETTINGS.outputs.clear()
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
+    evaluated: list[StackConfig] = []
 
-    async def program():
-        environment = deploy(config, now)
-        for key, value in environment.outputs.items():
+    async def run():
+        program()
+        evaluated.append(config_of())
+        for key, value in settings.get_root_resource().outputs.items():
             output = pulumi.Output.from_input(value)
             resolved[key] = await output.future(with_unknowns=True)
             if await output.is_secret():
                 secret.add(key)
 
-    _sync_await(run_pulumi_func(program))
-    return Evaluation(config, monitor.declared, azure_mocks.invocations, resolved, secret)
+    _sync_await(run_pulumi_func(run))
+    return Evaluation(evaluated[0], monitor.declared, azure_mocks.invocations, resolved, secret)

@@ -1,9 +1,11 @@
 """Typed, validated stack configuration.
 
 Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
-`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. The same `parse` serves
-the real program (values from `pulumi.Config`, all strings) and the offline `plan` (values read from
-`Pulumi.<stack>.yaml`, YAML-typed), so both refuse exactly the same configs.
+`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. The same `parse` serves the
+real program (`from_pulumi`: the values the engine hands over) and the offline `plan` and job verbs
+(`from_stack_file`: the same values, computed from the stack file by the engine's own merge in
+engine_config.py), so both see every default merged in, every value as a string, and refuse exactly the same
+configs.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from typing import Any
 import yaml
 
 from infra import REPO_ROOT
+from infra.core import engine_config as engine
+from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
@@ -203,7 +207,10 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
         raise ConfigError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
     for other, keys in BACKEND_ONLY_KEYS.items():
         for key in keys:
-            if other != backend and key in values:
+            # The engine gives every stack Pulumi.yaml's default for each key it leaves unset
+            # (engine_config.py), so "set by the stack" cannot be told from "default": only a value other than
+            # the default means someone asked for something this backend would ignore.
+            if other != backend and merged[key] != _coerce(schema[key], schema[key].default):
                 raise ConfigError(key, f"applies to backend {other} only, and this stack's backend is {backend}; "
                                        "remove it")
     if raw["aml_data_mode"] not in AML_DATA_MODES:
@@ -383,10 +390,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
-    """The stack's own values for this project, unqualified. Keys of the providers' namespaces (azure-native:...)
-    are left to Pulumi; a key with no namespace or another project's is refused, since the program would
-    silently ignore it."""
+def _stack_document_config(stack: str, root: Path) -> dict[str, Any]:
+    """The stack file's `config:` mapping (qualified keys), after the checks Pulumi would not make: a key given
+    twice, a key with no namespace or another project's (the program would never see it)."""
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise ConfigError(None, f"--stack {stack}: no {path.name} in {root}; stacks here: "
@@ -399,34 +405,61 @@ def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
         raise ConfigError(None, f"not valid YAML at {where}: {err.problem or err.context}") from None
     except yaml.YAMLError as err:
         raise ConfigError(None, f"not valid YAML: {str(err).splitlines()[0]}") from None
+    if isinstance(document, dict) and document.get("environment"):
+        raise ConfigError(None, f"{path.name} imports a Pulumi ESC environment, which only the Pulumi CLI can "
+                                "resolve; put the values in the stack file to plan offline")
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         return {}
-    values = {}
-    for key, value in config.items():
+    for key in config:
         namespace, _, name = str(key).rpartition(":")
-        if namespace == PROJECT:
-            values[name] = value
-        elif not namespace:
+        if not namespace:
             raise ConfigError(str(key), f"has no namespace, so Pulumi would not give it to this program; write "
                                         f"{PROJECT}:{key}")
-        elif namespace not in PROVIDER_NAMESPACES:
+        if namespace != PROJECT and namespace not in PROVIDER_NAMESPACES:
             raise ConfigError(str(key), f"namespace '{namespace}' is neither this project's ({PROJECT}) nor a "
                                         f"provider's ({', '.join(PROVIDER_NAMESPACES)}); did you mean "
                                         f"{PROJECT}:{name}?")
-    return values
+    return {str(key): value for key, value in config.items()}
+
+
+def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The stack's own values for this project, unqualified, as written in the file (YAML types, no defaults).
+    Keys of the providers' namespaces (azure-native:...) are left to Pulumi."""
+    prefix = f"{PROJECT}:"
+    return {key[len(prefix):]: value for key, value in _stack_document_config(stack, root).items()
+            if key.startswith(prefix)}
+
+
+def engine_config(stack: str, root: Path = REPO_ROOT) -> EngineConfig:
+    """What the Pulumi CLI gives the program for this stack: Pulumi.yaml's defaults merged in, every value a
+    string (infra/core/engine_config.py has the rules and their source)."""
+    project = yaml.safe_load((root / "Pulumi.yaml").read_text())
+    try:
+        return engine.merge(project, stack, _stack_document_config(stack, root))
+    except engine.EngineConfigError as err:
+        raise ConfigError(None, str(err)) from None
 
 
 def from_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
-    """A stack file's config, as `plan` and the job verbs read it (placeholders allowed, listed)."""
-    return parse(stack, read_stack_file(stack, root), load_schema(root / "Pulumi.yaml"), placeholders_ok=True)
+    """A stack file's config as `pulumi up` would receive it (the engine's merge), validated as the program
+    validates it; placeholders are allowed and listed (plan, job verbs)."""
+    values = engine_config(stack, root).of_project(PROJECT)
+    return parse(stack, values, load_schema(root / "Pulumi.yaml"), placeholders_ok=True)
 
 
 def from_pulumi() -> StackConfig:
-    """The running program's config: the engine applies Pulumi.yaml defaults, we validate."""
+    """The running program's config. The engine has merged Pulumi.yaml's defaults in already: every declared key
+    has a value (a string), whether the stack set it or not."""
     import pulumi
 
     config = pulumi.Config()
     schema = load_schema()
     values = {name: config.get(name) for name in schema}
+    # A key the stack sets that Pulumi.yaml does not declare reaches the program too (the language host passes
+    # the whole map as PULUMI_CONFIG); name it, as plan does, instead of ignoring it.
+    prefix = f"{PROJECT}:"
+    for key, text in pulumi.runtime.get_config_env().items():
+        if key.startswith(prefix) and key[len(prefix):] not in schema:
+            values[key[len(prefix):]] = text
     return parse(pulumi.get_stack(), {k: v for k, v in values.items() if v is not None}, schema)

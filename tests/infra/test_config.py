@@ -134,7 +134,7 @@ BAD_CONFIGS = [
     ({"lowPriority": True}, "lowPriority", "retired low-priority nodes in Batch-service pools on 2025-09-30"),
     ({"backend": "aml"}, "backend", "not one of batch, azureml"),
     # A key of the other backend is refused, not ignored: it would silently mean nothing.
-    ({"backend": "azureml", "nfsKind": "vm"}, "nfsKind", "applies to backend batch only"),
+    ({"backend": "azureml", "nfsKind": "azure-files"}, "nfsKind", "applies to backend batch only"),
     ({"backend": "azureml", "trainingRetries": 2}, "trainingRetries", "applies to backend batch only"),
     ({"backend": "azureml", "dataLocalCache": True}, "dataLocalCache", "applies to backend batch only"),
     ({"amlDataMode": "mount"}, "amlDataMode", "applies to backend azureml only, and this stack's backend is batch"),
