@@ -1,6 +1,6 @@
 # PyTorch training image: CUDA, Open MPI with UCX and NCCL for InfiniBand, Horovod built with NCCL by
 # images/build_horovod.sh (the script `make setup` uses for .venv-torch), the training package inside.
-# Built and pushed by `pulumi up` (infra/registry.py) with the build context at the repository root.
+# Built and pushed by `pulumi up` (infra/components/registry.py) with the build context at the repository root.
 # Pins: training/requirements-torch.txt, the same file .venv-torch installs.
 FROM nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
 

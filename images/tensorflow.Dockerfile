@@ -1,10 +1,10 @@
 # TensorFlow/Keras training image: CUDA, Open MPI with UCX and NCCL for InfiniBand, Horovod built with NCCL by
 # images/build_horovod.sh (the script `make setup` uses for .venv-tf), the training package inside.
-# Built and pushed by `pulumi up` (infra/registry.py) with the build context at the repository root.
+# Built and pushed by `pulumi up` (infra/components/registry.py) with the build context at the repository root.
 # Pins: training/requirements-tf-gpu.txt, the GPU twin of the tensorflow-cpu pin .venv-tf installs.
 # TF 2.15 is built for CUDA 12.2 and cuDNN 8.9 and supports Python up to 3.11; Ubuntu 22.04's own python3 is
 # 3.10, for which some pins have no wheel (onnxruntime 1.31), so the image uses jammy's python3.11 packages,
-# the Python .venv-tf has (tests/test_images.py resolves the pins for it).
+# the Python .venv-tf has (tests/images/test_images.py resolves the pins for it).
 FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]

@@ -1,6 +1,6 @@
 """TrainingJob: the post-deploy training run, as a Pulumi dynamic resource over the Batch data plane.
 
-create submits the job (infra/batch_spec.py builds it, as for `python -m infra submit`); a change of what
+create submits the job (infra/core/batch_spec.py builds it, as for `python -m infra submit`); a change of what
 the training depends on (framework, arguments, nodes, image...) submits a new job and then deletes the
 old one; delete terminates and deletes the job (its outputs stay in the `outputs` container and on NFS).
 The inputs hold no secret (storage is reached with the nodes' identity). Batch is reached through

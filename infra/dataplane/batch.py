@@ -2,7 +2,7 @@
 thing: azure-batch with DefaultAzureCredential, never a shared key). The TrainingJob dynamic resource and
 the `python -m infra` job verbs take a `BatchService`, so the tests hand them a fake here and nowhere else.
 
-Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/batch_spec.py).
+Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/core/batch_spec.py).
 """
 from __future__ import annotations
 

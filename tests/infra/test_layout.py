@@ -28,3 +28,20 @@ def test_pure_modules_import_nothing_heavy(module):
 def test_core_covers_the_pure_logic():
     assert {"infra.core.config", "infra.core.batch_spec", "infra.core.security", "infra.core.nfs_user_data",
             "infra.core.containers", "infra.core.cost", "infra.core.skus"} <= set(CORE)
+
+
+def test_every_repository_path_a_file_cites_exists():
+    """Comments, Dockerfiles, requirements and README name files by path; a move must carry them along."""
+    import re
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    cited = re.compile(r"\b((?:infra|training|devtools|images|tests)/[\w/.-]+\.(?:py|txt|sh|yaml|Dockerfile))\b")
+    missing = set()
+    for name in tracked:
+        if not name.endswith((".py", ".txt", ".md", ".sh", ".Dockerfile", ".yaml", "Makefile")):
+            continue
+        for path in cited.findall((REPO_ROOT / name).read_text(errors="replace")):
+            if not (REPO_ROOT / path).exists():
+                missing.add(f"{name} cites {path}")
+    assert not missing, sorted(missing)
