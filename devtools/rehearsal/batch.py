@@ -5,9 +5,10 @@ Rules played (each from the page cited where it is applied):
 - the pool's start task runs on every node before any task, and must succeed (startTask.waitForSuccess);
 - a task's command line runs without a shell (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables:
   "command lines ... are not executed under a shell"): it is split into words, as our /bin/bash -c lines expect;
-- multi-instance: common resource files are downloaded into AZ_BATCH_TASK_DIR on every node, the coordination
-  command runs on every node, and only when all have finished does the application command run on the primary
-  (https://learn.microsoft.com/azure/batch/batch-mpi#multi-instance-tasks);
+- the nodes' folders and variables are those documented (node_folders, task_folders, batch_env below);
+- multi-instance: common resource files are downloaded into the task-shared folder on every node (which is the
+  task folder AZ_BATCH_TASK_DIR), the coordination command runs on every node, and only when all have finished
+  does the application command run on the primary (https://learn.microsoft.com/azure/batch/batch-mpi);
 - resource and output files reach storage with the identity their `identityReference` names
   (https://learn.microsoft.com/azure/batch/managed-identity-pools), so a missing role fails the task;
 - the task fails when the application command exits non-zero and is retried up to
@@ -40,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool
+from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, node_folders, task_folders
 from devtools.rehearsal.storage import Account
 from infra.dataplane.batch import JobNotFound
 
@@ -102,6 +103,26 @@ def output_blob_names(pattern: str, working_dir: Path, path: str) -> dict[Path, 
         if _glob_match(rest, names):
             matched[file] = f"{path.rstrip('/')}/{relative}" if path else relative
     return matched
+
+
+# Batch's variables (the folders are in devtools/rehearsal/nodes.py). What the start task gets: "All tasks" in the
+# page's Availability column, less the task folders.
+START_TASK_ENV = ("AZ_BATCH_ACCOUNT_NAME", "AZ_BATCH_POOL_ID", "AZ_BATCH_NODE_ID", "AZ_BATCH_NODE_IS_DEDICATED",
+                  "AZ_BATCH_NODE_ROOT_DIR", "AZ_BATCH_NODE_SHARED_DIR", "AZ_BATCH_NODE_STARTUP_DIR",
+                  "AZ_BATCH_NODE_MOUNTS_DIR")
+
+
+def batch_env(root: Path, addresses: list[str], index: int, job_id: str, task_id: str) -> dict[str, str]:
+    """The variables Batch sets for a multi-instance task's commands on node `index` of the task's nodes
+    (`addresses`, the primary first), in the formats of the page above."""
+    return {
+        "AZ_BATCH_ACCOUNT_NAME": "rehearsal", "AZ_BATCH_POOL_ID": "gpu", "AZ_BATCH_NODE_ID": f"tvm-{index}",
+        "AZ_BATCH_NODE_IS_DEDICATED": "true", "AZ_BATCH_JOB_ID": job_id, "AZ_BATCH_TASK_ID": task_id,
+        **{name: str(path) for name, path in {**node_folders(root), **task_folders(root, job_id, task_id)}.items()},
+        "AZ_BATCH_HOST_LIST": ",".join(addresses), "AZ_BATCH_NODE_LIST": ";".join(addresses),
+        "AZ_BATCH_MASTER_NODE": f"{addresses[0]}:6000",
+        "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true" if index == 0 else "false",
+    }
 
 
 def _glob_match(pattern: list[str], names: list[str]) -> bool:
@@ -189,25 +210,12 @@ class RehearsalBatch:
 
     @staticmethod
     def _task_dir_on_node(job_id: str, task_id: str) -> Path:
-        return BATCH_ROOT / "workitems" / job_id / "job-1" / task_id
+        return task_folders(BATCH_ROOT, job_id, task_id)["AZ_BATCH_TASK_DIR"]
 
-    def _batch_env(self, node: Node, job_id: str, task_id: str) -> dict[str, str]:
-        """The variables Batch documents for a multi-instance task's commands
-        (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables)."""
-        task_dir = self._task_dir_on_node(job_id, task_id)
-        primary = self.pool.nodes[0]
-        return {
-            "AZ_BATCH_ACCOUNT_NAME": "rehearsal", "AZ_BATCH_POOL_ID": "gpu", "AZ_BATCH_NODE_ID": f"tvm-{node.index}",
-            "AZ_BATCH_NODE_IS_DEDICATED": "true", "AZ_BATCH_NODE_ROOT_DIR": str(BATCH_ROOT),
-            "AZ_BATCH_NODE_SHARED_DIR": str(BATCH_ROOT / "shared"), "AZ_BATCH_NODE_STARTUP_DIR": str(BATCH_ROOT / "startup"),
-            "AZ_BATCH_NODE_MOUNTS_DIR": str(BATCH_ROOT / "fsmounts"), "AZ_BATCH_JOB_ID": job_id, "AZ_BATCH_TASK_ID": task_id,
-            "AZ_BATCH_TASK_DIR": str(task_dir), "AZ_BATCH_TASK_WORKING_DIR": str(task_dir / "wd"),
-            "AZ_BATCH_TASK_SHARED_DIR": str(task_dir / "shared"),
-            "AZ_BATCH_HOST_LIST": ",".join(n.address for n in self.pool.nodes),
-            "AZ_BATCH_NODE_LIST": ";".join(n.address for n in self.pool.nodes),
-            "AZ_BATCH_MASTER_NODE": f"{primary.address}:6000",
-            "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true" if node is primary else "false",
-        }
+    def _batch_env(self, node: Node, job_id: str, task_id: str, nodes: list[Node] | None = None) -> dict[str, str]:
+        """Batch's variables on `node` for a task on `nodes` (default: the whole pool), the primary first."""
+        nodes = nodes or self.pool.nodes
+        return batch_env(BATCH_ROOT, [n.address for n in nodes], nodes.index(node), job_id, task_id)
 
     def _run(self, job_id: str, node: Node, command_line: str, env: dict[str, str], cwd: Path, out: Path,
              timeout: float | None) -> int:
@@ -236,11 +244,13 @@ class RehearsalBatch:
         if self.started_nodes:
             return
         start = self.pool_spec.get("startTask") or {}
+        # The start task's folder is its working folder and holds what it downloads
+        # (https://learn.microsoft.com/azure/batch/files-and-directories, "startup"); the page gives no value for its
+        # AZ_BATCH_TASK_* variables, so it gets the node's only (our start task uses no other).
+        startup = node_folders(BATCH_ROOT)["AZ_BATCH_NODE_STARTUP_DIR"]
         for node in self.pool.nodes:
-            env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items()
-                                       if k.startswith("AZ_BATCH_NODE") or k == "AZ_BATCH_POOL_ID"}}
-            startup = BATCH_ROOT / "startup"
-            code = self._run("", node, start.get("commandLine", "true"), env, startup / "wd", startup, None)
+            env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items() if k in START_TASK_ENV}}
+            code = self._run("", node, start.get("commandLine", "true"), env, startup, startup, None)
             if code != 0:
                 raise RuntimeError(f"the pool's start task failed on {node.hostname} with exit code {code}: "
                                    f"{node.host_path(startup / 'stderr.txt')}")
@@ -288,10 +298,11 @@ class RehearsalBatch:
         task_env = {e["name"]: e["value"] for e in task.get("environmentSettings", [])}
         limit = wall_clock_seconds(task.get("constraints", {}).get("maxWallClockTime"))
         task_dir = self._task_dir_on_node(job_id, task_id)
+        shared = task_folders(BATCH_ROOT, job_id, task_id)["AZ_BATCH_TASK_SHARED_DIR"]  # = task_dir, as documented
         for node in nodes:
             for resource in multi.get("commonResourceFiles", []):
                 try:
-                    self._download(node, resource, task_dir)
+                    self._download(node, resource, shared)
                 except Exception as err:  # noqa: BLE001 - any storage refusal fails the task, as on Batch
                     code = getattr(err, "error_code", None)
                     raise ResourceFilesFailed(f"{resource['storageContainerUrl']} on {node.hostname}: "
@@ -300,7 +311,7 @@ class RehearsalBatch:
         codes: dict[int, int] = {}
 
         def coordinate(node: Node) -> None:
-            env = {**self.node_env, **task_env, **self._batch_env(node, job_id, task_id)}
+            env = {**self.node_env, **task_env, **self._batch_env(node, job_id, task_id, nodes)}
             codes[node.index] = self._run(job_id, node, multi["coordinationCommandLine"], env, task_dir / "wd",
                                           task_dir, limit)
 
@@ -314,7 +325,7 @@ class RehearsalBatch:
             return next(iter(failed.values()))
         primary = nodes[0]
         return self._run(job_id, primary, task["commandLine"],
-                         {**self.node_env, **task_env, **self._batch_env(primary, job_id, task_id)},
+                         {**self.node_env, **task_env, **self._batch_env(primary, job_id, task_id, nodes)},
                          task_dir / "wd", task_dir, limit)
 
     def _run_job(self, job_id: str) -> None:

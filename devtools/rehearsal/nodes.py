@@ -1,29 +1,89 @@
-"""Local stand-ins for a Batch pool's nodes: one Linux network namespace per node, joined by a bridge.
+"""Local stand-ins for a Batch pool's nodes: one set of Linux namespaces per node, joined by a bridge.
 
-Each node gets what a Batch node has and the job relies on:
+Each node gets what a Batch node (and the job's container on it) has and the job relies on:
 - its own IP address on a private subnet (a veth named eth0 in the node's namespace; the bridge is the "VNet"),
   its own hostname resolving to that address (as Azure's DNS does for a VM), so `node-ssh` finds its address
   by binding and Horovod's rendezvous reaches the other node by address, never by a shared loopback;
 - its own Batch folder tree at the same path on every node (AZ_BATCH_NODE_ROOT_DIR: a per-node folder
-  bind-mounted at one path in the node's mount namespace), with the pool's NFS mount (the export folder
-  bind-mounted at $AZ_BATCH_NODE_MOUNTS_DIR/<mount>);
-- its own root home's .ssh (a container has its own /root): the job's ssh client config lands there.
-Every command of a node runs inside these namespaces (`ip netns exec` + `unshare -m -u`), so its processes, and
-the sessions its sshd opens, see exactly that node. Needs root (namespaces, mounts, and the job's sshd logs in
-as root, as in the container).
+  bind-mounted at BATCH_ROOT), with the pool's NFS mount (the export folder at $AZ_BATCH_NODE_MOUNTS_DIR/<mount>);
+- the users of the job's image, not the host's: /etc/passwd, /etc/group and /etc/shadow are the image's
+  (IMAGE_USERS), so a machine that has, or lacks, a user (sshd's privilege-separation user, say) runs the same;
+- its own /run (where sshd wants /run/sshd), /mnt and /root (the host's /root read through an overlay whose
+  writes, such as the job's ~/.ssh/config, stay the node's): a container has its own, and the host keeps its own.
+A node is one mount, UTS and network namespace, held by a small process for the pool's life (as a container is
+held by its init); every command of the node joins them (`nsenter`), so its processes, and the sessions its sshd
+opens, see exactly that node, and nothing of the host's folders or users is changed. Needs root (namespaces,
+mounts, and the job's sshd logs in as root, as in the container).
 """
 from __future__ import annotations
 
 import ipaddress
 import os
+import select
+import shlex
 import shutil
 import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-BATCH_ROOT = Path("/mnt/batch")  # AZ_BATCH_NODE_ROOT_DIR's path on every node (Batch uses /mnt/batch on Linux)
-ROOT_SSH = Path("/root/.ssh")
+# AZ_BATCH_NODE_ROOT_DIR on every node: a Linux node with a local temporary disk, as the GPU sizes have
+# (https://learn.microsoft.com/azure/batch/files-and-directories, "Batch root directory location").
+BATCH_ROOT = Path("/mnt/batch")
+READY_TIMEOUT_S = 30
+
+
+# The folders of a node and of a task, as Batch documents them relative to AZ_BATCH_NODE_ROOT_DIR (the tables
+# "Environment variables related to directory location" and "Task environment variables related to directory
+# location" in https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables, and
+# https://learn.microsoft.com/azure/batch/files-and-directories): the task-shared folder IS the task folder.
+def node_folders(root: Path) -> dict[str, Path]:
+    return {"AZ_BATCH_NODE_ROOT_DIR": root, "AZ_BATCH_NODE_SHARED_DIR": root / "shared",
+            "AZ_BATCH_NODE_STARTUP_DIR": root / "startup", "AZ_BATCH_NODE_MOUNTS_DIR": root / "fsmounts"}
+
+
+def task_folders(root: Path, job_id: str, task_id: str) -> dict[str, Path]:
+    task_dir = root / "workitems" / job_id / "job-1" / task_id  # a job's folder is workitems/{job}/job-1
+    return {"AZ_BATCH_TASK_DIR": task_dir, "AZ_BATCH_TASK_SHARED_DIR": task_dir,
+            "AZ_BATCH_TASK_WORKING_DIR": task_dir / "wd"}
+
+
+@dataclass(frozen=True)
+class ImageUsers:
+    """/etc/passwd, /etc/group and /etc/shadow as the job's image has them."""
+
+    passwd: str
+    group: str
+    shadow: str
+
+    def without(self, name: str) -> "ImageUsers":
+        """The same without user (and group) `name`: an image that lacks it."""
+        def drop(text: str) -> str:
+            return "".join(line for line in text.splitlines(keepends=True) if not line.startswith(f"{name}:"))
+        return ImageUsers(drop(self.passwd), drop(self.group), drop(self.shadow))
+
+
+# The users of the training images (images/*.Dockerfile: Ubuntu bases, openssh-server installed with apt),
+# abridged to the names a job's tools look up. Ubuntu's root file system starts from base-passwd's
+# /usr/share/base-passwd/passwd.master and group.master (root, daemon, bin, sys, ..., nobody/nogroup); Ubuntu's
+# images since 23.04 add `ubuntu` (1000); and openssh-server's postinst adds sshd's privilege-separation user,
+# `adduser --system --no-create-home --home /run/sshd --shell /usr/sbin/nologin sshd` (a system uid, group
+# nogroup; read in the Debian package's postinst, which Ubuntu's follows). sshd refuses to start as root without
+# it ("Privilege separation user sshd does not exist").
+IMAGE_USERS = ImageUsers(
+    passwd="root:x:0:0:root:/root:/bin/bash\n"
+           "daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+           "bin:x:2:2:bin:/bin:/usr/sbin/nologin\n"
+           "sys:x:3:3:sys:/dev:/usr/sbin/nologin\n"
+           "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+           "ubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash\n"
+           "sshd:x:100:65534::/run/sshd:/usr/sbin/nologin\n",
+    group="root:x:0:\ndaemon:x:1:\nbin:x:2:\nsys:x:3:\nadm:x:4:ubuntu\ntty:x:5:\nnogroup:x:65534:\nubuntu:x:1000:\n",
+    # `*` and `!`: no password to log in with (the job's sshd takes keys only); not locked for key logins.
+    shadow="root:*:19800:0:99999:7:::\ndaemon:*:19800:0:99999:7:::\nbin:*:19800:0:99999:7:::\n"
+           "sys:*:19800:0:99999:7:::\nnobody:*:19800:0:99999:7:::\nubuntu:!:19800:0:99999:7:::\n"
+           "sshd:!:19800::::::\n",
+)
 
 
 class RehearsalUnavailable(RuntimeError):
@@ -33,15 +93,20 @@ class RehearsalUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Node:
     index: int  # 0 is the primary
-    namespace: str
+    namespace: str  # a name for the node's namespaces in messages (they are unnamed: nothing in /run/netns)
     address: str
     hostname: str
-    home: Path  # this node's folders on the host: batch/ (its Batch tree), ssh/ (its /root/.ssh)
+    home: Path  # this node's folders on the host: batch/ (its Batch tree), etc/ (its users), root/ (its /root writes)
 
     @property
     def batch_root(self) -> Path:
         """The node's Batch tree as the rehearsal (outside the node) sees it."""
         return self.home / "batch"
+
+    @property
+    def etc(self) -> Path:
+        """The files the node sees in place of the host's /etc/passwd, group, shadow and hosts."""
+        return self.home / "etc"
 
     def host_path(self, node_path: str | Path) -> Path:
         """Where a path under BATCH_ROOT on the node is on the host."""
@@ -55,19 +120,30 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class Pool:
     """`count` nodes on 10.<x>.<y>.0/24 behind bridge `name`; `export` is the NFS share every node mounts."""
 
-    def __init__(self, work: Path, count: int, export: Path, mount_name: str, tag: str | None = None):
+    def __init__(self, work: Path, count: int, export: Path, mount_name: str, tag: str | None = None,
+                 users: ImageUsers = IMAGE_USERS):
         if os.geteuid() != 0:
             raise RehearsalUnavailable("the rehearsal needs root: network namespaces, bind mounts, and the job's "
                                        "sshd logs in as root as it does in the container (run it as root)")
-        for tool in ("ip", "unshare", "mount"):
+        for tool in ("ip", "unshare", "nsenter", "mount", "taskset"):
             if not shutil.which(tool):
                 raise RehearsalUnavailable(f"`{tool}` is not installed (iproute2 / util-linux)")
+        if any(ch in str(work.resolve()) for ch in ",:\\"):
+            raise RehearsalUnavailable(f"--work {work}: the nodes' folders go into an overlay mount's options, which "
+                                       "cannot hold ',', ':' or '\\'; name a folder without them")
+        self.users = users
+        self.holders: dict[int, subprocess.Popen] = {}  # node index -> the process holding its namespaces
+        self.net_ids: dict[int, tuple[int, int] | None] = {}  # node index -> its network namespace's identity
         self.tag = tag or f"{os.getpid() % 100000}"
         self.bridge = f"dlr{self.tag}"[:15]
         octet = 100 + os.getpid() % 150
         self.subnet = ipaddress.IPv4Network(f"10.{octet}.{os.getpid() % 250}.0/24")
         self.gateway = str(self.subnet[1])
         self.export, self.mount_name = export, mount_name
+        # Where the pool's mount appears on a node: "All file systems are mounted relative to the Batch mounts
+        # directory, accessible via the AZ_BATCH_NODE_MOUNTS_DIR environment variable" (NfsMountConfiguration
+        # .relativeMountPath, https://learn.microsoft.com/rest/api/batchservice/pool/add).
+        self.mount_point = node_folders(BATCH_ROOT)["AZ_BATCH_NODE_MOUNTS_DIR"] / mount_name
         self.nodes = [Node(i, f"dlr{self.tag}-n{i}", str(self.subnet[10 + i]), f"node{i}", work / f"node{i}")
                       for i in range(count)]
 
@@ -84,36 +160,70 @@ class Pool:
         self.close()
 
     def _create(self) -> None:
-        ROOT_SSH.mkdir(mode=0o700, exist_ok=True)  # the mount point for each node's own .ssh
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for node in self.nodes:
-            _ip("netns", "add", node.namespace)
+            self._write_node_files(node)
+            holder = self.holders[node.index] = self._hold(node)
+            self.net_ids[node.index] = _net_id(holder.pid)
+            # The node's NIC: a veth whose other end is on the bridge (unnamed namespaces: nothing in /run/netns).
             peer = f"{self.bridge}v{node.index}"[:15]
-            _ip("link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", node.namespace)
+            _ip("link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", str(holder.pid))
             _ip("link", "set", peer, "master", self.bridge, "up")
             for args in (("addr", "add", f"{node.address}/{self.subnet.prefixlen}", "dev", "eth0"),
                          ("link", "set", "eth0", "up"), ("link", "set", "lo", "up")):
-                _ip("netns", "exec", node.namespace, "ip", *args)
-            # `ip netns exec` shows /etc/netns/<ns>/hosts as /etc/hosts: the node's name resolves to its address.
-            hosts = Path("/etc/netns") / node.namespace / "hosts"
-            hosts.parent.mkdir(parents=True, exist_ok=True)
-            hosts.write_text(f"127.0.0.1 localhost\n{node.address} {node.hostname}\n")
-            for folder in ("batch", "ssh"):
-                (node.home / folder).mkdir(parents=True, exist_ok=True)
-            (node.home / "ssh").chmod(0o700)
-            (node.host_path(BATCH_ROOT / "fsmounts" / self.mount_name)).mkdir(parents=True, exist_ok=True)
+                subprocess.run(["nsenter", "--target", str(holder.pid), "--net", "ip", *args], capture_output=True,
+                               text=True, check=True)
+
+    def _write_node_files(self, node: Node) -> None:
+        for folder in ("batch", "etc", "root", "root-work"):
+            (node.home / folder).mkdir(parents=True, exist_ok=True)
+        node.host_path(self.mount_point).mkdir(parents=True, exist_ok=True)
+        # The node's name resolves to its address; its users are the image's.
+        files = {"hosts": (f"127.0.0.1 localhost\n{node.address} {node.hostname}\n", 0o644),
+                 "passwd": (self.users.passwd, 0o644), "group": (self.users.group, 0o644),
+                 "shadow": (self.users.shadow, 0o600)}
+        for name, (text, mode) in files.items():
+            (node.etc / name).write_text(text)
+            (node.etc / name).chmod(mode)
+
+    def _hold(self, node: Node) -> subprocess.Popen:
+        """Start the process that holds the node's namespaces, with its mounts made; returns once they are.
+
+        /run first, so that `mount` keeps its own bookkeeping (/run/mount) in the node too; `-n` everywhere, so it
+        writes none elsewhere. The holder ends with the pool, or with this process if it dies first."""
+        q = shlex.quote
+        mounts = [
+            "mount -n -t tmpfs -o mode=0755 tmpfs /run",
+            "mount -n -t sysfs sysfs /sys",  # /sys/class/net of the node's network, as `ip netns exec` gives
+            "mount -n -t tmpfs -o mode=0755 tmpfs /mnt",
+            f"mkdir -p {q(str(BATCH_ROOT))}",
+            f"mount -n --bind {q(str(node.batch_root))} {q(str(BATCH_ROOT))}",
+            f"mount -n --bind {q(str(self.export))} {q(str(self.mount_point))}",
+            "mount -n -t overlay overlay -o "
+            + q(f"lowerdir=/root,upperdir={node.home / 'root'},workdir={node.home / 'root-work'}") + " /root",
+            *(f"mount -n --bind {q(str(node.etc / name))} /etc/{name}"
+              for name in ("passwd", "group", "shadow", "hosts")),
+            f"hostname {q(node.hostname)}",
+        ]
+        script = " && ".join(mounts) + f" && echo ready && exec tail --pid={os.getpid()} -f /dev/null"
+        holder = subprocess.Popen(["unshare", "--net", "--mount", "--uts", "--propagation", "private", "bash", "-c",
+                                   script],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ready = select.select([holder.stdout], [], [], READY_TIMEOUT_S)[0]
+        line = holder.stdout.readline() if ready else ""  # "ready", or "" when the script failed
+        if line.strip() != "ready":
+            holder.kill()
+            error = holder.stderr.read().strip().splitlines()
+            raise subprocess.CalledProcessError(holder.wait(), ["mount", "(node " + node.hostname + ")"],
+                                                stderr=error[-1] if error else "")
+        return holder
 
     def command(self, node: Node, argv: list[str], cwd: str | Path = "/") -> list[str]:
-        """`argv` as a process of `node`: its network, hostname, Batch tree, NFS mount and /root/.ssh."""
-        inner = ('hostname "$1" && mount --bind "$2" "$3" && mount --bind "$4" "$5" && mount --bind "$6" "$7" '
-                 '&& cd "$8" && shift 8 && exec "$@"')
-        mount_point = BATCH_ROOT / "fsmounts" / self.mount_name
-        BATCH_ROOT.mkdir(parents=True, exist_ok=True)  # an empty mount point on the host
-        return ["ip", "netns", "exec", node.namespace, "taskset", "-c", self.cores(node), "unshare", "-m", "-u",
-                "--propagation", "private", "bash", "-c", inner, "node", node.hostname, str(node.batch_root),
-                str(BATCH_ROOT), str(self.export), str(mount_point), str(node.home / "ssh"), str(ROOT_SSH), str(cwd),
+        """`argv` as a process of `node`: its network, hostname, Batch tree, NFS mount, users, /run and /root."""
+        return ["nsenter", "--target", str(self.holders[node.index].pid), "--net", "--mount", "--uts", "--",
+                "taskset", "-c", self.cores(node), "bash", "-c", 'cd "$1" && shift && exec "$@"', "node", str(cwd),
                 *argv]
 
     def cores(self, node: Node) -> str:
@@ -124,8 +234,10 @@ class Pool:
         return ",".join(map(str, mine))
 
     def kill(self, node: Node) -> int:
-        """Stop every process of the node (what removing its container does); returns how many."""
-        pids = [int(p) for p in _ip("netns", "pids", node.namespace, check=False).stdout.split()]
+        """Stop every process of the node (what removing its container does), but the holder of its namespaces
+        (the node itself stays); returns how many."""
+        holder = self.holders.get(node.index)
+        pids = [pid for pid in self._pids(node) if not holder or pid != holder.pid]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -133,9 +245,30 @@ class Pool:
                 pass
         return len(pids)
 
+    def _pids(self, node: Node) -> list[int]:
+        """The processes in the node's network namespace (its holder's, recorded when it started)."""
+        if node.index not in self.net_ids:
+            return []
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _net_id(int(entry)) == self.net_ids[node.index]:
+                pids.append(int(entry))
+        return pids
+
     def close(self) -> None:
+        """Every process of every node, then the holders: the namespaces, and the veths in them, go with them."""
         for node in self.nodes:
             self.kill(node)
-            _ip("netns", "del", node.namespace, check=False)
-            shutil.rmtree(Path("/etc/netns") / node.namespace, ignore_errors=True)
+            holder = self.holders.pop(node.index, None)
+            if holder:
+                holder.kill()
+                holder.wait()
         _ip("link", "del", self.bridge, check=False)
+
+
+def _net_id(pid: int) -> tuple[int, int] | None:
+    try:
+        st = os.stat(f"/proc/{pid}/ns/net")
+    except OSError:  # gone, or a kernel thread
+        return None
+    return st.st_dev, st.st_ino

@@ -39,7 +39,7 @@ DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 DEFAULT_ARGS = ("--num-classes 4 --image-size 64 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 "
                 "--workers 1 --base-lr 0.05 --warmup-steps 3")
 NOT_REHEARSED = (
-    "the container: commands run in the local training environment with the image's ENV, not in the image "
+    "the container: commands run in the local training environment with the image's ENV and users, not in the image "
     "(images are checked by hadolint and a pip resolution per image in the tests)",
     "GPUs, NCCL and InfiniBand: ranks talk over Gloo/TCP on CPU; each node runs --processes-per-node ranks, "
     "not one per GPU of the size",
@@ -129,7 +129,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         _stage_data(account, ev, work, export, node_env)
         _people_sas(account, work)
         for node in pool.nodes:
-            _say(f"node {node.hostname}: {node.address} (network namespace {node.namespace})")
+            _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's users)")
 
         identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
         service = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)

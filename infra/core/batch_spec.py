@@ -8,11 +8,17 @@ starts Horovod over MPI with one process per GPU on every node. The dicts here h
 (`pulumi up`) and `python -m infra submit` build their jobs here, so both launch the same thing.
 
 Batch's rules this relies on:
-- Common resource files go to the task root directory (AZ_BATCH_TASK_DIR, one above the working directory) on
-  every node; the coordination command runs on every node, the application command on the primary only
-  after all coordination commands finished (https://learn.microsoft.com/azure/batch/batch-mpi).
-- AZ_BATCH_TASK_SHARED_DIR is the same path on every node of a multi-instance task; AZ_BATCH_HOST_LIST lists
-  the nodes' IPs (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
+- Common resource files are downloaded on every node into the task-shared folder, AZ_BATCH_TASK_SHARED_DIR, the
+  same path on every node; the coordination command runs on every node, the application command on the
+  primary only after all coordination commands finished (https://learn.microsoft.com/azure/batch/batch-mpi,
+  "Resource files" and "Coordination command"). The SDK reference says the same in other words: into the task
+  root directory, one above the working directory (MultiInstanceSettings.commonResourceFiles).
+- AZ_BATCH_TASK_SHARED_DIR and AZ_BATCH_TASK_DIR are one folder, {job folder}/{task}, with the working folder
+  AZ_BATCH_TASK_WORKING_DIR at {task}/wd; AZ_BATCH_HOST_LIST lists the nodes' IPs ("Task environment variables
+  related to directory location" in https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables,
+  and https://learn.microsoft.com/azure/batch/files-and-directories). So the scripts are already where every
+  rank imports them from: nothing is copied or removed there (a retry runs the coordination command again, on
+  the files Batch downloaded for that try).
 - A container task sees the folders under AZ_BATCH_NODE_ROOT_DIR and nothing else of the host unless mounted
   (https://learn.microsoft.com/rest/api/batchservice/task/add, containerSettings).
 - Resource files and output files reach storage with the pool's user-assigned identity (`identityReference`),
@@ -158,17 +164,19 @@ def _script(*lines: str) -> str:
     return f"/bin/bash -c {shlex.quote('; '.join(lines))}"
 
 
-# The scripts Batch downloaded to the task root go where every rank imports them from: the task-shared folder
-# has the same path on every node, and mpirun starts remote ranks in the launcher's working directory.
-_SCRIPTS_IN_PLACE = ('mkdir -p "$AZ_BATCH_TASK_SHARED_DIR" && rm -rf "$AZ_BATCH_TASK_SHARED_DIR/training" '
-                     '&& cp -r "$AZ_BATCH_TASK_DIR/training" "$AZ_BATCH_TASK_SHARED_DIR/" || exit 1')
-_IMPORTABLE = 'cd "$AZ_BATCH_TASK_SHARED_DIR" && export PYTHONPATH="$AZ_BATCH_TASK_SHARED_DIR" || exit 1'
+# Batch downloads the scripts (common resource files, blob names kept) into the task-shared folder, which has
+# the same path on every node (see the module docstring): every rank imports them from there, and mpirun starts
+# the remote ranks in the launcher's working directory. Only read here, never moved: that folder is also
+# AZ_BATCH_TASK_DIR, so moving or removing anything in it removes Batch's download.
+_IMPORTABLE = ('[ -f "$AZ_BATCH_TASK_SHARED_DIR/training/__main__.py" ] || { echo "error: the training scripts are '
+               'not in $AZ_BATCH_TASK_SHARED_DIR/training, where Batch downloads the common resource files: check '
+               'the scripts container (pulumi up uploads it)" >&2; exit 1; }; '
+               'cd "$AZ_BATCH_TASK_SHARED_DIR" && export PYTHONPATH="$AZ_BATCH_TASK_SHARED_DIR" || exit 1')
 
 
 def coordination_command(job: str) -> str:
-    """On every node, before the application command: the training scripts in place, then the job's sshd."""
-    return _script(_SCRIPTS_IN_PLACE, _IMPORTABLE,
-                   f"exec python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)}")
+    """On every node, before the application command: the job's sshd, with the scripts Batch downloaded."""
+    return _script(_IMPORTABLE, f"exec python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)}")
 
 
 def application_command(inputs: JobInputs, job: str) -> str:

@@ -2,14 +2,19 @@
 import dataclasses
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from azure.batch import models
 
+from devtools.rehearsal.batch import batch_env, task_folders
+from devtools.rehearsal.nodes import BATCH_ROOT
 from infra.core import batch_spec
-from infra import REPO_ROOT
+from infra.core.containers import runtime_files
+from tests.infra import job_nodes
 
 SCRIPTS = "https://st.blob.core.windows.net/scripts"
 OUTPUTS = "https://st.blob.core.windows.net/outputs"
@@ -142,21 +147,20 @@ def test_autoscale_formula_uses_dedicated_nodes_only():
 # --- The job's own shell, run for real in bash on Batch's folder layout ----------------------------------------
 
 def batch_node(tmp_path, job):
-    """One node's Batch folders and variables, as Batch documents them, with the scripts Batch downloaded
-    (the common resource files) in the task root and the NFS share with the staged marker."""
-    root = tmp_path / "batch"
-    task_dir = root / "workitems" / job / "job-1" / "train"
-    dirs = {"AZ_BATCH_NODE_ROOT_DIR": root, "AZ_BATCH_NODE_MOUNTS_DIR": root / "fsmounts",
-            "AZ_BATCH_NODE_SHARED_DIR": root / "shared", "AZ_BATCH_TASK_DIR": task_dir,
-            "AZ_BATCH_TASK_WORKING_DIR": task_dir / "wd", "AZ_BATCH_TASK_SHARED_DIR": task_dir / "shared"}
-    for path in dirs.values():
-        path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cp", "-r", str(REPO_ROOT / "training"), str(task_dir)], check=True)
-    dataset = root / "fsmounts" / "data" / "imagenet"
+    """One node's Batch folders and variables as Batch documents them (devtools/rehearsal/batch.py, pinned to the
+    docs' examples in tests/rehearsal/test_batch_env.py): the scripts Batch downloaded (the common resource files,
+    blob names kept) in the task-shared folder, which is the task folder, and the NFS share with the staged marker."""
+    variables = batch_env(tmp_path / "batch", ["127.0.0.1"], 0, job, batch_spec.TASK_ID)
+    for name in ("AZ_BATCH_NODE_SHARED_DIR", "AZ_BATCH_NODE_MOUNTS_DIR", "AZ_BATCH_TASK_WORKING_DIR"):
+        Path(variables[name]).mkdir(parents=True, exist_ok=True)
+    for blob, source in runtime_files().items():
+        target = Path(variables["AZ_BATCH_TASK_SHARED_DIR"]) / blob
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    dataset = Path(variables["AZ_BATCH_NODE_MOUNTS_DIR"]) / "data" / "imagenet"
     dataset.mkdir(parents=True)
     (dataset / ".staged").touch()
-    return {**{k: str(v) for k, v in dirs.items()}, "AZ_BATCH_HOST_LIST": "127.0.0.1",
-            "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true"}
+    return variables
 
 
 def fake_python(tmp_path, body):
@@ -192,22 +196,27 @@ def test_no_user_text_reaches_the_shell(tmp_path, hostile):
 
 
 def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
-    """Coordination (every node) puts the package in the task-shared folder; the application command runs
-    from there with it on PYTHONPATH, which launch forwards to the remote ranks (mpirun -x PYTHON*)."""
+    """Coordination (every node) runs from the task-shared folder, where Batch downloaded the package, and leaves
+    the download in place, on a retry too (Batch runs it again); the application command runs from there with it
+    on PYTHONPATH, which launch forwards to the remote ranks (mpirun -x PYTHON*)."""
     spec = inputs()
     job = batch_spec.job_id(spec)
     node = batch_node(tmp_path, job)
+    shared = node["AZ_BATCH_TASK_SHARED_DIR"]
+    assert shared == node["AZ_BATCH_TASK_DIR"]  # as documented: one folder
     # The coordination command up to the sshd: run it with a python that reports where `training` comes from.
     probe = (f'[ "$1" = "-m" ] && [ "$2" = "training" ] || exit 9; cd /; '
              f'{sys.executable} -c "import training, sys; print(training.__file__)" > "{tmp_path}/imported"')
     env = {**os.environ, **node, "PATH": fake_python(tmp_path, probe) + ":/usr/bin:/bin"}
     env.pop("PYTHONPATH", None)
     coordination = _script(batch_spec.coordination_command(job))
-    result = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env,
-                            capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    shared = node["AZ_BATCH_TASK_SHARED_DIR"]
-    assert (tmp_path / "imported").read_text().strip() == f"{shared}/training/__init__.py"
+    for attempt in (1, 2):
+        result = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, (attempt, result.stderr)
+        assert (tmp_path / "imported").read_text().strip() == f"{shared}/training/__init__.py"
+        assert sorted(p.relative_to(shared).as_posix() for p in Path(shared, "training").rglob("*.py")) == sorted(
+            runtime_files()), "the coordination command changed Batch's download"
     assert "node-ssh" in (tmp_path / "argv").read_text()
     # The application command runs launch in the shared folder with it on PYTHONPATH.
     record = f'pwd > "{tmp_path}/cwd"; echo "$PYTHONPATH" > "{tmp_path}/pythonpath"'
@@ -218,6 +227,69 @@ def test_every_rank_imports_the_scripts_batch_downloaded(tmp_path):
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "cwd").read_text().strip() == shared
     assert (tmp_path / "pythonpath").read_text().strip() == shared
+
+
+def test_without_the_scripts_in_the_task_shared_folder_the_job_says_where_it_looked(tmp_path):
+    job = batch_spec.job_id(inputs())
+    node = batch_node(tmp_path, job)
+    shutil.rmtree(Path(node["AZ_BATCH_TASK_SHARED_DIR"]) / "training")
+    env = {**os.environ, **node, "PATH": fake_python(tmp_path, "exit 0") + ":/usr/bin:/bin"}
+    result = subprocess.run(["bash", "-c", _script(batch_spec.coordination_command(job))], env=env,
+                            cwd=node["AZ_BATCH_TASK_WORKING_DIR"], capture_output=True, text=True)
+    assert result.returncode == 1 and not (tmp_path / "argv").exists()
+    assert result.stderr.strip() == (f"error: the training scripts are not in {node['AZ_BATCH_TASK_SHARED_DIR']}"
+                                     "/training, where Batch downloads the common resource files: check the scripts "
+                                     "container (pulumi up uploads it)")
+
+
+HOROVODRUN = """#!/bin/bash
+# Stands in for horovodrun, whose own launch the rehearsal runs (tests/rehearsal): as its ssh launch does, it runs
+# a command on every host of -H over the job's ssh (-p), in this working directory with this PYTHONPATH; the
+# command says which host it ran on and which `training` it imported there.
+set -eu
+while [ $# -gt 0 ]; do
+  case "$1" in -H) hosts=$2; shift 2;; -p|-np) [ "$1" = -p ] && port=$2; shift 2;; --gloo|--mpi) shift;; *) break;; esac
+done
+probe="import socket, training; print(socket.gethostname(), training.__file__)"
+for host in ${hosts//,/ }; do
+  remote="cd $(printf %q "$PWD") && PYTHONPATH=$(printf %q "$PYTHONPATH")"
+  ssh -p "$port" "${host%%:*}" "$remote $(printf %q "$(command -v python)") -c $(printf %q "$probe")"
+done
+"""
+
+
+@pytest.mark.skipif(bool(job_nodes.unavailable()), reason=job_nodes.unavailable() or "-")
+def test_the_jobs_own_commands_import_the_package_and_start_sshd_on_batchs_layout(tmp_path):
+    """The task's real coordination and application command lines, run by bash as Batch runs them (split into
+    words, no shell of its own) on two nodes with Batch's documented folders (the task-shared folder is the task
+    folder, where the scripts were downloaded) and the image's users: every node imports the package and starts
+    the job's sshd, and the primary's launch reaches every node over that sshd with the job's key."""
+    spec = inputs(nodes=2, processes_per_node=1)
+    job = batch_spec.job_id(spec)
+    task = batch_spec.task_spec(spec, job)
+    task_env = {e["name"]: e["value"] for e in task["environmentSettings"]}
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "horovodrun").write_text(HOROVODRUN)
+    (tmp_path / "bin" / "horovodrun").chmod(0o755)
+    with job_nodes.pool(tmp_path, 2) as nodes:
+        (nodes.export / "imagenet").mkdir()
+        (nodes.export / "imagenet" / ".staged").touch()
+        wd = task_folders(BATCH_ROOT, job, batch_spec.TASK_ID)["AZ_BATCH_TASK_WORKING_DIR"]
+        for node in reversed(nodes.nodes):  # in any order: sshd reads the job's key at each login
+            shared = job_nodes.download_scripts(node, job)
+            result = job_nodes.run(nodes, node, task["multiInstanceSettings"]["coordinationCommandLine"],
+                                   job_nodes.env(nodes, node, job, task_env), wd)
+            role = "primary" if node.index == 0 else "node"
+            assert result.returncode == 0, result.stderr
+            assert f"node-ssh: {role} {node.address}: sshd on port 2222 for hosts" in result.stderr, result.stderr
+        primary = nodes.nodes[0]
+        environment = job_nodes.env(nodes, primary, job, task_env)
+        environment["PATH"] = f"{tmp_path / 'bin'}:{environment['PATH']}"
+        result = job_nodes.run(nodes, primary, task["commandLine"], environment, wd)
+    assert result.returncode == 0, result.stderr
+    assert f"-H {nodes.nodes[0].address}:1,{nodes.nodes[1].address}:1 -p 2222" in result.stderr  # launch's line
+    assert result.stdout.splitlines() == [f"node0 {shared}/training/__init__.py",
+                                          f"node1 {shared}/training/__init__.py"]
 
 
 def test_the_data_wait_gives_up_at_its_deadline_with_a_clear_message(tmp_path):

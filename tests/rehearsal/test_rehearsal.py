@@ -1,7 +1,6 @@
 """The rehearsal: the dev stack's own job, run as Azure Batch runs it, on two local nodes (network namespaces with
 their own addresses), with the job's real sshd between them and Azurite as the storage account."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,20 +10,9 @@ import time
 import pytest
 
 from infra import REPO_ROOT
+from tests.infra import job_nodes
 
-
-
-def _namespaces_unavailable() -> str:
-    """Why this machine cannot host the rehearsal's nodes, or '' when it can."""
-    if os.geteuid() != 0:
-        return "the rehearsal's nodes need root (namespaces, sshd as root)"
-    probe = f"dlrprobe{os.getpid()}"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return "" if made.returncode == 0 else f"this machine cannot create network namespaces ({made.stderr.strip()})"
-
-
-WHY_NOT = _namespaces_unavailable()
+WHY_NOT = job_nodes.unavailable()  # why this machine cannot host the rehearsal's nodes, or ''
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
 FAST = "--num-classes 4 --image-size 32 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 --workers 1"
 
