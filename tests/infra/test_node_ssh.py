@@ -1,18 +1,17 @@
-"""The job's own SSH between Batch nodes (training/cluster/node_ssh.py): its files, and Debian's real sshd and ssh."""
+"""The job's own SSH between Batch nodes (training/cluster/node_ssh.py): its files, and Debian's real sshd and ssh on
+the rehearsal's nodes, which see the image's users (no test adds or needs a user on this machine)."""
 import os
-import pwd
-import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from infra import REPO_ROOT
+from devtools.rehearsal.nodes import IMAGE_USERS
+from tests.infra import job_nodes
+from tests.infra.job_nodes import DEBS
 from training.cluster import node_ssh
 from training.errors import UsageError
 
-DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 LIBS = f"{DEBS}/usr/lib/x86_64-linux-gnu:{DEBS}/lib/x86_64-linux-gnu"
 
 
@@ -65,52 +64,61 @@ def test_the_primary_publishes_only_its_public_key(tmp_path, monkeypatch):
     assert (tmp_path / "home" / ".ssh" / "config").read_text() == node_ssh.ssh_client_config(primary)
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def test_sshds_own_message_and_the_fix_make_one_line():
+    stderr = "debug1: sshd version OpenSSH_9.2\nPrivilege separation user sshd does not exist\n"
+    line = node_ssh.sshd_failure(stderr, 255)
+    assert line.startswith("sshd did not start (exit 255): Privilege separation user sshd does not exist; the image "
+                           "needs sshd's privilege-separation user: install openssh-server") and "\n" not in line
+    assert node_ssh.sshd_failure("Bind to port 2222 on 10.0.0.4 failed: Address already in use.\n", 255).endswith(
+        "give node-ssh another --port")
+    assert node_ssh.sshd_failure("", 1) == "sshd did not start (exit 1): no message"
 
 
-@pytest.fixture
-def sshd_ready():
-    """Debian's sshd, unpacked by `make setup`; as root it needs its privilege-separation user."""
-    if not (DEBS / "usr" / "sbin" / "sshd").exists():
-        pytest.fail("Debian's OpenSSH is not unpacked in .cache/debs: run `make setup`")
-    if os.geteuid() != 0:
-        pytest.skip("the job's sshd logs in as root, as in the container: this test needs root")
-    try:
-        pwd.getpwnam("sshd")
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "sshd"], check=True)
+NODES_UNAVAILABLE = job_nodes.unavailable()
+needs_nodes = pytest.mark.skipif(bool(NODES_UNAVAILABLE), reason=NODES_UNAVAILABLE or "-")
+KEYS = "/mnt/batch/fsmounts/data/.jobs/j"  # on the NFS share every node mounts
 
 
-def test_two_nodes_log_in_with_the_jobs_key_and_nothing_else(tmp_path, monkeypatch, sshd_ready):
-    monkeypatch.setenv("PATH", f"{DEBS}/usr/bin:{os.environ['PATH']}")
-    monkeypatch.setenv("LD_LIBRARY_PATH", LIBS)
-    port = _free_port()
-    nodes = [node(tmp_path, "127.0.0.2", True, port), node(tmp_path, "127.0.0.3", False, port)]
-    home = tmp_path / "home"
-    try:
-        for n in reversed(nodes):  # the other node may start first: it reads the key at login time
-            node_ssh.prepare(n, home if n.primary else tmp_path / "home-other")
-            node_ssh.start(n, sshd=str(DEBS / "usr" / "sbin" / "sshd"))
-        ssh = [str(DEBS / "usr" / "bin" / "ssh"), "-F", str(home / ".ssh" / "config")]
-        for n in nodes:  # what mpirun does: ssh to every host of the job, including itself
-            result = subprocess.run([*ssh, n.address, "echo", "on", n.address], capture_output=True, text=True,
-                                    timeout=30)
-            assert result.returncode == 0 and result.stdout.strip() == f"on {n.address}", result.stderr
-        # Bound to its own address: nothing answers on another loopback address at that port.
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.4", port), timeout=2)
+def start_node_ssh(nodes, node):
+    shared = job_nodes.download_scripts(node, "j")
+    environment = job_nodes.env(nodes, node, "j", {"PYTHONPATH": str(shared)})
+    return job_nodes.run(nodes, node, f"python -m training node-ssh --port 2222 --keys-dir {KEYS}", environment, shared)
+
+
+@needs_nodes
+def test_two_nodes_log_in_with_the_jobs_key_and_nothing_else(tmp_path):
+    """Debian's real sshd and ssh on two nodes that see the image's users (whatever users this machine has)."""
+    with job_nodes.pool(tmp_path, 2) as nodes:
+        for node in reversed(nodes.nodes):  # the other node may start first: it reads the key at login time
+            started = start_node_ssh(nodes, node)
+            assert started.returncode == 0, started.stderr
+        primary = nodes.nodes[0]
+        environment = job_nodes.env(nodes, primary, "j")
+
+        def on_primary(command):
+            return job_nodes.run(nodes, primary, command, environment, "/", timeout=30)
+
+        for node in nodes.nodes:  # what mpirun does: ssh to every host of the job, including itself
+            result = on_primary(f"ssh {node.address} hostname")
+            assert result.returncode == 0 and result.stdout.strip() == node.hostname, result.stderr
+        # Bound to its own address: nothing answers on loopback at that port.
+        refused = on_primary("python -c 'import socket; socket.create_connection((\"127.0.0.1\", 2222), timeout=2)'")
+        assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr
         # Another key is refused, and there is no password to fall back on.
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "stranger")], check=True)
-        stranger = [str(DEBS / "usr" / "bin" / "ssh"), "-F", "/dev/null", "-p", str(port), "-i",
-                    str(tmp_path / "stranger"), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "root@127.0.0.3", "true"]
-        refused = subprocess.run(stranger, capture_output=True, text=True, timeout=30)
-        assert refused.returncode == 255 and "Permission denied (publickey)" in refused.stderr
-    finally:
-        for n in nodes:
-            pid_file = n.ssh_dir / "sshd.pid"
-            if pid_file.exists():
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "stranger")], check=True,
+                       env={**os.environ, "PATH": f"{DEBS}/usr/bin:{os.environ['PATH']}", "LD_LIBRARY_PATH": LIBS})
+        stranger = on_primary(f"ssh -F /dev/null -p 2222 -i {tmp_path}/stranger -o IdentitiesOnly=yes -o BatchMode=yes "
+                              "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                              f"root@{nodes.nodes[1].address} true")
+        assert stranger.returncode == 255 and "Permission denied (publickey)" in stranger.stderr
+
+
+@needs_nodes
+def test_an_image_without_sshds_user_fails_node_ssh_in_one_line_with_the_fix(tmp_path):
+    """The failure a fresh machine met in `make demo`, now on a node whose image lacks the user: one line."""
+    with job_nodes.pool(tmp_path, 1, users=IMAGE_USERS.without("sshd")) as nodes:
+        result = start_node_ssh(nodes, nodes.nodes[0])
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("error: sshd did not start (exit 255): Privilege separation user sshd does not "
+                                    "exist; the image needs sshd's privilege-separation user"), result.stderr

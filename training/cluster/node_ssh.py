@@ -17,7 +17,11 @@ key, never inside a container, so the job brings its own:
 
 Batch variables used (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables):
 AZ_BATCH_HOST_LIST (comma-separated IPs of the task's nodes), AZ_BATCH_IS_CURRENT_NODE_MASTER,
-AZ_BATCH_TASK_SHARED_DIR (the same path on every node of a multi-instance task).
+AZ_BATCH_TASK_SHARED_DIR (the same path on every node of a multi-instance task; it is the task folder, so this
+task's files live in its ssh/).
+
+When sshd cannot start (e.g. the image lacks its privilege-separation user `sshd`), node-ssh ends with one line
+naming sshd's own message and the fix, and exit code 2.
 
 Examples:
   python -m training node-ssh --port 2222 --keys-dir /mnt/nfs/.jobs/JOB
@@ -138,8 +142,42 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def _keygen(path: Path, comment: str) -> None:
-    if not path.exists():
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True)
+    if path.exists():
+        return
+    try:
+        made = subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise UsageError("ssh-keygen is not installed: the image needs openssh-client (apt-get install "
+                         "openssh-client)") from None
+    if made.returncode != 0:
+        raise UsageError(f"ssh-keygen could not write {path} (exit {made.returncode}): {_last_line(made.stderr)}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+# What sshd prints when it cannot start, and the fix, for the causes a job can meet.
+PRIVSEP_USER_MISSING = "Privilege separation user sshd does not exist"
+SSHD_FIXES = {
+    PRIVSEP_USER_MISSING: "the image needs sshd's privilege-separation user: install openssh-server with apt-get "
+                          "(its postinst adds the user) or add `useradd --system --no-create-home --home-dir /run/sshd "
+                          "--shell /usr/sbin/nologin sshd` to the Dockerfile",
+    "Address already in use": "another process holds the port on this address (a previous attempt's sshd?): stop "
+                              "it, or give node-ssh another --port",
+}
+
+
+def sshd_failure(stderr: str, code: int) -> str:
+    """One line for an sshd that exited without starting: its own message and, where known, the fix."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for cause, fix in SSHD_FIXES.items():
+        for line in lines:
+            if cause in line:
+                return f"sshd did not start (exit {code}): {line}; {fix}"
+    return f"sshd did not start (exit {code}): {lines[-1] if lines else 'no message'}"
 
 
 def prepare(node: NodeSsh, home: Path) -> None:
@@ -161,7 +199,17 @@ def prepare(node: NodeSsh, home: Path) -> None:
 def start(node: NodeSsh, sshd: str = SSHD) -> None:
     """Start sshd (it detaches) and return once it accepts connections."""
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation folder
-    subprocess.run([sshd, "-f", str(node.ssh_dir / "sshd_config")], check=True)
+    try:
+        # sshd reports a failure to start on stderr, then detaches from it (its stdio goes to /dev/null) once up.
+        started = subprocess.run([sshd, "-f", str(node.ssh_dir / "sshd_config")], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=READY_TIMEOUT_S)
+    except FileNotFoundError:
+        raise UsageError(f"sshd is not installed at {sshd}: the image needs openssh-server (apt-get install "
+                         "openssh-server), or pass --sshd PATH") from None
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"sshd did not detach within {READY_TIMEOUT_S:.0f} s; see the task's stderr") from None
+    if started.returncode != 0:
+        raise UsageError(sshd_failure(started.stderr, started.returncode))
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         try:
