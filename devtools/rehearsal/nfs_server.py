@@ -6,13 +6,16 @@
    own root folder instead of /.
 2. The setup script (mdadm, mkfs.xfs, fstab, nfs-kernel-server) needs a VM's disks and kernel: not run here (the
    tests check it with bash -n and ShellCheck, and what brings it back after a reboot).
-3. The staging unit, as systemd would start it (https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html,
-   systemd.exec's EnvironmentFile=): skipped when its ConditionPathExists= fails; otherwise its ExecStart runs with
+3. The staging unit, as its timer starts it (https://www.freedesktop.org/software/systemd/man/latest/systemd.unit.html,
+   systemd.timer's Unit=, systemd.exec's EnvironmentFile=, systemd.service's SuccessExitStatus=): each call of
+   `run_staging_unit` is one elapse of the timer the user data enables (the caller decides when: before and after
+   the deployer's upload); skipped when a ConditionPathExists= fails; otherwise its ExecStart runs with
    the variables of its EnvironmentFile, in a mount namespace where the VM's paths are the rehearsal's folders:
    /data is the export; /opt/dltrain is the VM's own folder, whose venv is this checkout's .venv (it has the
    stager's pinned packages, so the script's `pip install` finds them installed and needs no index); the
    account's URLs lead to the rehearsal's storage; the identity signs in through DefaultAzureCredential
-   (devtools/rehearsal/azure_ad.py). Restart=on-failure is not played: one failure fails the rehearsal.
+   (devtools/rehearsal/azure_ad.py). A run that fails is not retried here (the timer would, a minute later):
+   one failure fails the rehearsal.
 """
 from __future__ import annotations
 
@@ -99,6 +102,7 @@ class NfsServer:
     def __init__(self, custom_data: str, root: Path, export: Path):
         self.user_data = base64.b64decode(custom_data)
         self.root, self.export = root, export
+        self.enabled: list[str] = []  # the units the user data's runcmd enables (known after boot)
 
     def vm_path(self, path: str) -> Path:
         """Where a path of the VM is here: /data is the export, everything else under the VM's root."""
@@ -110,7 +114,19 @@ class NfsServer:
         """First boot's user data: cloud-init's merge and write_files. Returns the merged config."""
         config = merged_cloud_config(self.user_data, self.root / "var" / "lib" / "cloud-rehearsal")
         write_files(config, self.root)
+        self.enabled = [command[-1] for command in config.get("runcmd", [])
+                        if isinstance(command, list) and command[:2] == ["systemctl", "enable"]]
         return config
+
+    def _timer_of(self, unit_name: str) -> str:
+        """The timer the user data enables that starts `unit_name` (Unit=, or the timer's own name), or ''."""
+        for name in self.enabled:
+            path = self.vm_path(f"/etc/systemd/system/{name}")
+            if name.endswith(".timer") and path.is_file():
+                target = unit_settings(path.read_text()).get("Unit", name[:-len(".timer")] + ".service")
+                if target == unit_name:
+                    return name
+        return ""
 
     def run_staging_unit(self, account_urls: dict[str, str], extra_env: dict[str, str]) -> str:
         """The staging unit's one run, as systemd starts it. `account_urls`: each declared container URL -> the
@@ -120,9 +136,13 @@ class NfsServer:
         if not self.vm_path(unit_path).is_file():
             raise StagingFailed(f"the user data wrote no {unit_path}: `systemctl enable --now` in its runcmd fails "
                                 "and nothing stages the data")
+        timer = self._timer_of(nfs_user_data.STAGE_UNIT)
+        if not timer:
+            raise StagingFailed(f"the user data enables no timer that starts {nfs_user_data.STAGE_UNIT}: nothing runs "
+                                "it again once the deployer has uploaded the data")
         unit = unit_settings(self.vm_path(unit_path).read_text())
-        if not condition_met(unit["ConditionPathExists"], self.vm_path):
-            return f"skipped: ConditionPathExists={unit['ConditionPathExists']} is not met (staged already)"
+        if "ConditionPathExists" in unit and not condition_met(unit["ConditionPathExists"], self.vm_path):
+            return f"skipped: ConditionPathExists={unit['ConditionPathExists']} is not met"
         for key in ("EnvironmentFile", "ExecStart"):
             if not self.vm_path(unit[key]).is_file():  # systemd: the unit fails (status=203/EXEC for ExecStart)
                 raise StagingFailed(f"{nfs_user_data.STAGE_UNIT}: {key}={unit[key]} does not exist: the user data "
@@ -149,7 +169,9 @@ class NfsServer:
         finally:
             for mount_point in reversed(created):
                 os.rmdir(mount_point)
-        if result.returncode != 0:
+        success = {0, *(int(code) for code in unit.get("SuccessExitStatus", "").split() if code.isdigit())}
+        if result.returncode not in success:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
             raise StagingFailed(f"{nfs_user_data.STAGE_UNIT} exited with {result.returncode}:\n{tail}")
-        return f"{nfs_user_data.STAGE_UNIT} ran {unit['ExecStart']} and exited 0"
+        said = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
+        return f"{timer} started {nfs_user_data.STAGE_UNIT}: {unit['ExecStart']} exited {result.returncode}: {said}"

@@ -2,10 +2,15 @@
 
 cloud-init (one cloud-config document: https://cloudinit.readthedocs.io/en/latest/reference/merging.html: parts
 would need `Merge-Type` headers, and the default merge replaces one part's `write_files` with the next's) builds
-the array, records it in mdadm.conf, mounts it by filesystem UUID and exports it; a systemd unit then stages
-the `data` container into /data/imagenet with the same `python -m training stage` as everyone else (fetched
-from the `scripts` container), reaching storage with the VM's own managed identity, and reports to `status`.
-The component (infra/components/nfs.py) puts this on the VM; tests run it through cloud-init's own code.
+the array, records it in mdadm.conf, mounts it by filesystem UUID and exports it. A systemd timer then runs
+the staging unit every minute, for as long as the server lives: it stages the `data` container into
+/data/imagenet with the same `python -m training stage --mark` as everyone else (fetched from the `scripts`
+container), reaching storage with the VM's own managed identity, and reports each state to `status`
+(training/data/staged.py). The server is created in the same `up` as the empty `data` container, so the
+first runs report "waiting for data"; the run after the upload stages it; a later change of the container
+(seen by a listing every STAGE_RECHECK_MINUTES) or a restage request (`python -m infra restage`, seen within a
+minute) stages it again. The component (infra/components/nfs.py) puts this on the VM; tests run it through
+cloud-init's own code.
 """
 from __future__ import annotations
 
@@ -16,13 +21,16 @@ from dataclasses import dataclass
 import yaml
 
 from infra import REPO_ROOT
-from infra.core.batch_spec import DATASET, SCRIPTS_PREFIX, STAGED_BLOB, STAGED_MARKER
+from infra.core.batch_spec import DATASET, SCRIPTS_PREFIX
+from training.data.staged import EXIT_NO_DATA
 
 EXPORT_PATH = "/data"
 ADMIN_USER = "nfsadmin"
 SHARE = "data"
 RAID_DEVICE = "/dev/md/dltrain"  # a named array: mdadm.conf assembles it under this name after a reboot
 STAGE_UNIT = "dltrain-stage.service"
+STAGE_TIMER = "dltrain-stage.timer"
+STAGE_RECHECK_MINUTES = 15  # a staged container is listed again this often (infra/dataplane/staging.py says so)
 # The stager's pins, the same file .venv and the training images install.
 _STAGER_LINES = (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
 STAGER_PACKAGES = " ".join(pin for pin in (line.split("#")[0].strip() for line in _STAGER_LINES) if pin)
@@ -66,57 +74,78 @@ exportfs -ra
 
 
 def stage_script() -> str:
-    """Stage the data container onto the export; run by the systemd unit until it succeeds once."""
+    """One run of the staging unit: fetch the stager, then stage the data container if it changed (or a restage
+    was asked), reporting to `status`; run by the timer every minute."""
     dataset = f"{EXPORT_PATH}/{DATASET}"
     return f"""#!/bin/bash
-# Stage the data container into {dataset} with the VM's managed identity; resumable, then mark it complete.
+# Stage the data container into {dataset} with the VM's managed identity when it changed; report to `status`.
 set -euo pipefail
-[ -x /opt/dltrain/venv/bin/python ] || python3 -m venv /opt/dltrain/venv
-/opt/dltrain/venv/bin/pip install --quiet {STAGER_PACKAGES}
 mkdir -p /opt/dltrain
 cd /opt/dltrain
-# The stager comes from the scripts container (the same code the jobs run).
+pins="{STAGER_PACKAGES}"
+if [ ! -x /opt/dltrain/venv/bin/python ] || [ "$(cat /opt/dltrain/stager-pins 2>/dev/null)" != "$pins" ]; then
+  [ -x /opt/dltrain/venv/bin/python ] || python3 -m venv /opt/dltrain/venv
+  # shellcheck disable=SC2086  # one word per pin
+  /opt/dltrain/venv/bin/pip install --quiet $pins
+  echo "$pins" > /opt/dltrain/stager-pins
+fi
+# The stager comes from the scripts container (the same code the jobs run, as the last `pulumi up` uploaded it);
+# one listing a run, and only blobs whose ETag changed are fetched again.
 /opt/dltrain/venv/bin/python - <<'PY'
-import os, pathlib
+import json, os, pathlib
 from azure.identity import DefaultAzureCredential
 from azure.storage.blob import ContainerClient
 scripts = ContainerClient.from_container_url(os.environ["SCRIPTS_CONTAINER_URL"], credential=DefaultAzureCredential())
+record = pathlib.Path("scripts-etags.json")
+fetched = json.loads(record.read_text()) if record.is_file() else {{}}
+current = {{}}
 for blob in scripts.list_blobs(name_starts_with="{SCRIPTS_PREFIX}"):
-    path = pathlib.Path(blob.name); path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(scripts.download_blob(blob.name).readall())
+    path = pathlib.Path(blob.name)
+    if fetched.get(blob.name) != blob.etag or not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(scripts.download_blob(blob.name).readall())
+    current[blob.name] = blob.etag
+record.write_text(json.dumps(current))
 PY
-/opt/dltrain/venv/bin/python -m training stage "$DATA_CONTAINER_URL" {dataset}
-touch {dataset}/{STAGED_MARKER}
-# Tell the deployer (`infra submit` and `pulumi up` submit only once this blob exists).
-/opt/dltrain/venv/bin/python - <<'PY'
-import os, socket
-from azure.identity import DefaultAzureCredential
-from azure.storage.blob import ContainerClient
-status = ContainerClient.from_container_url(os.environ["STATUS_CONTAINER_URL"], credential=DefaultAzureCredential())
-status.upload_blob("{STAGED_BLOB}", f"staged by {{socket.gethostname()}}\\n", overwrite=True)
-PY
+# Exit status {EXIT_NO_DATA}: the container is empty (reported as "waiting for data"); the unit counts it a success.
+exec /opt/dltrain/venv/bin/python -m training stage env:DATA_CONTAINER_URL {dataset} --mark \\
+  --report env:STATUS_CONTAINER_URL --recheck-minutes {STAGE_RECHECK_MINUTES}
 """
 
 
 def stage_unit() -> str:
+    """A oneshot run, started by the timer only (no [Install]): systemd leaves a run that is still going alone
+    when the timer elapses (https://manpages.ubuntu.com/manpages/noble/man5/systemd.timer.5.html)."""
     dataset = f"{EXPORT_PATH}/{DATASET}"
     return f"""[Unit]
-Description=Stage the training data from blob storage into {dataset} (resumes after a reboot)
+Description=Stage the training data from blob storage into {dataset} when the container changed
 Wants=network-online.target
 After=network-online.target nfs-server.service
 RequiresMountsFor={EXPORT_PATH}
-ConditionPathExists=!{dataset}/{STAGED_MARKER}
 
 [Service]
 Type=oneshot
 EnvironmentFile=/etc/dltrain/stage.env
 ExecStart=/usr/local/sbin/dltrain-stage
-# Role assignments can take minutes to reach storage, and networks fail: try again until it is done.
-Restart=on-failure
-RestartSec=60
+# "waiting for data" (https://manpages.ubuntu.com/manpages/noble/man5/systemd.service.5.html, SuccessExitStatus=)
+SuccessExitStatus={EXIT_NO_DATA}
+"""
+
+
+def stage_timer() -> str:
+    """Every minute from the timer's start (each boot: timers.target) and a minute after each run ends, whatever
+    its result: role assignments that have not reached storage yet, a network error, data not uploaded yet
+    (OnActiveSec=, OnUnitInactiveSec=: https://manpages.ubuntu.com/manpages/noble/man5/systemd.timer.5.html)."""
+    return f"""[Unit]
+Description=Check the training data container for changes every minute ({STAGE_UNIT})
+
+[Timer]
+OnActiveSec=30s
+OnUnitInactiveSec=1min
+Unit={STAGE_UNIT}
 
 [Install]
-WantedBy=multi-user.target
+WantedBy=timers.target
 """
 
 
@@ -147,6 +176,7 @@ def cloud_config(compute_cidr: str, disk_count: int, urls: StagingUrls, client_i
         ("/usr/local/sbin/dltrain-stage", "0700", stage_script()),
         ("/etc/dltrain/stage.env", "0644", stage_env(urls, client_id)),
         (f"/etc/systemd/system/{STAGE_UNIT}", "0644", stage_unit()),
+        (f"/etc/systemd/system/{STAGE_TIMER}", "0644", stage_timer()),
         ("/etc/systemd/system/nfs-server.service.d/dltrain.conf", "0644", NFS_SERVER_DROP_IN),
     ]
     document = {
@@ -154,7 +184,7 @@ def cloud_config(compute_cidr: str, disk_count: int, urls: StagingUrls, client_i
         "packages": ["nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"],
         "write_files": [{"path": path, "permissions": mode, "content": content} for path, mode, content in files],
         "runcmd": [["/usr/local/sbin/dltrain-nfs-setup"], ["systemctl", "daemon-reload"],
-                   ["systemctl", "enable", "--now", "--no-block", STAGE_UNIT]],
+                   ["systemctl", "enable", "--now", STAGE_TIMER]],
     }
     return "#cloud-config\n" + yaml.dump(document, Dumper=_LiteralDumper, sort_keys=False, width=1000)
 

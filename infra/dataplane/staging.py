@@ -1,24 +1,91 @@
-"""Has the NFS server finished staging the data? Asked before a job is submitted, so that no GPU node is held
-while the data is still arriving.
+"""Is the training data ready for a job? Asked before a job is submitted (`infra submit`, the TrainingJob and
+AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while there is nothing to train on.
 
-The server's staging unit (infra/core/nfs_user_data.py) writes `batch_spec.STAGED_BLOB` into the `status` container with its
-own identity once the whole `data` container is on NFS; deployers read it with Azure AD. `staged` is the one
-seam: the TrainingJob provider and `infra submit` take it as a callable, the tests hand them their own.
+- Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD).
+- Batch with `nfsKind: vm`: the NFS server's staging unit (infra/core/nfs_user_data.py, training/data/staged.py)
+  must report the dataset staged (the blob `batch_spec.STAGED_BLOB` in `status`, written with its own identity),
+  and the fingerprint it staged must be the container's listing now: data uploaded since is not on NFS yet.
+
+`data_ready(data_url, status_url)` is the one seam: the job resources and `infra submit` take it as a callable,
+the tests hand them their own. `request_restage` writes the request the server's unit polls for
+(`python -m infra restage`): the deployer cannot reach the server, the server reads `status`.
 """
 from __future__ import annotations
 
-from infra.core.batch_spec import STAGED_BLOB
+import getpass
+from dataclasses import dataclass
+
+from infra.core.batch_spec import DATASET, STAGED_BLOB
+from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
+
+# How soon the staging unit sees a change by itself (it lists `data` this often; a restage request: a minute).
+RECHECK_MINUTES = STAGE_RECHECK_MINUTES
 
 
-def staged(status_container_url: str) -> bool:
-    """Whether the NFS server has reported the data staged (Azure AD, or a SAS in the URL)."""
-    from training.data import transfer
-
-    target = transfer.ContainerTarget.parse(status_container_url, "status container")
-    return target.client(workers=1).get_blob_client(STAGED_BLOB).exists()
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    line: str  # what is staged, or why nothing can train yet
 
 
-def not_staged_message(then: str) -> str:
-    return (f"the NFS server has not finished staging the data yet (no {STAGED_BLOB} in the `status` container), "
-            "so no job was submitted and no GPU node waits for it: follow the staging on the server "
-            f"(`journalctl -u dltrain-stage`), then {then}")
+def _status(status_url: str, operation: str, use):
+    """`use(StatusBlobs)` on the `status` container, retried like every transfer; a failure that outlives the
+    retries is one line (training.errors.UsageError)."""
+    from training.data import staged, transfer
+
+    blobs = staged.StatusBlobs(transfer.ContainerTarget.parse(status_url, "status container").client(workers=1),
+                               DATASET)
+    with transfer.stopping_cleanly(operation):
+        return transfer.with_retries(operation, transfer.Stats(), lambda: use(blobs))
+
+
+def listing(data_url: str):
+    """The `data` container's listing (files, bytes, fingerprint), as the staging unit computes it."""
+    from training.data import staged, transfer
+    from training.data.blob_reader import BlobReader
+
+    target = transfer.ContainerTarget.parse(data_url, "data container")
+    with transfer.stopping_cleanly("listing `data`"):
+        target.check_reachable()
+        return staged.list_container(BlobReader(target, 1), "",
+                                     lambda op, attempt: transfer.with_retries(op, transfer.Stats(), attempt))
+
+
+def data_ready(data_url: str, status_url: str = "") -> Readiness:
+    """Whether a job may start now: `data` is not empty and, with a `status_url` (the NFS server's reports),
+    the server has staged exactly what `data` holds now."""
+    now = listing(data_url)
+    if now.files == 0:
+        return Readiness(False, "the `data` container is empty: upload the dataset first (`python -m training "
+                                "upload DIR https://ACCOUNT.blob.core.windows.net/data`)")
+    if not status_url:
+        return Readiness(True, f"`data` holds {now.files} files ({now.bytes / 1e9:.2f} GB)")
+    report = _status(status_url, "reading the NFS server's report in `status`", lambda blobs: blobs.read())
+    if report is None:
+        return Readiness(False, f"the NFS server has not reported on the data yet (no {STAGED_BLOB} in `status`: "
+                                "its staging unit starts a minute after the server boots; `journalctl -u "
+                                "dltrain-stage` on it)")
+    if not report.ready:
+        return Readiness(False, f"the NFS server reports: {report.line()}")
+    if report.fingerprint != now.fingerprint:
+        return Readiness(False, f"`data` changed since the NFS server staged it ({report.files} files staged, "
+                                f"{now.files} now): it stages the change within {RECHECK_MINUTES} minutes")
+    return Readiness(True, f"the NFS server {report.line()}")
+
+
+def read_report(status_url: str):
+    """The NFS server's last report (training.data.staged.Report), or None."""
+    return _status(status_url, "reading the NFS server's report in `status`", lambda blobs: blobs.read())
+
+
+def request_restage(status_url: str) -> None:
+    """Ask the NFS server to stage `data` again (its unit serves the request within a minute)."""
+    _status(status_url, "writing the restage request into `status`", lambda blobs: blobs.ask(getpass.getuser()))
+
+
+def restage_pending(status_url: str) -> bool:
+    return _status(status_url, "reading `status`", lambda blobs: blobs.request()) is not None
+
+
+def not_ready_message(readiness: Readiness, then: str) -> str:
+    return f"no job was submitted, so no GPU node waits: {readiness.line}; {then}"

@@ -11,6 +11,8 @@ import pytest
 from devtools.rehearsal.nfs_server import merged_cloud_config
 from infra.components import nfs
 from infra.core import nfs_user_data
+from infra.dataplane import staging
+from training.data import staged
 from infra import REPO_ROOT
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
@@ -38,11 +40,13 @@ def test_cloud_init_keeps_every_file_and_command(cloudinit, tmp_path):
     files = {f["path"]: f for f in config["write_files"]}
     assert set(files) == {"/usr/local/sbin/dltrain-nfs-setup", "/usr/local/sbin/dltrain-stage",
                           "/etc/dltrain/stage.env", "/etc/systemd/system/dltrain-stage.service",
+                          "/etc/systemd/system/dltrain-stage.timer",
                           "/etc/systemd/system/nfs-server.service.d/dltrain.conf"}
     assert files["/usr/local/sbin/dltrain-nfs-setup"]["content"] == nfs_user_data.setup_script("10.10.0.0/20", 4)
     assert files["/usr/local/sbin/dltrain-stage"]["permissions"] == "0700"
     assert config["runcmd"][0] == ["/usr/local/sbin/dltrain-nfs-setup"]  # the script it runs is written
-    assert ["systemctl", "enable", "--now", "--no-block", nfs_user_data.STAGE_UNIT] in config["runcmd"]
+    # The timer runs the unit, every minute for as long as the server lives (not once: the data comes later).
+    assert ["systemctl", "enable", "--now", nfs_user_data.STAGE_TIMER] in config["runcmd"]
     assert set(config["packages"]) >= {"nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"}
 
 
@@ -109,7 +113,7 @@ def test_the_python_the_stage_script_feeds_to_python_compiles():
     split a string literal in two, and the unit failed at its status report after every staging (found by the
     rehearsal). The rehearsal runs the script; this catches it without one."""
     blocks = re.findall(r"<<'PY'\n(.*?)\nPY\n", nfs_user_data.stage_script(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 1
     for block in blocks:
         compile(block, "dltrain-stage heredoc", "exec")
 
@@ -118,9 +122,10 @@ def test_a_reboot_brings_the_array_mount_export_and_staging_back():
     setup = nfs_user_data.setup_script("10.10.0.0/20", 4)
     assert 'mdadm --detail --brief "$device" >> /etc/mdadm/mdadm.conf' in setup and "update-initramfs -u" in setup
     assert 'echo "UUID=$uuid /data xfs defaults,nofail 0 2" >> /etc/fstab' in setup  # not /dev/md0 (md127 later)
-    unit = nfs_user_data.stage_unit()
-    assert "WantedBy=multi-user.target" in unit and "Restart=on-failure" in unit  # every boot, until done
-    assert "ConditionPathExists=!/data/imagenet/.staged" in unit and "RequiresMountsFor=/data" in unit
+    unit, timer = nfs_user_data.stage_unit(), nfs_user_data.stage_timer()
+    assert "RequiresMountsFor=/data" in unit and "[Install]" not in unit  # started by its timer only
+    assert "WantedBy=timers.target" in timer and "OnActiveSec=30s" in timer  # every boot
+    assert "OnUnitInactiveSec=1min" in timer  # and a minute after each run, whatever its result
     assert nfs_user_data.NFS_SERVER_DROP_IN == "[Unit]\nRequiresMountsFor=/data\n"  # no export of an empty mount point
 
 
@@ -129,7 +134,13 @@ def test_host_caching_only_where_azure_allows_it(size, caching):
     assert nfs.data_disk_caching(size) == caching
 
 
-def test_staging_reports_to_the_status_container_when_done():
-    stage = nfs_user_data.stage_script()
-    assert stage.index("touch /data/imagenet/.staged") < stage.index('upload_blob("imagenet.staged"')
+def test_staging_never_stops_checking_the_container_and_reports_every_state():
+    """The old unit ran until it had staged once (ConditionPathExists=!.staged), and an empty container staged
+    "successfully": created with the stack, the server marked an empty dataset and never looked again."""
+    unit, stage = nfs_user_data.stage_unit(), nfs_user_data.stage_script()
+    assert "ConditionPathExists" not in unit and "touch" not in stage  # the stager marks, and only what it staged
+    assert (f"exec /opt/dltrain/venv/bin/python -m training stage env:DATA_CONTAINER_URL /data/imagenet --mark \\\n"
+            f"  --report env:STATUS_CONTAINER_URL --recheck-minutes {nfs_user_data.STAGE_RECHECK_MINUTES}") in stage
+    assert f"SuccessExitStatus={staged.EXIT_NO_DATA}" in unit  # "waiting for data" is not a failure
     assert "STATUS_CONTAINER_URL=https://st.blob.core.windows.net/status" in nfs_user_data.stage_env(URLS, "c")
+    assert staging.RECHECK_MINUTES == nfs_user_data.STAGE_RECHECK_MINUTES  # what the deployer is told

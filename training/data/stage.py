@@ -6,8 +6,14 @@ Content-MD5: a file with its final name is always whole. A rerun skips files alr
 size and MD5. `--extract` streams .tar/.tar.gz blobs (ImageNet's train.tar) straight into DEST, with no
 temporary copy of the archive.
 
+`--mark` keeps a record of what was staged in DEST/.staged (training/data/staged.py): a rerun lists the container
+and stages only when it changed; an empty container is never marked ("waiting for data", exit status 4).
+`--report STATUS_URL` also reports each state as a blob in that container and honours restage requests
+(the NFS server's staging unit, run by a timer).
+
 Examples:
   python -m training stage "$DATA_URL_WITH_READ_SAS" /mnt/nfs/imagenet
+  python -m training stage "$DATA_URL" /data/imagenet --report "$STATUS_URL" --recheck-minutes 15
   python -m training stage "$DATA_URL_WITH_READ_SAS" /mnt/local/imagenet --prefix tars/ --extract
 """
 from __future__ import annotations
@@ -154,10 +160,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=32, help="parallel transfers (default: 32)")
     parser.add_argument("--extract", action="store_true", help="unpack .tar/.tar.gz/.tgz blobs into DEST while "
                                                                "downloading them")
+    parser.add_argument("--mark", action="store_true",
+                        help="record what was staged in DEST/.staged; stage only when the container changed; never "
+                             "mark an empty container (exit status 4: waiting for data)")
+    parser.add_argument("--report", metavar="STATUS_URL",
+                        help="with --mark: report each state as the blob DEST_NAME.staged in this container and "
+                             "stage again when DEST_NAME.restage is there (SAS, Azure AD, or env:VAR)")
+    parser.add_argument("--recheck-minutes", type=int, default=0,
+                        help="with --mark: once staged, list the container again only this often (default: 0, "
+                             "every run)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.recheck_minutes < 0:
+        raise UsageError("--recheck-minutes must be 0 or more")
     target = transfer.ContainerTarget.parse(args.container_url, verb="stage")
+    report_target = transfer.ContainerTarget.parse(args.report, "--report") if args.report else None
     try:
         args.dest.mkdir(parents=True, exist_ok=True)
         probe = args.dest / f".stage-write-test-{os.getpid()}"
@@ -166,7 +184,31 @@ def main(argv: list[str]) -> int:
     except OSError as err:
         raise UsageError(f"DEST {args.dest}: not writable ({err.strerror})") from None
     print(f"stage: {target.display}{' prefix ' + args.prefix if args.prefix else ''} -> {args.dest}", file=sys.stderr)
+    if args.mark or report_target:
+        return _stage_marked(target, args, report_target)
     with transfer.stopping_cleanly("stage"):
         stats = stage(target, args.dest, args.prefix, args.workers, args.extract)
     print(stats.line("stage"))
     return 0
+
+
+def _stage_marked(target: transfer.ContainerTarget, args: argparse.Namespace,
+                  report_target: transfer.ContainerTarget | None) -> int:
+    from training.data import staged
+
+    stats = transfer.Stats()
+
+    def listing() -> staged.Listing:
+        target.check_reachable()
+        return staged.list_container(BlobReader(target, 1), args.prefix,
+                                     lambda operation, attempt: transfer.with_retries(operation, stats, attempt))
+
+    def run_stager() -> str:
+        return stage(target, args.dest, args.prefix, args.workers, args.extract).line("stage")
+
+    source = f"{target.account_url}/{target.container}" + (f" (prefix {args.prefix})" if args.prefix else "")
+    with transfer.stopping_cleanly("stage"):
+        status = staged.StatusBlobs(report_target.client(1), args.dest.name) if report_target else None
+        result = staged.stage_round(args.dest, source, listing, run_stager, status, args.recheck_minutes)
+    print(result.line)
+    return result.exit_code
