@@ -7,6 +7,7 @@ Commands:
   logs      a job's stdout (or --stderr); --follow streams it until the task ends
   download  a finished job's logs, metrics, summary and model from the outputs container
   cancel    stop a running job (its outputs so far stay)
+  restage   (nfsKind vm) ask the NFS server to stage the `data` container again now, and show its report
   register-model  (backend azureml) a finished job's model as a model version, its metrics as tags
   rehearse  the stack's own job run here as Azure would run it (Azurite, local nodes with real SSH; root)
 
@@ -19,6 +20,7 @@ Examples:
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
   python -m infra logs --stack dev --follow
+  python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
   python -m infra download --stack dev --dest results/
   sudo python -m infra rehearse --stack dev          # then, from another shell while it runs or after:
   python -m infra logs --stack dev --rehearsal --follow
@@ -85,6 +87,20 @@ def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None)
         return 1
 
 
+def _job_verb_errors(args: argparse.Namespace, verb) -> int:
+    """Azure SDK errors a user causes (not signed in, no access) as one line."""
+    try:
+        return verb(args)
+    except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
+        line = _azure_error_line(err)
+        if line is None:
+            raise
+        from training.data.transfer import redact
+
+        print(f"error: {redact(line)}", file=sys.stderr)
+        return 1
+
+
 def _rehearsal_verb(args: argparse.Namespace) -> int:
     """status/logs/download/cancel on a rehearsal's folder (`python -m infra rehearse`), through the same
     operate functions and BatchService seam as on a deployed stack."""
@@ -117,7 +133,7 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
     return 0
 
 
-def _aml_verb(args: argparse.Namespace, stack_config, aml_factory) -> int:
+def _aml_verb(args: argparse.Namespace, stack_config, aml_factory, staged) -> int:
     """The job verbs of a stack with backend azureml, through the AmlJobs seam."""
     from infra.cli import operate, operate_aml
     from infra.core import config
@@ -129,6 +145,8 @@ def _aml_verb(args: argparse.Namespace, stack_config, aml_factory) -> int:
         train_args = None if args.args is None else config.parse_training_args(
             args.framework or stack_config.training_framework, args.args, key="--args")
         inputs = aml_job.aml_job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
+        if not args.skip_data_check:  # the job's `data` input is the whole `data` container
+            operate.require_staged(outputs, staged, False, args.stack)
         operate_aml.submit(service, inputs, operate.now_utc(), sys.stdout)
         return 0
     job = operate.resolve_job(service, args.stack, args.job, key="name")
@@ -156,7 +174,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
         if stack_config.backend == "azureml":
-            return _aml_verb(args, stack_config, aml_factory or _azure_ml)
+            return _aml_verb(args, stack_config, aml_factory or _azure_ml, staged)
         if args.command == "register-model":
             raise batch_spec.JobError("register-model needs backend azureml (its model registry); a Batch job's "
                                       "model is run/model.onnx in what `python -m infra download` fetches")
@@ -174,8 +192,8 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
             train_args = None if args.args is None else config.parse_training_args(
                 args.framework or stack_config.training_framework, args.args, key="--args")
             inputs = batch_spec.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
-            if stack_config.nfs_kind == "vm" and not args.skip_data_check:
-                operate.require_staged(outputs, staged)
+            if not args.skip_data_check:
+                operate.require_staged(outputs, staged, stack_config.nfs_kind == "vm", args.stack)
             operate.submit(service, inputs, operate.now_utc(), sys.stdout)
             return 0
         job = operate.resolve_job(service, args.stack, args.job)
@@ -193,6 +211,48 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
     except (batch_spec.JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+
+
+def _restage(args: argparse.Namespace) -> int:
+    """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
+    both reach `status`), then, with --follow, print its reports until it has served the request."""
+    from infra.cli import operate
+    from infra.core import batch_spec, config
+    from infra.dataplane import staging
+    from training.errors import UsageError
+
+    try:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        if stack_config.backend != "batch" or stack_config.nfs_kind != "vm":
+            raise batch_spec.JobError(
+                f"--stack {args.stack}: restage applies to nfsKind vm (an NFS server that stages `data`); "
+                + ("a job reads `data` itself with backend azureml" if stack_config.backend != "batch"
+                   else "with nfsKind azure-files each job stages `data` at its start, only what changed"))
+        outputs = operate.load_outputs(args.stack, args.outputs, required=("containerUrls",))
+        status_url = outputs["containerUrls"]["status"]
+        staging.request_restage(status_url)
+        print(f"asked the NFS server of stack {args.stack} to stage `data` again; its staging unit reads the "
+              "request within a minute")
+        seen = None
+        while True:
+            report = staging.read_report(status_url)
+            line = report.line() if report else "no report yet"
+            if line != seen:
+                print(f"  {line}", flush=True)
+                seen = line
+            served = not staging.restage_pending(status_url)
+            if not args.follow or (served and report and report.state != "staging"):
+                break
+            time.sleep(args.poll_seconds)
+    except config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (batch_spec.JobError, UsageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if not args.follow:
+        print(f"  follow it: python -m infra restage --stack {args.stack} --follow (asks again, harmlessly)")
+    return 0
 
 
 def _azure_ml(outputs: dict):
@@ -214,11 +274,13 @@ def _rehearse(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml) -> int:
-    """`batch_factory(endpoint) -> BatchService`, `staged(status_url) -> bool` and `aml_factory(outputs) ->
-    AmlJobs`: the tests pass their own; everyone else gets Azure Batch, the `status` container
-    (infra/dataplane/staging.py) and Azure ML."""
+    """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness` and
+    `aml_factory(outputs) -> AmlJobs`: the tests pass their own; everyone else gets Azure Batch, the `data` and
+    `status` containers (infra/dataplane/staging.py) and Azure ML."""
+    from infra.dataplane.staging import RECHECK_MINUTES
+
     if staged is None:
-        from infra.dataplane.staging import staged
+        from infra.dataplane.staging import data_ready as staged
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -236,6 +298,20 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
         "rehearse", add_help=False, help="run the stack's own job here as Azure would: Azurite as its storage, "
                                          "local nodes with their own IPs and SSH as its Batch pool (needs root)")
     rehearse.set_defaults(run=lambda a: _rehearse([]))
+
+    restage = commands.add_parser(
+        "restage", help="(nfsKind vm) ask the NFS server to stage `data` again now; --follow shows its reports",
+        description="Write a restage request into the stack's `status` container. The NFS server's staging unit "
+                    f"checks for it every minute (and lists `data` for changes every {RECHECK_MINUTES} minutes by "
+                    "itself), stages what changed, and reports; with --follow this prints each report until the "
+                    "request is served.")
+    restage.add_argument("--stack", default="dev", help="stack name (default: dev)")
+    restage.add_argument("--outputs", type=Path, default=None,
+                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+    restage.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    restage.add_argument("--follow", action="store_true", help="print the server's reports until it has staged")
+    restage.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
+    restage.set_defaults(run=lambda a: _job_verb_errors(a, _restage))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
@@ -259,8 +335,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
             sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. "
                                             "--args=\"--epochs 1\" (write --args=... when they start with --)")
             sub.add_argument("--skip-data-check", action="store_true",
-                             help="submit even if the NFS server has not reported the data staged (the job then "
-                                  "waits for it, up to trainingDataWaitMinutes, holding its nodes)")
+                             help="submit even if `data` is empty or the NFS server has not reported it staged "
+                                  "as it is now (the job then waits for the staging, up to "
+                                  "trainingDataWaitMinutes, holding its nodes)")
         else:
             sub.add_argument("--job", help="job ID (default: the stack's newest job)")
             sub.add_argument("--rehearsal", nargs="?", const="", metavar="WORK",

@@ -52,15 +52,23 @@ def load_outputs(stack: str, outputs_file: Path | None,
     return outputs
 
 
-def require_staged(outputs: dict[str, Any], staged: Callable[[str], bool]) -> None:
-    """Refuse to submit while the NFS server is still staging the data (a job would hold its GPU nodes)."""
-    from infra.dataplane.staging import not_staged_message
+def require_staged(outputs: dict[str, Any], staged: Callable[[str, str], Any], nfs_report: bool, stack: str) -> str:
+    """Refuse to submit while there is nothing to train on: the `data` container empty or, with `nfs_report`
+    (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes).
+    `staged(data_url, status_url)` is infra.dataplane.staging.data_ready. Returns what is ready, in a line."""
+    from infra.dataplane.staging import not_ready_message
 
-    status_url = outputs["containerUrls"].get("status")
-    if not status_url:
-        raise JobError("stack outputs lack the `status` container: run `pulumi up` with this version of the project")
-    if not staged(status_url):
-        raise JobError(not_staged_message("submit again (or pass --skip-data-check to let the job wait)"))
+    urls = outputs.get("containerUrls") or {}
+    if not urls.get("data") or (nfs_report and not urls.get("status")):
+        raise JobError("stack outputs lack the `data` or `status` container: run `pulumi up` with this version of "
+                       "the project")
+    ready = staged(urls["data"], urls["status"] if nfs_report else "")
+    if not ready.ready:
+        then = (f"submit again once it is (`python -m infra restage --stack {stack}` asks the NFS server to stage "
+                "at once; --skip-data-check lets the job wait, holding its nodes)" if nfs_report
+                else "submit again once it is (--skip-data-check submits anyway)")
+        raise JobError(not_ready_message(ready, then))
+    return ready.line
 
 
 def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "") -> str:

@@ -2,27 +2,36 @@
 Azure ML's jobs (infra/dataplane/azureml.py).
 
 create builds the job with azure-ai-ml's own classes (infra/dataplane/aml_job.py, as `python -m infra submit`
-does) and submits it; a change of what the training depends on submits a new job, and the old one is cancelled
-if it still runs. An Azure ML job cannot be updated in place, and deleting it would erase its history: delete
-(on replace or `pulumi destroy`) cancels a job that still runs and leaves it, with its metrics and outputs, in
-the workspace's history.
+does) and submits it, once the `data` container (the job's `data` input) holds the dataset: while it is empty
+the resource holds no job (`job_name` ""), its `state` says so (a warning in `up`), and every later `up` tries
+again in place (infra/components/training_job.py does the same for Batch).
+
+A change of what the training depends on submits a new job, but never in place of a running one: while the
+old job has not reached a terminal state, diff refuses with one line naming it and how to go on (`python -m
+infra cancel`, then `up`); a finished one is replaced. An Azure ML job cannot be updated in place, and deleting
+it would erase its history: delete (on replace or `pulumi destroy`) cancels a job that still runs and leaves
+it, with its metrics and outputs, in the workspace's history.
 """
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.components.training_job import as_compared, as_stored
-from infra.dataplane import aml_job
+from infra.components.training_job import (as_compared, as_stored, running_job_refusal, submitted_job,
+                                            warn_unless_submitted)
+from infra.dataplane import aml_job, staging
 from infra.dataplane.azureml import TERMINAL, AmlJobs, AzureMlJobs
 from infra.dataplane.batch import JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(aml_job.AmlJobInputs)]
+# A job asked to stop (https://learn.microsoft.com/rest/api/azureml/jobs/get#jobstatus): replacing it loses nothing.
+CANCELLING = "CancelRequested"
 WORKSPACE_FIELDS = ("subscription_id", "resource_group", "workspace")
 
 
@@ -35,28 +44,60 @@ def inputs_from(props: dict[str, Any]) -> aml_job.AmlJobInputs:
 
 
 class AmlTrainingJobProvider(ResourceProvider):
-    def __init__(self, service: AmlJobs | None = None):
+    def __init__(self, service: AmlJobs | None = None,
+                 staged: Callable[[str, str], staging.Readiness] = staging.data_ready):
         self._service = service
+        self._staged = staged
 
     def _jobs(self, props: dict[str, Any]) -> AmlJobs:
         return self._service or AzureMlJobs(*(props[name] for name in WORKSPACE_FIELDS))
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
+    def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
         inputs = inputs_from(props)
+        if props.get("data_container_url"):
+            ready = self._staged(props["data_container_url"], "")
+            if not ready.ready:
+                then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {inputs.stack}`)"
+                return {**props, "job_name": "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
         name = aml_job.job_name(inputs)
         with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:
             self._jobs(props).submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
-        return CreateResult(id_=name, outs={**props, "job_name": name})
+        return {**props, "job_name": name, "state": f"submitted {name}"}
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._launch(props)
+        return CreateResult(id_=outs["job_name"] or f"train-{props['stack']}-not-submitted", outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = [name for name in (*INPUT_FIELDS, *WORKSPACE_FIELDS) if as_compared(olds.get(name)) != as_compared(news.get(name))]
+        name = submitted_job(olds, "job_name", _id)
+        if not name:  # nothing submitted yet: every `up` tries again, in place
+            return DiffResult(changes=True, replaces=[], delete_before_replace=False)
+        changed = [field for field in (*INPUT_FIELDS, *WORKSPACE_FIELDS)
+                   if as_compared(olds.get(field)) != as_compared(news.get(field))]
+        if changed:
+            self._refuse_if_running(name, olds, changed)
         return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
 
+    def _refuse_if_running(self, name: str, olds: dict[str, Any], changed: list[str]) -> None:
+        try:
+            status = self._jobs(olds).get(name)["status"]
+        except JobNotFound:
+            return
+        if status not in (*TERMINAL, CANCELLING):
+            raise RuntimeError(running_job_refusal(name, status, olds.get("stack", "STACK"), changed))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Reached only while no job was submitted (diff replaces a submitted one)."""
+        return UpdateResult(outs=self._launch(news))
+
     def delete(self, id_: str, props: dict[str, Any]) -> None:
+        name = submitted_job(props, "job_name", id_)
+        if not name:  # nothing was submitted
+            return
         jobs = self._jobs(props)
         try:
-            if jobs.get(id_)["status"] not in TERMINAL:
-                jobs.cancel(id_)
+            if jobs.get(name)["status"] not in TERMINAL:
+                jobs.cancel(name)
         except JobNotFound:
             pass  # gone with its workspace
 
@@ -67,14 +108,18 @@ class AmlTrainingJobArgs:
     resource_group: pulumi.Input[str]
     workspace: pulumi.Input[str]
     inputs: pulumi.Output[aml_job.AmlJobInputs]  # built by aml_job.aml_job_inputs, as for `infra submit`
+    data_container_url: pulumi.Input[str] = ""  # the `data` container: no job while it is empty
 
 
 class AmlTrainingJob(pulumi.dynamic.Resource):
-    job_name: pulumi.Output[str]
+    job_name: pulumi.Output[str]  # "" while `data` is empty
+    state: pulumi.Output[str]  # "submitted NAME", or "waiting for data: why; what next"
 
     def __init__(self, name: str, args: AmlTrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
                    for field in INPUT_FIELDS}
         super().__init__(AmlTrainingJobProvider(), name,
                          {"subscription_id": args.subscription_id, "resource_group": args.resource_group,
-                          "workspace": args.workspace, **fields_, "job_name": None}, opts)
+                          "workspace": args.workspace, "data_container_url": args.data_container_url, **fields_,
+                          "job_name": None, "state": None}, opts)
+        warn_unless_submitted(self, self.state)

@@ -1,9 +1,22 @@
 """TrainingJob: the post-deploy training run, as a Pulumi dynamic resource over the Batch data plane.
 
-create submits the job (infra/core/batch_spec.py builds it, as for `python -m infra submit`); a change of what
-the training depends on (framework, arguments, nodes, image...) submits a new job and then deletes the
-old one; delete terminates and deletes the job (its outputs stay in the `outputs` container and on NFS).
-The inputs hold no secret (storage is reached with the nodes' identity). Batch is reached through
+create submits the job (infra/core/batch_spec.py builds it, as for `python -m infra submit`) once the data is
+ready (infra/dataplane/staging.py: `data` not empty and, with the NFS VM, staged as it is now). Until then it
+submits nothing, does not wait and does not fail `up`: the resource holds no job (`job_id` ""), its `state`
+says why (shown as a warning), and every later `up` updates it, submitting the job once the data is ready.
+
+A change of what the training depends on (framework, arguments, nodes, retries, hours, the image digest after
+any edit under training/...) replaces the job: a new one is submitted, then the old one deleted. Never a
+running one: while the old job is active (queued or training), diff refuses with one line naming the job and
+how to go on (`python -m infra cancel`, then `up`), in `pulumi preview` as in `up`; a job that has completed,
+is terminating or is gone is replaced. (`pulumi up --target-replace URN` replaces it on purpose: the engine
+then replaces without asking diff.) delete terminates and deletes the job (its outputs stay in the `outputs`
+container and on NFS).
+
+The engine calls diff(id, olds, news) with olds = the state's outputs and news = the checked inputs (unknown
+values in a preview), update(id, olds, news) likewise, create(news) and delete(id, outputs)
+(pulumi/pulumi: sdk/python/lib/pulumi/dynamic/__main__.py, pkg/resource/deploy/step_generator.go). The inputs
+hold no secret (storage is reached with the nodes' identity). Batch is reached through
 `infra.dataplane.batch.BatchService`, which the tests replace with a fake.
 """
 from __future__ import annotations
@@ -13,11 +26,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from infra.core import batch_spec
 from infra.dataplane import staging
-from infra.dataplane.batch import AzureBatch, BatchService
+from infra.dataplane.batch import AzureBatch, BatchService, JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(batch_spec.JobInputs)]
 
@@ -30,32 +43,80 @@ def inputs_from(props: dict[str, Any]) -> batch_spec.JobInputs:
     return batch_spec.JobInputs(**values)
 
 
+# Batch job states (https://learn.microsoft.com/rest/api/batchservice/job/get#jobstate) in which the job no
+# longer trains or is about to stop: replacing it loses nothing.
+ENDED_STATES = ("completed", "terminating", "deleting")
+
+
 class TrainingJobProvider(ResourceProvider):
-    def __init__(self, service: BatchService | None = None, staged: Callable[[str], bool] = staging.staged):
+    def __init__(self, service: BatchService | None = None,
+                 staged: Callable[[str, str], staging.Readiness] = staging.data_ready):
         self._service = service
         self._staged = staged
 
     def _batch(self, props: dict[str, Any]) -> BatchService:
         return self._service or AzureBatch(props["batch_endpoint"])
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
+    def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
+        """Submit the job if the data is ready; the outputs either way (job_id "" and why, when not)."""
         inputs = inputs_from(props)
-        status_url = props.get("data_status_url") or ""
-        if status_url and not self._staged(status_url):
-            raise RuntimeError(staging.not_staged_message("run `pulumi up` again to submit the training job"))
+        data_url, status_url = props.get("data_container_url") or "", props.get("data_status_url") or ""
+        if data_url:
+            ready = self._staged(data_url, status_url)
+            if not ready.ready:
+                then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {inputs.stack}`)"
+                return {**props, "job_id": "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
         job = batch_spec.job_id(inputs)
         self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
-        return CreateResult(id_=job, outs={**props, "job_id": job})
+        return {**props, "job_id": job, "state": f"submitted {job}"}
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._launch(props)
+        return CreateResult(id_=outs["job_id"] or f"train-{props['stack']}-not-submitted", outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        job = submitted_job(olds, "job_id", _id)
+        if not job:
+            # Nothing submitted yet (the data was not ready): every `up` tries again, in place.
+            return DiffResult(changes=True, replaces=[], delete_before_replace=False)
         changed = [name for name in INPUT_FIELDS if as_compared(olds.get(name)) != as_compared(news.get(name))]
         if olds.get("batch_endpoint") != news.get("batch_endpoint"):
             changed.append("batch_endpoint")
+        if changed:
+            self._refuse_if_running(job, olds, changed)
         # Create the new job first: the old one keeps its nodes until the new one is queued.
         return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
 
+    def _refuse_if_running(self, job: str, olds: dict[str, Any], changed: list[str]) -> None:
+        try:
+            state = self._batch(olds).get_job(job).get("state", "")
+        except JobNotFound:
+            return
+        if state not in ENDED_STATES:
+            raise RuntimeError(running_job_refusal(job, str(state), olds.get("stack", "STACK"), changed))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Reached only while no job was submitted (diff replaces a submitted one): submit it now if the data
+        is ready."""
+        return UpdateResult(outs=self._launch(news))
+
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        self._batch(props).delete(id_)
+        job = submitted_job(props, "job_id", id_)
+        if job:  # "" while the data was not ready: nothing was submitted
+            self._batch(props).delete(job)
+
+
+def submitted_job(props: dict[str, Any], key: str, id_: str) -> str:
+    """The job a resource's outputs hold: "" when none was submitted (the data was not ready); the resource ID
+    for state written before the key existed."""
+    return id_ if props.get(key) is None else props[key]
+
+
+def running_job_refusal(job: str, state: str, stack: str, changed: list[str]) -> str:
+    return (f"the training job {job} is {state}: this `pulumi up` would replace it ({', '.join(changed)} changed) "
+            "and its training would start again from scratch in a new run folder; keep it running and run `up` "
+            f"after it has completed, or stop it first: `python -m infra cancel --stack {stack} --job {job}`, "
+            "then `pulumi up`")
 
 
 def as_compared(value: Any) -> Any:
@@ -74,17 +135,29 @@ class TrainingJobArgs:
     # submitted ("" when the job stages the data itself).
     data_status_url: pulumi.Input[str]
     inputs: pulumi.Output[batch_spec.JobInputs]  # built by batch_spec.job_inputs, as for `infra submit`
+    # The `data` container: no job is submitted while it is empty.
+    data_container_url: pulumi.Input[str] = ""
 
 
 class TrainingJob(pulumi.dynamic.Resource):
-    job_id: pulumi.Output[str]
+    job_id: pulumi.Output[str]  # "" while the data is not ready
+    state: pulumi.Output[str]  # "submitted JOB", or "waiting for data: why; what next"
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
         fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
                    for field in INPUT_FIELDS}
         super().__init__(TrainingJobProvider(), name,
                          {"batch_endpoint": args.batch_endpoint, "data_status_url": args.data_status_url,
-                          **fields_, "job_id": None}, opts)
+                          "data_container_url": args.data_container_url, **fields_, "job_id": None, "state": None},
+                         opts)
+        warn_unless_submitted(self, self.state)
+
+
+def warn_unless_submitted(resource: pulumi.Resource, state: pulumi.Output[str]) -> None:
+    """The provider runs in its own process and cannot write to `up`'s output: the program says it, once the
+    resource's state is known (not in a preview)."""
+    state.apply(lambda text: pulumi.log.warn(f"no training job submitted, {text}", resource=resource)
+                if text and not text.startswith("submitted") else None)
 
 
 def as_stored(value: Any) -> Any:

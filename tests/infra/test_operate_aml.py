@@ -6,6 +6,7 @@ import pytest
 
 from infra.cli.main import main
 from infra.dataplane.azureml import model_path
+from infra.dataplane.staging import Readiness
 from tests.infra.conftest import evaluation_for
 from tests.infra.fake_aml import FakeAmlJobs
 
@@ -17,8 +18,15 @@ def outputs_file(tmp_path):
     return path
 
 
-def run(argv, aml, capsys):
-    code = main(argv, aml_factory=lambda outputs: aml, batch_factory=lambda endpoint: pytest.fail("Batch used"))
+def data_in_container(data_url, status_url):
+    """infra.dataplane.staging.data_ready's answer for a non-empty `data` (an azureml stack has no NFS report)."""
+    assert status_url == ""
+    return Readiness(True, "`data` holds 160 files")
+
+
+def run(argv, aml, capsys, staged=data_in_container):
+    code = main(argv, aml_factory=lambda outputs: aml, batch_factory=lambda endpoint: pytest.fail("Batch used"),
+                staged=staged)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -70,6 +78,18 @@ def test_submit_status_logs_download_register_and_cancel(outputs_file, tmp_path,
 def test_bad_requests_are_one_line(argv, message, outputs_file, capsys):
     code, _, err = run([argv[0], "--stack", "nlp", "--outputs", str(outputs_file), *argv[1:]], FakeAmlJobs(), capsys)
     assert code != 0 and message in err and err.count("\n") == 1, err
+
+
+def test_submit_refuses_an_empty_data_container_in_one_line(outputs_file, capsys):
+    """The job's `data` input is the whole `data` container: with nothing in it the job would fail on its nodes."""
+    aml = FakeAmlJobs()
+    empty = lambda data_url, status_url: Readiness(False, "the `data` container is empty: upload the dataset first")
+    code, _, err = run(["submit", "--stack", "nlp", "--outputs", str(outputs_file)], aml, capsys, staged=empty)
+    assert code == 1 and err.count("\n") == 1 and not aml.calls
+    assert err.startswith("error: no job was submitted, so no GPU node waits: the `data` container is empty"), err
+    code, _, _ = run(["submit", "--stack", "nlp", "--outputs", str(outputs_file), "--skip-data-check"], aml, capsys,
+                     staged=empty)
+    assert code == 0 and len(aml.calls) == 1
 
 
 def test_outputs_of_another_version_are_named(tmp_path, capsys):
