@@ -46,6 +46,8 @@ class DeclaredResource:
     replace_on_changes: list[str] = field(default_factory=list)
     ignore_changes: list[str] = field(default_factory=list)
     additional_secret_outputs: list[str] = field(default_factory=list)
+    dependencies: list[str] = field(default_factory=list)  # URNs: depends_on and the inputs' resources
+    delete_before_replace: bool = False
 
 
 @dataclass
@@ -189,7 +191,8 @@ class RecordingMonitor(mocks.MockMonitor):
                 custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state),
                 retain_on_delete=bool(request.retainOnDelete),
                 replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
-                additional_secret_outputs=list(request.additionalSecretOutputs)))
+                additional_secret_outputs=list(request.additionalSecretOutputs),
+                dependencies=list(request.dependencies), delete_before_replace=bool(request.deleteBeforeReplace)))
         return response
 
 

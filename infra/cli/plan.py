@@ -35,7 +35,10 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     "azure-native:batch:Pool": ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
                                 "networkConfiguration.publicIPAddressConfiguration.provision",
                                 "mountConfiguration.nfsMountConfiguration.source",
-                                "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer"),
+                                "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer",
+                                "deploymentConfiguration.virtualMachineConfiguration.osDisk.diskSizeGB",
+                                "deploymentConfiguration.virtualMachineConfiguration.containerConfiguration"
+                                ".containerImageNames"),
     "azure-native:keyvault:Vault": ("vaultName", "properties.enableRbacAuthorization",
                                     "properties.networkAcls.defaultAction"),
     "azure-native:machinelearningservices:Workspace": ("workspaceName", "publicNetworkAccess",
@@ -49,8 +52,8 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
                                                        "properties.credentials.credentialsType"),
     "azure-native:machinelearningservices:EnvironmentVersion": ("properties.image",),
     "azure-native:network:PrivateEndpoint": ("privateLinkServiceConnections.groupIds",),
-    # The training job (dynamic resource): the ACR token password shares the type but has none of these.
-    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries"),
+    # Dynamic resources: the training job's inputs, the name generation (the ACR token password has none).
+    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries", "generation"),
 }
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
 
@@ -107,19 +110,39 @@ def _tree(evaluation: Evaluation) -> list[str]:
     return lines
 
 
-def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
-    """(verdict, check name, detail) for every security check; verdict is PASS, FAIL or n/a."""
+def _verdict(name: str, applicable: list, failures: list[str]) -> tuple[str, str, str]:
+    if not applicable:
+        return "n/a", name, "no resource of this type in the stack"
+    if failures:
+        return "FAIL", name, "; ".join(failures)
+    return "PASS", name, f"{len(applicable)} resource(s)"
+
+
+def _resource_verdicts(evaluation: Evaluation, checks: list) -> list[tuple[str, str, str]]:
     results = []
-    for check in [*security.RESOURCE_CHECKS, security.TAG_CHECK]:
+    for check in checks:
         applicable = [r for r in evaluation.resources if r.custom and check.applies_to(r.type)
                       and (check is not security.TAG_CHECK or "tags" in r.inputs)]
-        failures = [f"{r.name}: {message}" for r in applicable if (message := check.validate(r.inputs))]
-        if not applicable:
-            results.append(("n/a", check.name, "no resource of this type in the stack"))
-        elif failures:
-            results.append(("FAIL", check.name, "; ".join(failures)))
-        else:
-            results.append(("PASS", check.name, f"{len(applicable)} resource(s)"))
+        results.append(_verdict(check.name, applicable,
+                                [f"{r.name}: {message}" for r in applicable if (message := check.validate(r.inputs))]))
+    return results
+
+
+def service_verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
+    """(verdict, check name, detail) for every rule Azure enforces at the service that the types do not carry."""
+    results = _resource_verdicts(evaluation, security.SERVICE_CHECKS)
+    check = security.VNET_RULE_CHECK
+    subnets = {r.state.get("id"): r.inputs for r in evaluation.of_type(security.SUBNET)}
+    applicable = [r for r in evaluation.resources if r.custom and check.applies_to(r.type)]
+    failures = [f"{r.name}: {message}" for r in applicable
+                if (message := check.validate(r.type, [subnets[i] for i in security.vnet_rule_subnet_ids(r.type, r.inputs)
+                                                       if i in subnets]))]
+    return results + [_verdict(check.name, applicable, failures)]
+
+
+def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
+    """(verdict, check name, detail) for every security check; verdict is PASS, FAIL or n/a."""
+    results = _resource_verdicts(evaluation, [*security.RESOURCE_CHECKS, security.TAG_CHECK])
     sas_requests = [i.args for i in evaluation.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
     sas_failures = [message for args in sas_requests if (message := security.check_sas_request(args))]
     results.append(("FAIL" if sas_failures else "PASS", "sas-least-privilege",
@@ -157,6 +180,29 @@ def before_up(cfg) -> list[str]:
             "Quotas > Request quota increase), or the pool stays at 0 nodes with a quota error in its resize errors.",
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
             "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+
+
+def _deployer_lines(evaluation: Evaluation) -> list[str]:
+    """The roles `pulumi up` grants the identity running it, read from the assignments the program declares."""
+    from infra.components import roles
+
+    grants = [r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment")
+              if str(r.inputs.get("description", "")).startswith(roles.DEPLOYER)]
+    lines = [f"`pulumi up` grants your identity ({grant.get('principalType')}, deployerPrincipalType) "
+             f"{roles.ROLE_NAMES.get(grant['roleDefinitionId'].rsplit('/', 1)[-1], grant['roleDefinitionId'])} on "
+             f"{_scope(grant['scope'])}: {grant['description'][len(roles.DEPLOYER):]}" for grant in grants]
+    if lines:
+        # https://learn.microsoft.com/azure/role-based-access-control/troubleshooting: role assignment changes
+        # can take up to 30 minutes to take effect.
+        lines.append("Creating those grants needs Owner or User Access Administrator; a new grant can take up to 30 "
+                     "minutes to take effect, so if the first `up` is refused (403) at that step, run it again.")
+    return lines
+
+
+def _scope(scope: str) -> str:
+    """A role assignment's scope as a reviewer reads it: the resource's type and name."""
+    parts = scope.rstrip("/").split("/")
+    return f"{parts[-2]} {parts[-1]}" if len(parts) >= 2 else scope
 
 
 def _job_lines(cfg) -> list[str]:
@@ -197,10 +243,13 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
               f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
               f"({cfg.max_nodes * sku.gpus} GPUs)"]
     results = verdicts(evaluation)
+    service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)
-    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg)]
+    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg) + _deployer_lines(evaluation)]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
+    lines += ["", "Azure service rules (values Azure refuses although the types accept them)"] + [
+        f"  {v:<4} {name}: {detail}" for v, name, detail in service]
     lines += ["", "Stack outputs"] + [
         f"  {key}: [secret]" if key in evaluation.secret_outputs else f"  {key}: {_format(value)}"
         for key, value in evaluation.outputs.items()]
-    return "\n".join(lines), all(v != "FAIL" for v, _, _ in results)
+    return "\n".join(lines), all(v != "FAIL" for v, _, _ in results + service)

@@ -12,6 +12,8 @@ Security, as for the Batch backend:
 - system datastores by identity, not account keys (systemDatastoresAuthMode: identity);
 - the Key Vault uses Azure RBAC (no access policies), purge protection, and admits only the VNet and
   allowedIpRanges;
+- the Key Vault's and the workspace's names carry the stack's name generation (NameGeneration below): both
+  names stay taken after a delete (soft delete), so a stack destroyed and deployed again asks for new ones;
 - compute nodes have no public IP and no SSH (remoteLoginPortPublicAccess Disabled), local auth off, and run
   as the nodes' user-assigned identity, which the environment grants AcrPull and its containers: the cluster
   pulls images and reads datastores with it
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
 
 import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
-from infra.core import naming
+from infra.core import naming, security
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES
 
@@ -36,6 +41,33 @@ WORKSPACE_DNS_ZONES = ("privatelink.api.azureml.ms", "privatelink.notebooks.azur
 def environment_version(image_ref: str) -> str:
     """An environment version is immutable: a new image digest makes a new version, the same one none."""
     return hashlib.sha256(image_ref.encode()).hexdigest()[:12]
+
+
+class NameGenerationProvider(ResourceProvider):
+    """The generation a stack's soft-deletable names are made with. Every run proposes one (the time of the run);
+    the first proposal is kept in the stack's state, later ones change nothing (diff: no changes), so the names
+    stay put for the stack's life. `pulumi destroy` deletes it with the rest, and the next `up` starts a new
+    generation, so it never asks for a name that Azure still holds for a deleted vault (up to 90 days with purge
+    protection, https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview) or workspace (14 days,
+    "You can't reuse the name of a workspace that has been soft deleted",
+    https://learn.microsoft.com/azure/machine-learning/concept-soft-delete)."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        return CreateResult(id_=props["generation"], outs={"generation": props["generation"]})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        return DiffResult(changes=False)
+
+
+class NameGeneration(pulumi.dynamic.Resource):
+    generation: pulumi.Output[str]
+
+    def __init__(self, name: str, proposed: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(NameGenerationProvider(), name, {"generation": proposed}, opts)
+
+
+def proposed_generation(now: datetime) -> str:
+    return now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 @dataclass
@@ -52,6 +84,7 @@ class AzureMlArgs:
     nodes_identity_id: pulumi.Input[str]
     image_refs: pulumi.Input[dict]  # framework -> registry/name@sha256:...
     depends_on: list[pulumi.Resource]  # the nodes' role assignments: the cluster pulls and reads with them
+    now: datetime | None = None  # proposes the name generation on a stack's first `up`; tests pin it
 
 
 class AzureMl(pulumi.ComponentResource):
@@ -61,24 +94,28 @@ class AzureMl(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         rg = args.resource_group_name
         client = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        self.names = NameGeneration(f"{name}-names", proposed_generation(args.now or datetime.now(timezone.utc)),
+                                    opts=child)
+        generation = self.names.generation
 
         self.key_vault = keyvault.Vault(
             f"{name}-kv", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
-            vault_name=naming.key_vault(cfg.team, cfg.stack, cfg.location),
+            vault_name=generation.apply(lambda g: naming.key_vault(cfg.team, cfg.stack, cfg.location, g)),
             properties=keyvault.VaultPropertiesArgs(
                 tenant_id=client.tenant_id, sku=keyvault.SkuArgs(family="A", name="standard"),
                 enable_rbac_authorization=True, enable_soft_delete=True, enable_purge_protection=True,
                 public_network_access="Enabled",  # firewalled below: the VNet and the deployers' addresses
                 network_acls=keyvault.NetworkRuleSetArgs(
                     default_action="Deny", bypass="AzureServices",
-                    ip_rules=[keyvault.IPRuleArgs(value=cidr) for cidr in cfg.allowed_ip_ranges],
+                    ip_rules=[keyvault.IPRuleArgs(value=rule)
+                              for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)],
                     virtual_network_rules=[keyvault.VirtualNetworkRuleArgs(id=args.compute_subnet_id),
                                            keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
             opts=child)
 
         self.workspace = ml.Workspace(
             f"{name}-ws", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
-            workspace_name=naming.aml_workspace(cfg.team, cfg.stack),
+            workspace_name=generation.apply(lambda g: naming.aml_workspace(cfg.team, cfg.stack, g)),
             identity=ml.ManagedServiceIdentityArgs(type="SystemAssigned"),
             sku=ml.SkuArgs(name="Basic", tier="Basic"),
             key_vault=self.key_vault.id, storage_account=args.storage_account_id,

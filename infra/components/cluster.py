@@ -5,24 +5,36 @@ The account takes Azure AD only (no shared keys) and admits the deployers' IPs o
 from the catalog, Microsoft's HPC Ubuntu image (InfiniBand and GPU drivers), Docker-compatible containers
 pulled from the registry with the pool's managed identity, inter-node communication for MPI, one task
 slot per node (a node belongs to one training job), nodes in the compute subnet without public IPs, the
-NFS share mounted at $AZ_BATCH_NODE_MOUNTS_DIR/data, and an autoscale formula that is `minNodes` when
-idle and `maxNodes` while a job waits or runs. Azure cannot change most of a pool in place, so a change
-to those properties replaces the pool (when no job runs on it).
+NFS share mounted at $AZ_BATCH_NODE_MOUNTS_DIR/data, and an autoscale formula that sizes the pool from the
+nodes the queued jobs ask for (batch_spec.autoscale_formula). Azure cannot change most of a pool in place, so
+a change to those properties replaces the pool (when no job runs on it).
+
+The HPC image keeps Docker's data root on the OS disk (/var/lib/docker, not the temporary disk as Batch's own
+container images do: https://learn.microsoft.com/azure/batch/batch-docker-container-workloads), and a CUDA
+devel training image is tens of GB unpacked: the OS disk is sized for the images (OS_DISK_GB), and a node
+prefetches only the image of the job `up` launches (another framework's image is pulled when a job asks for it).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_azure_native import batch
+from pulumi_azure_native import authorization, batch
 
-from infra.core import batch_spec, naming
+from infra.components import roles
+from infra.core import batch_spec, naming, security
 from infra.core.config import StackConfig
 
 POOL = "gpu"
 HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2204", version="latest")
 NODE_AGENT = "batch.node.ubuntu 22.04"
 AUTOSCALE_INTERVAL = "PT5M"
+# The nodes' OS disk (managed, premium SSD): the HPC image's own system, plus the training images Docker keeps
+# there (a pull holds the downloaded layers and their unpacked copy), with room for the other framework's image
+# and a rebuilt one beside the old. osDisk.diskSizeGB is "the initial disk size in GB when creating new OS disk"
+# (https://learn.microsoft.com/rest/api/batchmanagement/pool/create#osdisk). The size is a judgment, not a
+# measurement: no node has run here.
+OS_DISK_GB = 256
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
@@ -38,7 +50,7 @@ class ClusterArgs:
     pull_identity_id: pulumi.Input[str]
     nfs_source: pulumi.Input[str]
     nfs_options: str
-    depends_on: list[pulumi.Resource]  # what the nodes need first (the registry pull permission)
+    depends_on: list[pulumi.Resource]  # what the nodes need first (the pull permission, the pushed images)
 
 
 class Cluster(pulumi.ComponentResource):
@@ -55,8 +67,8 @@ class Cluster(pulumi.ComponentResource):
             public_network_access=batch.PublicNetworkAccessType.ENABLED,
             network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
                 default_action=batch.EndpointAccessDefaultAction.DENY,
-                ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=cidr)
-                          for cidr in cfg.allowed_ip_ranges])),
+                ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
+                          for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)])),
             opts=child)
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
@@ -65,9 +77,13 @@ class Cluster(pulumi.ComponentResource):
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
+                    os_disk=batch.OSDiskArgs(
+                        disk_size_gb=OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
+                        managed_disk=batch.ManagedDiskArgs(storage_account_type=batch.StorageAccountType.PREMIUM_LRS)),
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,
-                        container_image_names=list(args.image_names.values()),  # prefetched when a node starts
+                        # Prefetched when a node starts: the launched job's image only.
+                        container_image_names=[args.image_names[cfg.training_image]],
                         container_registries=[batch.ContainerRegistryArgs(
                             registry_server=args.registry_server,
                             identity_reference=batch.ComputeNodeIdentityReferenceArgs(
@@ -96,5 +112,12 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on,
                                         replace_on_changes=REPLACE_ON_CHANGES, delete_before_replace=True))
         self.endpoint = self.account.account_endpoint
+        self._name = name
         self.register_outputs({"batch_account": self.account.name, "pool": self.pool.name,
                                "endpoint": self.endpoint})
+
+    def grant(self, label: str, principal_id: pulumi.Input[str], role: str, *, principal_type: str,
+              description: str) -> authorization.RoleAssignment:
+        """A principal's role on the Batch account (the data plane: jobs, tasks)."""
+        return roles.assign(f"{self._name}-{label}", role=role, principal_id=principal_id, scope=self.account.id,
+                            parent=self, principal_type=principal_type, description=description)

@@ -64,14 +64,32 @@ class Environment(pulumi.ComponentResource):
             self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
             self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_CONTRIBUTOR),
         ]
+        # Whoever runs `pulumi up` (the deployer) gets the data-plane roles for what `up` itself does there:
+        # Owner and Contributor carry no data actions. Each grant's description says why; plan lists them.
+        self.deployer = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self)).object_id
+        self.deployer_grants: list = []
         self.job = None
         if cfg.backend == "azureml":
+            # Identity-based system datastores: Azure ML reads a job's code snapshot and writes its logs and MLflow
+            # artifacts in the workspace's own containers (which the workspace names) with the compute's
+            # identity, and azure-ai-ml uploads the snapshot with the caller's: both need Storage Blob Data
+            # Contributor on the account ("Scenarios for role assignments" in
+            # https://learn.microsoft.com/azure/machine-learning/how-to-disable-local-auth-storage).
+            self.node_grants.append(
+                self.storage.grant("nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR))
+            if cfg.training_launch_on_up:
+                self.deployer_grants.append(self.storage.grant(
+                    "deployer-workspace", self.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
+                    principal_type=cfg.deployer_principal_type,
+                    description=f"{roles.DEPLOYER}`pulumi up` uploads the launched Azure ML job's code snapshot to the "
+                                "workspace's storage (identity-based datastores)"))
             self.azureml = AzureMl(f"{name}-ml", AzureMlArgs(
                 cfg, rg, vnet_id=self.network.vnet.id, compute_subnet_id=self.network.compute_subnet.id,
                 storage_subnet_id=self.network.storage_subnet.id, storage_account_id=self.storage.account.id,
                 storage_account_name=self.storage.account.name, registry_id=self.registry.registry.id,
                 app_insights_id=self.monitoring.app_insights.id, nodes_identity_id=nodes.id,
-                image_refs=self.registry.image_refs, depends_on=[self.registry.acr_pull, *self.node_grants]), child)
+                image_refs=self.registry.image_refs, depends_on=[self.registry.acr_pull, *self.node_grants], now=now),
+                child)
             self.monitoring.watch_azureml("azureml", self.azureml.workspace.id)
             subscription = authorization.get_client_config_output(
                 opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
@@ -83,7 +101,7 @@ class Environment(pulumi.ComponentResource):
                 self.job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
                     subscription_id=subscription, resource_group=rg, workspace=self.azureml.workspace.name,
                     inputs=stack_outputs.apply(lambda outputs: aml_job_inputs(cfg, outputs))),
-                    pulumi.ResourceOptions(parent=self, depends_on=[self.azureml]))
+                    pulumi.ResourceOptions(parent=self, depends_on=[self.azureml, *self.deployer_grants]))
             backend_outputs = {
                 "trainingJobId": self.job.job_name if self.job else "",
                 "amlWorkspaceName": self.azureml.workspace.name,
@@ -102,7 +120,6 @@ class Environment(pulumi.ComponentResource):
             "storageSubnetId": self.network.storage_subnet.id,
             "storageAccountName": self.storage.account.name,
             "containerUrls": self.storage.container_urls,
-            "resultsShareName": self.storage.results_share.name,
             "sas": pulumi.Output.secret(self.storage.sas),
             "registryLoginServer": self.registry.registry.login_server,
             "imageRefs": self.registry.image_refs,
@@ -128,11 +145,29 @@ class Environment(pulumi.ComponentResource):
             cfg, rg, compute_subnet_id=self.network.compute_subnet.id,
             registry_server=self.registry.registry.login_server, image_names=self.registry.image_names,
             pull_identity_id=nodes.id, nfs_source=self.nfs.mount_source,
-            nfs_options=self.nfs.mount_options, depends_on=[self.registry.acr_pull, self.nfs]), child)
+            nfs_options=self.nfs.mount_options,
+            # The nodes prefetch the launched job's image when they start: it must be pushed by then.
+            depends_on=[self.registry.acr_pull, self.nfs, *self.registry.images.values()]), child)
         self.monitoring.watch_batch("batch", self.cluster.account.id)
         if cfg.training_launch_on_up:
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
             status = urls["status"] if cfg.nfs_kind == "vm" else ""
+            # The deployer's grants for that: list `data` and read the staging report (the data check before the
+            # job is submitted), submit (and on destroy delete) the job.
+            self.deployer_grants.append(self.storage.grant(
+                "deployer-data", self.deployer, "data", roles.BLOB_DATA_READER,
+                principal_type=cfg.deployer_principal_type,
+                description=f"{roles.DEPLOYER}`pulumi up` checks that `data` holds the dataset before it submits "
+                            "the training job"))
+            if status:
+                self.deployer_grants.append(self.storage.grant(
+                    "deployer-status", self.deployer, "status", roles.BLOB_DATA_READER,
+                    principal_type=cfg.deployer_principal_type,
+                    description=f"{roles.DEPLOYER}`pulumi up` reads the NFS server's staging report before it "
+                                "submits the training job"))
+            self.deployer_grants.append(self.cluster.grant(
+                "deployer-jobs", self.deployer, roles.BATCH_JOB_SUBMITTER, principal_type=cfg.deployer_principal_type,
+                description=f"{roles.DEPLOYER}`pulumi up` submits the training job (and `destroy` deletes it)"))
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
                 poolId=self.cluster.pool.name, imageRefs=self.registry.image_refs,
@@ -142,7 +177,7 @@ class Environment(pulumi.ComponentResource):
                 batch_endpoint=self.cluster.endpoint, data_status_url=status,
                 inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
-                                                                *self.node_grants]))
+                                                                *self.node_grants, *self.deployer_grants]))
         return {
             "nfsKind": cfg.nfs_kind,
             "nfsMountSource": self.nfs.mount_source,

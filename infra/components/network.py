@@ -59,14 +59,18 @@ class Network(pulumi.ComponentResource):
         self.compute_nsg = self._nsg(f"{name}-compute-nsg", common)
         self.storage_nsg = self._nsg(f"{name}-storage-nsg", common)
         # Service endpoints keep storage (and registry) traffic on the Azure backbone and let the storage
-        # firewall admit these subnets while denying everything else.
+        # firewall admit these subnets while denying everything else. The azureml backend's Key Vault admits both
+        # subnets too, and Azure takes a Key Vault VNet rule only for a subnet with the Microsoft.KeyVault
+        # endpoint (SubnetsHaveNoServiceEndpointsConfigured otherwise:
+        # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints).
+        vault = ["Microsoft.KeyVault"] if cfg.backend == "azureml" else []
         self.compute_subnet = network.Subnet(
             f"{name}-compute", resource_group_name=args.resource_group_name,
             virtual_network_name=self.vnet.name, address_prefix=str(cfg.compute_subnet),
             network_security_group=network.NetworkSecurityGroupArgs(id=self.compute_nsg.id),
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
-            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage"),
-                               network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.ContainerRegistry")],
+            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service=service) for service in
+                               ("Microsoft.Storage", "Microsoft.ContainerRegistry", *vault)],
             opts=child)
         # Subnets of one VNet are created one after the other: Azure rejects concurrent subnet writes.
         self.storage_subnet = network.Subnet(
@@ -74,7 +78,8 @@ class Network(pulumi.ComponentResource):
             virtual_network_name=self.vnet.name, address_prefix=str(cfg.storage_subnet),
             network_security_group=network.NetworkSecurityGroupArgs(id=self.storage_nsg.id),
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
-            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service="Microsoft.Storage")],
+            service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service=service) for service in
+                               ("Microsoft.Storage", *vault)],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.compute_subnet]))
 
         self.register_outputs({

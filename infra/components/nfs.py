@@ -86,8 +86,7 @@ class NfsServer(pulumi.ComponentResource):
         # Its own identity, granted before the VM boots (the staging unit retries until the assignments have
         # reached storage): read `data` and `scripts`, write its report to `status`.
         self.identity = managedidentity.UserAssignedIdentity(f"{name}-id", **common, opts=child)
-        key = f"{cfg.team}/{cfg.stack}/nfs"
-        self.grants = [roles.assign(f"{name}-{container}-{label}", key=f"{key}/{container}", role=role,
+        self.grants = [roles.assign(f"{name}-{container}-{label}", role=role,
                                     principal_id=self.identity.principal_id, scope=args.container_ids[container],
                                     parent=self)
                        for container, label, role in (("data", "read", roles.BLOB_DATA_READER),

@@ -53,8 +53,8 @@ class Registry(pulumi.ComponentResource):
 
         # The GPU nodes' identity: pulls the images here; the environment grants it its storage containers.
         self.pull_identity = managedidentity.UserAssignedIdentity(f"{name}-pull-id", **common, opts=child)
-        self.acr_pull = roles.assign(f"{name}-acr-pull", key=f"{cfg.team}/{cfg.stack}/acrpull", role=roles.ACR_PULL,
-                                     principal_id=self.pull_identity.principal_id, scope=self.registry.id, parent=self)
+        self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=self.pull_identity.principal_id,
+                                     scope=self.registry.id, parent=self)
 
         self.push_scope_map = containerregistry.ScopeMap(
             f"{name}-push-scope", resource_group_name=args.resource_group_name, registry_name=self.registry.name,

@@ -12,16 +12,38 @@ from pulumi_azure_native import authorization
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"
 BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"  # Storage Blob Data Reader: read and list blobs
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # Storage Blob Data Contributor: also write
+# Azure Batch Job Submitter: create and manage jobs (data actions jobs/*), read pools; nothing on the account
+# (https://learn.microsoft.com/azure/batch/batch-role-based-access-control#azure-batch-built-in-rbac-roles).
+BATCH_JOB_SUBMITTER = "48e5e92e-a480-4e71-aa9c-2778f4c13781"
+ROLE_NAMES = {ACR_PULL: "AcrPull", BLOB_DATA_READER: "Storage Blob Data Reader",
+              BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor", BATCH_JOB_SUBMITTER: "Azure Batch Job Submitter"}
+# Who a grant is for, as ARM's principalType: managed identities are service principals. Setting it skips ARM's
+# directory lookup, which a principal created moments before may not pass yet (replication delay:
+# https://learn.microsoft.com/azure/role-based-access-control/role-assignments-template#new-service-principal);
+# a wrong type is refused (UnmatchedPrincipalType).
+SERVICE_PRINCIPAL = authorization.PrincipalType.SERVICE_PRINCIPAL.value
+DEPLOYER = "deployer: "  # how a grant to the identity running `pulumi up` starts its description
 
 
-def assign(name: str, *, key: str, role: str, principal_id: pulumi.Input[str], scope: pulumi.Input[str],
-           parent: pulumi.Resource) -> authorization.RoleAssignment:
-    """`role` for a service principal (a managed identity) on `scope`. `key` makes the assignment's GUID name
-    stable across runs (Azure names assignments by GUID; the same key addresses the same assignment)."""
+def assignment_name(scope: str, principal_id: str, role: str) -> str:
+    """The assignment's GUID name, seeded with what the assignment is (as ARM templates' guid(scope, principal,
+    role)): names are unique in the tenant, so two stacks, subscriptions or principals never share one, the same
+    assignment keeps its name on every run, and a new principal (a recreated identity) gets a new one."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{scope}|{principal_id}|{role}"))
+
+
+def assign(name: str, *, role: str, principal_id: pulumi.Input[str], scope: pulumi.Input[str],
+           parent: pulumi.Resource, principal_type: str = SERVICE_PRINCIPAL, description: str | None = None,
+           ) -> authorization.RoleAssignment:
+    """`role` for `principal_id` (a managed identity unless `principal_type` says otherwise) on `scope`."""
     subscription = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=parent))
     return authorization.RoleAssignment(
-        name, role_assignment_name=str(uuid.uuid5(uuid.NAMESPACE_URL, key)), principal_id=principal_id,
-        principal_type=authorization.PrincipalType.SERVICE_PRINCIPAL,
+        name, role_assignment_name=pulumi.Output.all(scope, principal_id).apply(
+            lambda values: assignment_name(values[0], values[1], role)),
+        principal_id=principal_id, principal_type=principal_type, description=description,
         role_definition_id=subscription.subscription_id.apply(
             lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role}"),
-        scope=scope, opts=pulumi.ResourceOptions(parent=parent))
+        scope=scope,
+        # A new name replaces the assignment, and ARM refuses a second assignment of the same role to the same
+        # principal on the same scope under another name (RoleAssignmentExists): delete the old one first.
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True))

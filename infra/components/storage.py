@@ -4,7 +4,9 @@
 what jobs write back (models, metrics, logs), `status` what machines report (the NFS server's staging).
 People reach the first three by SAS, one per container, least permission,
 https only, bounded expiry, minted by Azure from the account key without the key ever leaving Azure
-(`listServiceSas`). The SAS values are Pulumi secrets: encrypted in state, masked in output.
+(`listServiceSas`). The SAS values are Pulumi secrets: encrypted in state, masked in output. Results go to
+`outputs` (Batch output files, Azure ML's output datastore): no file share (an Azure Files SMB mount on a
+Batch pool needs the account key).
 """
 from __future__ import annotations
 
@@ -15,12 +17,9 @@ import pulumi
 from pulumi_azure_native import storage
 
 from infra.components import roles
-from infra.core import naming
+from infra.core import naming, security
 from infra.core.config import StackConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
-
-RESULTS_SHARE = "results"
-RESULTS_SHARE_QUOTA_GIB = 1024
 
 
 @dataclass
@@ -38,7 +37,7 @@ class Storage(pulumi.ComponentResource):
         # retainOutputs: `pulumi destroy` forgets the account and leaves it (and the models) in Azure.
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs)
         account_name = naming.storage_account(cfg.team, cfg.stack, cfg.location)
-        self._name, self._key = name, f"{cfg.team}/{cfg.stack}/storage"
+        self._name = name
         encrypted = storage.EncryptionServiceArgs(enabled=True, key_type=storage.KeyType.ACCOUNT)
 
         self.account = storage.StorageAccount(
@@ -61,8 +60,9 @@ class Storage(pulumi.ComponentResource):
                 virtual_network_rules=[storage.VirtualNetworkRuleArgs(virtual_network_resource_id=subnet_id,
                                                                       action=storage.Action.ALLOW)
                                        for subnet_id in args.subnet_ids],
-                ip_rules=[storage.IPRuleArgs(i_p_address_or_range=cidr, action=storage.Action.ALLOW)
-                          for cidr in cfg.allowed_ip_ranges],
+                # Single addresses bare: the storage firewall refuses /31 and /32 (security.firewall_ip_rules).
+                ip_rules=[storage.IPRuleArgs(i_p_address_or_range=rule, action=storage.Action.ALLOW)
+                          for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)],
             ),
             encryption=storage.EncryptionArgs(
                 key_source=storage.KeySource.MICROSOFT_STORAGE,
@@ -77,9 +77,6 @@ class Storage(pulumi.ComponentResource):
                 resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE, opts=child)
             for container in CONTAINERS
         }
-        self.results_share = storage.FileShare(
-            f"{name}-{RESULTS_SHARE}", share_name=RESULTS_SHARE, account_name=self.account.name,
-            resource_group_name=args.resource_group_name, share_quota=RESULTS_SHARE_QUOTA_GIB, opts=child)
 
         # The training runtime in `scripts`: a job fetches the current one, so a fix needs no image rebuild.
         self.scripts = [
@@ -102,14 +99,16 @@ class Storage(pulumi.ComponentResource):
         self.register_outputs({
             "account_name": self.account.name,
             "container_urls": self.container_urls,
-            "results_share": self.results_share.name,
             "sas": self.sas,
         })
 
-    def grant(self, label: str, principal_id: pulumi.Input[str], container: str, role: str):
-        """A managed identity's access to one container (Storage Blob Data Reader or Contributor)."""
-        return roles.assign(f"{self._name}-{label}", key=f"{self._key}/{label}", role=role, principal_id=principal_id,
-                            scope=self.containers[container].id, parent=self)
+    def grant(self, label: str, principal_id: pulumi.Input[str], container: str | None, role: str,
+              principal_type: str = roles.SERVICE_PRINCIPAL, description: str | None = None):
+        """A principal's access to one container, or to the whole account where `container` is None (Storage
+        Blob Data Reader or Contributor); a managed identity unless `principal_type` says otherwise."""
+        scope = self.account.id if container is None else self.containers[container].id
+        return roles.assign(f"{self._name}-{label}", role=role, principal_id=principal_id, scope=scope, parent=self,
+                            principal_type=principal_type, description=description)
 
     def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
         token = storage.list_storage_account_service_sas_output(

@@ -262,17 +262,27 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
 
 
 def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
-    """All nodes while a training task waits or runs, `min_nodes` when the queue has been empty a while.
+    """The pool sized from its jobs: the nodes the queued tasks ask for, plus every node while a task runs,
+    `min_nodes` once nothing has waited or run for a while, never more than `max_nodes`.
 
-    A job takes every node at once (one multi-instance task with `max_nodes` instances), so the pool grows
-    straight to the maximum rather than one node per task; nodes go only after their task completes. Dedicated
-    nodes only: low-priority nodes are gone from Batch-service pools (see config.py, lowPriority).
+    A job is one multi-instance task of `nodes` instances and a node runs one task (taskSlotsPerNode 1), and
+    "for a multi-instance task, $ActiveTasks will include the number of instances set on the task"
+    (https://learn.microsoft.com/azure/batch/batch-automatic-scaling#variables): a queued `submit --nodes 1`
+    asks for one node, not `max_nodes`. How $RunningTasks counts a running multi-instance task the page does not
+    say, so while anything runs the pool keeps the nodes it has: a running job's nodes are never given up (nor a
+    resize left waiting for the task to end), at the price of idle nodes staying until the run ends. Samples can
+    be missing: below 70% of the last 5 minutes the latest one counts, else the largest of them. Dedicated nodes
+    only: low-priority nodes are gone from Batch-service pools (see config.py, lowPriority).
     """
+    def recent(metric: str) -> str:
+        return (f"{metric}.GetSamplePercent(TimeInterval_Minute * 5) < 70 ? max(0, {metric}.GetSample(1)) : "
+                f"max(0, max({metric}.GetSample(TimeInterval_Minute * 5)))")
+
     return "\n".join([
-        "$samples = $PendingTasks.GetSamplePercent(TimeInterval_Minute * 5);",
-        "$tasks = $samples < 70 ? max(0, $PendingTasks.GetSample(1)) : "
-        "max(0, max($PendingTasks.GetSample(TimeInterval_Minute * 5)));",
-        f"$target = $tasks > 0 ? {max_nodes} : {min_nodes};",
+        f"$waiting = {recent('$ActiveTasks')};",
+        f"$running = {recent('$RunningTasks')};",
+        "$busy = $running > 0 ? $CurrentDedicatedNodes : 0;",
+        f"$target = min({max_nodes}, max({min_nodes}, $waiting + $busy));",
         "$TargetDedicatedNodes = $target;",
         "$TargetLowPriorityNodes = 0;",
         "$NodeDeallocationOption = taskcompletion;",

@@ -48,6 +48,9 @@ TRAINING_MAX_HOURS = (1, 168)  # Batch's task maxWallClockTime; a week at most
 DATA_WAIT_MINUTES = (5, 1440)
 JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
 REGISTRY_SKUS = ("Basic", "Standard", "Premium")
+# ARM principalType of whoever runs `pulumi up` (its data-plane grants): the client config cannot tell, and a
+# wrong one is refused (UnmatchedPrincipalType); azure-native sends User when none is given.
+DEPLOYER_PRINCIPAL_TYPES = ("User", "ServicePrincipal")
 SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
 LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
 # Whole-number keys with bounds: key -> ((low, high), unit in the message).
@@ -93,6 +96,7 @@ class StackConfig:
     storage_subnet: ipaddress.IPv4Network
     reserved_address_spaces: tuple[ipaddress.IPv4Network, ...]
     allowed_ip_ranges: tuple[str, ...]
+    deployer_principal_type: str  # User | ServicePrincipal: who runs `pulumi up`, for its own role assignments
     gpu_sku: str
     min_nodes: int
     max_nodes: int
@@ -253,17 +257,25 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
 
     allowed = raw["allowed_ip_ranges"]
     # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
-    # upload the training scripts and no job can be submitted.
+    # upload the training scripts and no job can be submitted. Each entry is a bare address or a CIDR range; the
+    # firewalls get single addresses bare (storage refuses /31 and /32: security.firewall_ip_rules).
     if not allowed:
         raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet and "
-                                             "`pulumi up` cannot upload the scripts nor submit the job: add your "
-                                             "egress IP (`curl -s https://ifconfig.me`), e.g. [198.51.100.7/32]")
+                                             "`pulumi up` cannot upload the scripts nor submit the job: add the "
+                                             "address `curl -s https://ifconfig.me` prints, as it prints it (a bare "
+                                             "IPv4 address; a CIDR range of /16 or smaller works too)")
+    if raw["deployer_principal_type"] not in DEPLOYER_PRINCIPAL_TYPES:
+        raise ConfigError("deployerPrincipalType", f"{raw['deployer_principal_type']!r} is not one of "
+                                                   f"{', '.join(DEPLOYER_PRINCIPAL_TYPES)} (User for `az login` as "
+                                                   "a person, ServicePrincipal for a service principal or managed "
+                                                   "identity running `pulumi up`)")
     placeholders = []
     for cidr in allowed:
         try:
             network = ipaddress.IPv4Network(cidr, strict=True)
         except ValueError:
-            raise ConfigError("allowedIpRanges", f"{cidr!r} is not a public IPv4 address or CIDR") from None
+            raise ConfigError("allowedIpRanges", f"{cidr!r} is not an IPv4 address, or a CIDR range with its host "
+                                                 "bits zero") from None
         if network.subnet_of(PLACEHOLDER_RANGE):
             fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace it "
                    "with your deployers' egress IPs before `pulumi up`")

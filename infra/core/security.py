@@ -3,10 +3,15 @@
 A resource check takes a resource's properties as the Pulumi engine passes them (camelCase keys, enum
 values as strings) and returns None when they comply, or one line saying what is wrong. SAS requests are
 invocations rather than resources, so `plan` and the tests check them with `check_sas_request`.
+
+Beside them, the service rules: values the provider's types accept but Azure refuses at the service, each with
+its source. `plan` and the policy pack report them before `up`, instead of `up` failing halfway
+(SERVICE_CHECKS, per resource; VNET_RULE_CHECK, across a resource and the subnets it names).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import ipaddress
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -216,9 +221,161 @@ RESOURCE_CHECKS: list[Check] = [
 TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", "azure-native:*", _team_tag)
 
 
+# --- Service rules: values the provider's types accept and Azure refuses at the service ---------------------------
+
+# RFC 1918 ranges, which Storage and Key Vault IP rules refuse (their VNets reach them through VNet rules).
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def firewall_ip_rules(ranges: Iterable[str]) -> tuple[str, ...]:
+    """allowedIpRanges as the firewalls take them: a single address bare, a /31 as its two addresses, any other
+    range in CIDR form. Azure Storage refuses /31 and /32 ranges and says to give the individual addresses
+    instead (https://learn.microsoft.com/azure/storage/common/storage-network-security-limitations#restrictions-for-ip-network-rules),
+    so splitting a /31 admits exactly the same two addresses without asking the user to rewrite it. Key Vault
+    takes "124.56.78.91 (simple IP address) or 124.56.78.0/24" (ipRules.value,
+    https://learn.microsoft.com/azure/templates/microsoft.keyvault/vaults) and Batch "IPv4 address, or IPv4
+    address range in CIDR format" (networkProfile ipRules, https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts),
+    so the one list serves all three firewalls."""
+    rules: list[str] = []
+    for text in ranges:
+        network = ipaddress.IPv4Network(text, strict=True)
+        rules += [str(address) for address in network] if network.prefixlen >= 31 else [str(network)]
+    return tuple(dict.fromkeys(rules))  # a range given twice is one rule
+
+
+def _ip_rule_problem(value: Any, *, small_ranges_refused: bool, private_refused: bool) -> str | None:
+    try:
+        network = ipaddress.IPv4Network(str(value), strict=True)
+    except ValueError:
+        return f"{value!r} is not an IPv4 address or CIDR range (IPv6 and host bits are refused)"
+    if private_refused and any(network.overlaps(private) for private in PRIVATE_RANGES):
+        return f"{value} is a private (RFC 1918) range, which IP rules refuse; the VNet is admitted by its subnets"
+    if small_ranges_refused and "/" in str(value) and network.prefixlen >= 31:
+        return (f"{value}: /31 and /32 ranges are refused; give the address(es) bare: "
+                f"{', '.join(firewall_ip_rules([str(value)]))}")
+    return None
+
+
+def _ip_rules_check(where: str, rules: Any, key: str, **rule) -> str | None:
+    for ip_rule in rules or []:
+        problem = _ip_rule_problem(ip_rule.get(key), **rule)
+        if problem:
+            return f"{where}: {problem}"
+    return None
+
+
+def _storage_ip_rules(props: Props) -> str | None:
+    # https://learn.microsoft.com/azure/storage/common/storage-network-security-limitations#restrictions-for-ip-network-rules:
+    # public IPv4 only, no RFC 1918 range, no /31 or /32 prefix.
+    return _ip_rules_check("networkRuleSet.ipRules", (props.get("networkRuleSet") or {}).get("ipRules"),
+                           "iPAddressOrRange", small_ranges_refused=True, private_refused=True)
+
+
+def _key_vault_ip_rules(props: Props) -> str | None:
+    # https://learn.microsoft.com/azure/key-vault/general/network-security: IPv4 only, no RFC 1918 range (the
+    # page says nothing of /31 or /32, and its ARM reference shows a bare address as the single-address form).
+    acls = (props.get("properties") or {}).get("networkAcls") or {}
+    return _ip_rules_check("properties.networkAcls.ipRules", acls.get("ipRules"), "value",
+                           small_ranges_refused=False, private_refused=True)
+
+
+def _batch_ip_rules(props: Props) -> str | None:
+    # https://learn.microsoft.com/azure/batch/public-network-access: "a public IP address or address range in
+    # CIDR notation", IPv4 (the page does not say that a private range is refused: only the form is checked).
+    profile = props.get("networkProfile") or {}
+    for endpoint in ("accountAccess", "nodeManagementAccess"):
+        message = _ip_rules_check(f"networkProfile.{endpoint}.ipRules", (profile.get(endpoint) or {}).get("ipRules"),
+                                  "value", small_ranges_refused=False, private_refused=False)
+        if message:
+            return message
+    return None
+
+
+SERVICE_CHECKS: list[Check] = [
+    Check("storage-firewall-ip-rules", "Storage IP rules are public IPv4 addresses or ranges, no /31 or /32.",
+          "azure-native:storage:StorageAccount", _storage_ip_rules),
+    Check("key-vault-firewall-ip-rules", "Key Vault IP rules are public IPv4 addresses or ranges.",
+          "azure-native:keyvault:Vault", _key_vault_ip_rules),
+    Check("batch-firewall-ip-rules", "Batch account IP rules are IPv4 addresses or ranges.",
+          "azure-native:batch:BatchAccount", _batch_ip_rules),
+]
+
+
+SUBNET = "azure-native:network:Subnet"
+
+
+@dataclass(frozen=True)
+class VnetRules:
+    """Where a resource's VNet rules sit, and the service endpoint a subnet needs before Azure accepts it there."""
+
+    path: tuple[str, ...]  # from the resource's inputs to the list of rules; path[0] is the top-level property
+    subnet_key: str  # the key of a rule that holds the subnet ID
+    endpoints: tuple[str, ...]  # any of these on the subnet satisfies the service
+
+
+VNET_RULES: dict[str, VnetRules] = {
+    # https://learn.microsoft.com/azure/storage/common/storage-network-security-virtual-networks: a VNet rule
+    # needs the Microsoft.Storage (or Microsoft.Storage.Global) service endpoint on the subnet.
+    "azure-native:storage:StorageAccount": VnetRules(("networkRuleSet", "virtualNetworkRules"),
+                                                     "virtualNetworkResourceId",
+                                                     ("Microsoft.Storage", "Microsoft.Storage.Global")),
+    # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints: the subnet needs the
+    # Microsoft.KeyVault endpoint, else ARM answers SubnetsHaveNoServiceEndpointsConfigured.
+    "azure-native:keyvault:Vault": VnetRules(("properties", "networkAcls", "virtualNetworkRules"), "id",
+                                             ("Microsoft.KeyVault",)),
+}
+
+
+def vnet_rule_subnet_ids(resource_type: str, props: Props) -> list[str]:
+    """The subnet IDs a resource's VNet rules name (those known: a preview may not know them yet)."""
+    spec = VNET_RULES.get(resource_type)
+    if spec is None:
+        return []
+    rules: Any = props
+    for key in spec.path:
+        rules = (rules or {}).get(key) if isinstance(rules, dict) else None
+    return [rule[spec.subnet_key] for rule in rules or [] if isinstance(rule.get(spec.subnet_key), str)]
+
+
+def check_vnet_rule_endpoints(resource_type: str, subnets: Iterable[Props]) -> str | None:
+    """`subnets`: the properties of the subnets the resource's VNet rules name, as the caller resolved them
+    (plan: by ID; the policy pack: the subnets the rules' property depends on)."""
+    spec = VNET_RULES.get(resource_type)
+    if spec is None:
+        return None
+    for subnet in subnets:
+        services = {endpoint.get("service") for endpoint in subnet.get("serviceEndpoints") or []}
+        if not services & set(spec.endpoints):
+            return (f"{'.'.join(spec.path)} admit subnet {subnet.get('addressPrefix') or subnet.get('name')!r}, which "
+                    f"has no {spec.endpoints[0]} service endpoint: Azure refuses the rule (add it to the subnet's "
+                    "serviceEndpoints)")
+    return None
+
+
+@dataclass(frozen=True)
+class SubnetCheck:
+    """A check across a resource and the subnets it names (one resource's properties cannot tell)."""
+
+    name: str
+    description: str
+    validate: Callable[[str, Iterable[Props]], str | None]
+
+    def applies_to(self, resource_type: str) -> bool:
+        return resource_type in VNET_RULES
+
+
+VNET_RULE_CHECK = SubnetCheck("vnet-rule-service-endpoints",
+                              "Subnets named in Storage and Key Vault VNet rules carry the service's endpoint.",
+                              check_vnet_rule_endpoints)
+
+
+# Every check that looks at one resource: the security invariants, the service rules, the tag.
+PER_RESOURCE_CHECKS: list[Check] = [*RESOURCE_CHECKS, *SERVICE_CHECKS, TAG_CHECK]
+
+
 def resource_violations(resource_type: str, props: Props) -> list[tuple[Check, str]]:
     found = []
-    for check in [*RESOURCE_CHECKS, TAG_CHECK]:
+    for check in PER_RESOURCE_CHECKS:
         if check.applies_to(resource_type):
             message = check.validate(props)
             if message:

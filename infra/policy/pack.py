@@ -2,9 +2,10 @@
 one starts a gRPC server and blocks, so the tests import this module, and __main__.py builds the pack)."""
 from __future__ import annotations
 
-from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
+from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
-from infra.core.security import RESOURCE_CHECKS, TAG_CHECK, Check
+from infra.core import security
+from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check
 
 PACK_NAME = "dltrain-security"
 
@@ -20,5 +21,31 @@ def _policy(check: Check) -> ResourceValidationPolicy:
                                     enforcement_level=EnforcementLevel.MANDATORY)
 
 
-def policies() -> list[ResourceValidationPolicy]:
-    return [_policy(check) for check in [*RESOURCE_CHECKS, TAG_CHECK]]
+def _named_subnets(resource, resources) -> list:
+    """The subnets a resource's VNet rules name: by ID where the engine knows it (`up`), and the subnets the
+    rules' property depends on, which a preview knows before any ID exists."""
+    by_id = {r.props.get("id"): r for r in resources
+             if r.resource_type == security.SUBNET and isinstance(r.props.get("id"), str)}
+    prop = security.VNET_RULES[resource.resource_type].path[0]
+    named = {d.urn: d for d in (resource.property_dependencies or {}).get(prop, []) if d.resource_type == security.SUBNET}
+    for subnet_id in security.vnet_rule_subnet_ids(resource.resource_type, resource.props):
+        if subnet_id in by_id:
+            named[by_id[subnet_id].urn] = by_id[subnet_id]
+    return list(named.values())
+
+
+def _vnet_rule_policy() -> StackValidationPolicy:
+    def validate(args, report_violation) -> None:
+        for resource in args.resources:
+            if VNET_RULE_CHECK.applies_to(resource.resource_type):
+                subnets = _named_subnets(resource, args.resources)
+                message = VNET_RULE_CHECK.validate(resource.resource_type, [s.props for s in subnets])
+                if message:
+                    report_violation(message, resource.urn)
+
+    return StackValidationPolicy(name=VNET_RULE_CHECK.name, description=VNET_RULE_CHECK.description,
+                                 validate=validate, enforcement_level=EnforcementLevel.MANDATORY)
+
+
+def policies() -> list:
+    return [*(_policy(check) for check in PER_RESOURCE_CHECKS), _vnet_rule_policy()]

@@ -2,14 +2,17 @@
 datastore, environments, Key Vault, and that none of the Batch backend's resources come with it."""
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 
 from infra import REPO_ROOT
+from infra.cli import offline, plan
 from infra.components import roles
-from infra.components.azureml import WORKSPACE_DNS_ZONES, environment_version
+from infra.components.azureml import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
 from infra.core.containers import AML_DATASTORES
-from infra.core import security
+from infra.core import naming, security
+from tests.infra.conftest import NOW
 
 ML = "azure-native:machinelearningservices"
 
@@ -92,9 +95,53 @@ def test_the_key_vault_is_rbac_only_purge_protected_and_firewalled(aml_ev):
     assert vault["enableRbacAuthorization"] is True and vault["enablePurgeProtection"] is True
     acls = vault["networkAcls"]
     assert acls["defaultAction"] == "Deny"
-    assert [rule["value"] for rule in acls["ipRules"]] == list(aml_ev.config.allowed_ip_ranges)
+    assert [rule["value"] for rule in acls["ipRules"]] == list(security.firewall_ip_rules(aml_ev.config.allowed_ip_ranges))
     assert {rule["id"] for rule in acls["virtualNetworkRules"]} == {aml_ev.outputs["computeSubnetId"],
                                                                    aml_ev.outputs["storageSubnetId"]}
+
+
+def test_the_subnets_the_vault_admits_carry_the_key_vault_endpoint(aml_ev):
+    """Else ARM refuses the vault: SubnetsHaveNoServiceEndpointsConfigured."""
+    rules = aml_ev.one("azure-native:keyvault:Vault").inputs["properties"]["networkAcls"]["virtualNetworkRules"]
+    subnets = {s.state["id"]: s.inputs for s in aml_ev.of_type("azure-native:network:Subnet")}
+    for rule in rules:
+        assert "Microsoft.KeyVault" in [e["service"] for e in subnets[rule["id"]]["serviceEndpoints"]], rule
+    assert ("PASS", "vnet-rule-service-endpoints") in {v[:2] for v in plan.service_verdicts(aml_ev)}
+
+
+def test_identity_datastores_the_nodes_and_the_deployer_may_use_the_workspace_storage(aml_ev):
+    """azure-ai-ml uploads the code snapshot with the caller's identity; the cluster reads it and writes logs
+    and MLflow artifacts with its own, in containers the workspace names: both on the account."""
+    account = aml_ev.one("azure-native:storage:StorageAccount").state["id"]
+    nodes = aml_ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id").state["principalId"]
+    on_account = {(g.inputs["principalId"], g.inputs["principalType"]): g
+                  for g in aml_ev.of_type("azure-native:authorization:RoleAssignment") if g.inputs["scope"] == account}
+    assert set(on_account) == {(nodes, "ServicePrincipal"), ("deployer", aml_ev.config.deployer_principal_type)}
+    assert {g.inputs["roleDefinitionId"].rsplit("/", 1)[-1] for g in on_account.values()} == {
+        roles.BLOB_DATA_CONTRIBUTOR}
+    job = next(r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs)
+    assert on_account[("deployer", aml_ev.config.deployer_principal_type)].urn in job.dependencies
+
+
+def test_vault_and_workspace_names_change_with_each_new_stack_and_stay_for_its_life(aml_ev):
+    """A deleted vault (purge protection) and workspace keep their names for 90 and 14 days: a stack destroyed
+    and deployed again must not ask for them."""
+    cfg = aml_ev.config
+    generation = aml_ev.one("pulumi-python:dynamic:Resource", "ml-names").state["generation"]
+    vault = aml_ev.one("azure-native:keyvault:Vault").inputs["vaultName"]
+    workspace = aml_ev.one("azure-native:machinelearningservices:Workspace").inputs["workspaceName"]
+    assert vault == naming.key_vault(cfg.team, cfg.stack, cfg.location, generation) and len(vault) <= 24
+    assert workspace == naming.aml_workspace(cfg.team, cfg.stack, generation)
+    assert aml_ev.outputs["amlWorkspaceName"] == workspace
+    # The same stack's later runs propose another generation and keep the first (no change, no replacement).
+    provider = NameGenerationProvider()
+    created = provider.create({"generation": generation})
+    assert created.outs == {"generation": generation}
+    assert provider.diff(created.id, created.outs, {"generation": "20271231T000000Z"}).changes is False
+    # A new stack (after destroy) gets new names.
+    again = offline.evaluate(cfg, now=NOW + timedelta(days=1))
+    assert again.one("azure-native:keyvault:Vault").inputs["vaultName"] != vault
+    assert again.one("azure-native:machinelearningservices:Workspace").inputs["workspaceName"] != workspace
 
 
 def test_no_batch_or_nfs_resource_comes_with_the_azureml_backend(aml_ev):

@@ -9,7 +9,7 @@ from infra.cli import offline
 from infra.components import roles
 from infra.core import nfs_user_data
 from infra.core import batch_spec, config
-from infra.components.cluster import REPLACE_ON_CHANGES
+from infra.components.cluster import OS_DISK_GB, REPLACE_ON_CHANGES
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 
 POOL = "azure-native:batch:Pool"
@@ -40,9 +40,8 @@ def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
     containers = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"]
     assert containers["type"] == "DockerCompatible"
     # By tag: a digest in this replace-on-change property would redeploy the pool on every image rebuild.
-    tags = {ref.split("@")[0] for ref in ev.outputs["imageRefs"].values()}
-    assert set(containers["containerImageNames"]) == tags
-    assert not any("@sha256:" in name for name in containers["containerImageNames"])
+    # Only the launched job's image is prefetched: the HPC image keeps Docker's images on the OS disk.
+    assert containers["containerImageNames"] == [ev.outputs["imageRefs"][ev.config.training_image].split("@")[0]]
     [registry] = containers["containerRegistries"]
     assert registry == {"registryServer": ev.outputs["registryLoginServer"],
                         "identityReference": {"resourceId": identity_id}}
@@ -55,7 +54,7 @@ def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
     assert mount["nfsMountConfiguration"]["source"] == ev.outputs["nfsMountSource"]
     assert mount["nfsMountConfiguration"]["relativeMountPath"] == batch_spec.NFS_MOUNT
     formula = pool["scaleSettings"]["autoScale"]["formula"]
-    assert f"$target = $tasks > 0 ? {ev.config.max_nodes} : {ev.config.min_nodes};" in formula
+    assert formula == batch_spec.autoscale_formula(ev.config.min_nodes, ev.config.max_nodes)
     assert "$NodeDeallocationOption = taskcompletion;" in formula
     assert "fixedScale" not in pool["scaleSettings"]
 
@@ -183,3 +182,178 @@ def test_up_and_submit_build_the_same_job_from_the_same_outputs(ev):
     expected = dataclasses.asdict(batch_spec.job_inputs(ev.config, ev.outputs))
     expected["train_args"] = list(expected["train_args"])
     assert {name: job.inputs[name] for name in expected} == expected
+
+
+def test_the_os_disk_holds_the_images_and_the_pool_waits_for_them(ev):
+    """The HPC image keeps Docker's data root on the OS disk: it is sized for CUDA devel images, and the nodes
+    (which prefetch the image when they start) are created only once the images are pushed."""
+    pool = ev.one(POOL)
+    os_disk = pool.inputs["deploymentConfiguration"]["virtualMachineConfiguration"]["osDisk"]
+    assert os_disk == {"diskSizeGB": OS_DISK_GB, "caching": "ReadWrite", "managedDisk": {"storageAccountType": "Premium_LRS"}}
+    images = {image.urn for image in ev.of_type("docker-build:index:Image")}
+    assert images and images <= set(pool.dependencies)
+
+
+def test_a_keras_job_prefetches_the_tensorflow_image_only():
+    cfg = dataclasses.replace(config.from_stack_file("dev"), training_framework="keras")
+    pool = offline.evaluate(cfg, now=NOW).one(POOL).inputs
+    [name] = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"][
+        "containerImageNames"]
+    assert name.endswith(f"/tensorflow:{cfg.image_tag}")
+
+
+def test_up_grants_the_deployer_what_up_itself_does_on_the_data_plane(ev):
+    """Owner/Contributor carry no data actions: the staging check reads `status`, the job resource calls Batch."""
+    deployer = {(g.inputs["scope"], g.inputs["roleDefinitionId"].rsplit("/", 1)[-1]): g
+                for g in ev.of_type("azure-native:authorization:RoleAssignment") if g.inputs["principalId"] == "deployer"}
+    data, status = (ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"] for c in ("data", "status"))
+    account = ev.one("azure-native:batch:BatchAccount").state["id"]
+    assert set(deployer) == {(data, roles.BLOB_DATA_READER), (status, roles.BLOB_DATA_READER),
+                             (account, roles.BATCH_JOB_SUBMITTER)}
+    assert {g.inputs["principalType"] for g in deployer.values()} == {ev.config.deployer_principal_type}
+    assert all(g.inputs["description"].startswith(roles.DEPLOYER) for g in deployer.values())
+    # The job is submitted (and deleted on destroy) while the grants exist.
+    job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
+    assert {g.urn for g in deployer.values()} <= set(job.dependencies)
+
+
+def test_a_service_principal_deployer_is_granted_as_one_and_no_job_needs_no_grant():
+    cfg = dataclasses.replace(config.from_stack_file("dev"), deployer_principal_type="ServicePrincipal")
+    grants = [g.inputs for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
+              if g.inputs["principalId"] == "deployer"]
+    assert len(grants) == 3 and {g["principalType"] for g in grants} == {"ServicePrincipal"}
+    cfg = dataclasses.replace(cfg, training_launch_on_up=False)
+    assert not [g for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
+                if g.inputs["principalId"] == "deployer"]
+    with pytest.raises(config.ConfigError, match="deployerPrincipalType.*'Group' is not one of User, ServicePrincipal"):
+        config.parse("x", {"allowedIpRanges": ["20.50.1.7"], "deployerPrincipalType": "Group"})
+
+
+# --- The autoscale formula, evaluated as Batch evaluates it ------------------------------------------------------
+
+class Samples:
+    """A Batch metric: its samples over the last 5 minutes, newest first, and what share of them exist."""
+
+    def __init__(self, *values, percent=100):
+        self.values, self.percent = list(values), percent
+
+    def GetSample(self, arg):  # noqa: N802 - Batch's name
+        return self.values[:int(arg)] if not isinstance(arg, Interval) else self.values
+
+    def GetSamplePercent(self, _interval):  # noqa: N802
+        return self.percent
+
+
+class Interval(float):
+    """A timeinterval (a double times TimeInterval_Minute stays one)."""
+
+    def __mul__(self, other):
+        return Interval(float(self) * other)
+
+    __rmul__ = __mul__
+
+
+def _flatten(args):
+    return [v for a in args for v in (a if isinstance(a, list) else [a])]
+
+
+def evaluate_formula(formula: str, **metrics) -> dict:
+    """Run an autoscale formula with Batch's documented semantics for what it uses: statements `$x = expr;`, the
+    ternary, comparisons, + and *, max/min over doubles and vectors, GetSample(n) (the newest n samples),
+    GetSample(interval) (the samples in it), GetSamplePercent (https://learn.microsoft.com/azure/batch/
+    batch-automatic-scaling). Parsed by a small recursive-descent reader, so the formula text itself is what runs."""
+    import re
+
+    tokens = re.findall(r"\$?[A-Za-z_][A-Za-z_0-9]*|\d+(?:\.\d+)?|[?:;(),.*+<>=-]", formula)
+    env = {"TimeInterval_Minute": Interval(60), **metrics}
+    pos = 0
+
+    def peek():
+        return tokens[pos] if pos < len(tokens) else None
+
+    def take(expected=None):
+        nonlocal pos
+        token = tokens[pos]
+        assert expected is None or token == expected, (token, expected, formula)
+        pos += 1
+        return token
+
+    def primary():
+        token = take()
+        if token == "(":
+            value = ternary()
+            take(")")
+        elif token in ("max", "min"):
+            take("(")
+            args = [ternary()]
+            while peek() == ",":
+                take(",")
+                args.append(ternary())
+            take(")")
+            value = (max if token == "max" else min)(_flatten(args))
+        elif re.fullmatch(r"\d+(?:\.\d+)?", token):
+            value = float(token)
+        else:
+            value = env[token]
+        while peek() == ".":
+            take(".")
+            method = getattr(value, take())
+            take("(")
+            value = method(ternary())
+            take(")")
+        return value
+
+    def product():
+        value = primary()
+        while peek() == "*":
+            take()
+            value = value * primary()
+        return value
+
+    def total():
+        value = product()
+        while peek() in ("+", "-"):
+            value = value + product() if take() == "+" else value - product()
+        return value
+
+    def comparison():
+        value = total()
+        while peek() in ("<", ">"):
+            value = float(value < total()) if take() == "<" else float(value > total())
+        return value
+
+    def ternary():
+        condition = comparison()
+        if peek() != "?":
+            return condition
+        take("?")
+        yes = ternary()
+        take(":")
+        no = ternary()
+        return yes if condition else no
+
+    while peek() is not None:
+        name = take()
+        take("=")
+        env[name] = ternary() if name != "$NodeDeallocationOption" else take()
+        take(";")
+    return env
+
+
+@pytest.mark.parametrize("min_nodes,max_nodes,active,running,current,expected", [
+    (0, 8, Samples(1, 1), Samples(0, 0), 0, 1),  # `submit --nodes 1`: one node, not 8
+    (0, 8, Samples(2, 0), Samples(0, 0), 0, 2),  # a 2-node job queued within the last 5 minutes
+    (0, 8, Samples(0, 0), Samples(1, 1), 2, 2),  # a job runs: its nodes stay
+    (0, 8, Samples(1, 0), Samples(1, 1), 2, 3),  # a job runs on 2, another waits for 1
+    (0, 2, Samples(4, 4), Samples(0, 0), 0, 2),  # never beyond maxNodes
+    (0, 8, Samples(0, 0), Samples(0, 0), 3, 0),  # idle for 5 minutes: back to minNodes
+    (1, 8, Samples(0, 0), Samples(0, 0), 3, 1),
+    (0, 8, Samples(0, 2, percent=50), Samples(0, 0, percent=50), 0, 0),  # samples missing: the newest counts
+])
+def test_the_pool_is_sized_from_the_nodes_its_jobs_ask_for(min_nodes, max_nodes, active, running, current, expected):
+    pending = Samples(*(a + r for a, r in zip(active.values, running.values)), percent=active.percent)
+    env = evaluate_formula(batch_spec.autoscale_formula(min_nodes, max_nodes), **{
+        "$ActiveTasks": active, "$RunningTasks": running, "$PendingTasks": pending,
+        "$CurrentDedicatedNodes": float(current)})
+    assert env["$TargetDedicatedNodes"] == expected
+    assert env["$TargetLowPriorityNodes"] == 0 and env["$NodeDeallocationOption"] == "taskcompletion"

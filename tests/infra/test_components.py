@@ -1,11 +1,15 @@
 """Each component, for every stack file: the resources it declares and the properties that matter."""
+import dataclasses
 import json
+import uuid
 from datetime import timedelta
 
+import pytest
+
 from infra import REPO_ROOT
-from infra.cli import offline
+from infra.cli import offline, plan
 from infra.components import registry, roles
-from infra.core import containers, naming
+from infra.core import config, containers, naming, security
 from tests.infra.conftest import NOW
 
 
@@ -61,18 +65,21 @@ def test_storage_account_invariants(ev):
     assert rules["defaultAction"] == "Deny" and rules["bypass"] == "AzureServices"
     subnet_ids = sorted(s.state["id"] for s in ev.of_type("azure-native:network:Subnet"))
     assert sorted(r["virtualNetworkResourceId"] for r in rules["virtualNetworkRules"]) == subnet_ids
-    assert [r["iPAddressOrRange"] for r in rules.get("ipRules", [])] == list(cfg.allowed_ip_ranges)
+    assert [r["iPAddressOrRange"] for r in rules.get("ipRules", [])] == list(
+        security.firewall_ip_rules(cfg.allowed_ip_ranges))
     assert p["encryption"]["requireInfrastructureEncryption"] is True
     assert account.retain_on_delete == cfg.retain_outputs
     assert ev.one("azure-native:resources:ResourceGroup").retain_on_delete == cfg.retain_outputs
 
 
-def test_storage_containers_and_results_share(ev):
+def test_storage_containers_and_no_file_share(ev):
     containers = {c.inputs["containerName"]: c for c in ev.of_type("azure-native:storage:BlobContainer")}
     assert set(containers) == {"data", "scripts", "outputs", "status"}
     assert all(c.inputs["publicAccess"] == "None" for c in containers.values())
-    share = ev.one("azure-native:storage:FileShare")
-    assert share.inputs["shareName"] == "results" and share.inputs["shareQuota"] > 0
+    # Results go to `outputs`; the `results` share nothing used is gone, with its output.
+    storage = next(r for r in ev.resources if r.type == "dltrain:storage:Storage")
+    assert not [r for r in ev.of_type("azure-native:storage:FileShare") if r.parent_urn == storage.urn]
+    assert "resultsShareName" not in ev.outputs
     urls = ev.outputs["containerUrls"]
     account = ev.outputs["storageAccountName"]
     assert urls == {c: f"https://{account}.blob.core.windows.net/{c}" for c in containers}
@@ -199,3 +206,41 @@ def test_stack_outputs(ev):
                                "storageAccountName", "containerUrls", "sas", "registryLoginServer", "imageRefs",
                                "pullIdentityId", "pullIdentityClientId", "logAnalyticsWorkspaceId"}
     assert ev.outputs["resourceGroupName"] == naming.resource_group(ev.config.team, ev.config.stack)
+
+
+@pytest.mark.parametrize("stack", ["dev", "nlp"])
+def test_single_addresses_reach_every_firewall_bare(stack):
+    """Storage refuses /31 and /32 (the usual single egress address): each firewall gets what it accepts."""
+    given = ("20.50.1.7/32", "20.60.1.0/31", "20.70.0.0/24")
+    cfg = dataclasses.replace(config.from_stack_file(stack), allowed_ip_ranges=given)
+    ev = offline.evaluate(cfg, now=NOW)
+    expected = ["20.50.1.7", "20.60.1.0", "20.60.1.1", "20.70.0.0/24"]
+    account = ev.one("azure-native:storage:StorageAccount").inputs
+    assert [r["iPAddressOrRange"] for r in account["networkRuleSet"]["ipRules"]] == expected
+    if cfg.backend == "batch":
+        batch = ev.one("azure-native:batch:BatchAccount").inputs
+        assert [r["value"] for r in batch["networkProfile"]["accountAccess"]["ipRules"]] == expected
+    else:
+        vault = ev.one("azure-native:keyvault:Vault").inputs
+        assert [r["value"] for r in vault["properties"]["networkAcls"]["ipRules"]] == expected
+    assert [v for v in plan.service_verdicts(ev) if v[0] == "FAIL"] == []
+
+
+def test_role_assignment_names_are_seeded_with_scope_principal_and_role():
+    name = roles.assignment_name("/subscriptions/s/x", "principal-a", roles.ACR_PULL)
+    assert name == str(uuid.uuid5(uuid.NAMESPACE_URL, f"/subscriptions/s/x|principal-a|{roles.ACR_PULL}"))
+    # Another principal (a recreated identity), scope (another stack or subscription) or role: another name.
+    assert len({name, roles.assignment_name("/subscriptions/s/x", "principal-b", roles.ACR_PULL),
+                roles.assignment_name("/subscriptions/t/x", "principal-a", roles.ACR_PULL),
+                roles.assignment_name("/subscriptions/s/x", "principal-a", roles.BLOB_DATA_READER)}) == 4
+
+
+def test_every_role_assignment_is_named_after_what_it_grants(ev):
+    assignments = ev.of_type("azure-native:authorization:RoleAssignment")
+    for assignment in assignments:
+        p = assignment.inputs
+        role = p["roleDefinitionId"].rsplit("/", 1)[-1]
+        assert p["roleAssignmentName"] == roles.assignment_name(p["scope"], p["principalId"], role), assignment.urn
+        # A new name replaces it, and Azure refuses the same grant twice under two names: the old goes first.
+        assert assignment.delete_before_replace, assignment.urn
+    assert len({a.inputs["roleAssignmentName"] for a in assignments}) == len(assignments)

@@ -28,7 +28,12 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
                      "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]",
                      # What `pulumi up` will need that the program cannot do: the placeholder, the GPU quota.
                      "Before `pulumi up`", "203.0.113.0/24 is the example stack's placeholder",
-                     "Batch dedicated core quota for the Standard_ND96asr_v4 family in westeurope: 192 vCPUs"):
+                     "Batch dedicated core quota for the Standard_ND96asr_v4 family in westeurope: 192 vCPUs",
+                     # The roles `up` grants the identity running it, and the rules Azure enforces at the service.
+                     "`pulumi up` grants your identity (User, deployerPrincipalType) Azure Batch Job Submitter on ",
+                     "`pulumi up` grants your identity (User, deployerPrincipalType) Storage Blob Data Reader on ",
+                     "Azure service rules", "PASS storage-firewall-ip-rules", "PASS vnet-rule-service-endpoints",
+                     "osDisk.diskSizeGB=256"):
         assert expected in out, expected
     assert "FAIL" not in out
     assert MOCK_SAS_SIGNATURE not in out + result.stderr  # SAS values are never printed

@@ -3,8 +3,11 @@ from datetime import datetime, timezone
 
 import pytest
 
+from pulumi_policy import StackValidationArgs
+from pulumi_policy.policy import PolicyResource
+
 from infra.cli import plan
-from infra.core import security
+from infra.core import config, security
 from infra.policy.pack import policies
 
 GOOD_ACCOUNT = {
@@ -17,6 +20,22 @@ GOOD_NSG = {"securityRules": [
     {"name": "deny", "direction": "Inbound", "access": "Deny", "sourceAddressPrefix": "Internet"}]}
 ACCOUNT = "azure-native:storage:StorageAccount"
 NSG = "azure-native:network:NetworkSecurityGroup"
+VAULT = "azure-native:keyvault:Vault"
+BATCH = "azure-native:batch:BatchAccount"
+GOOD_VAULT = {"properties": {"enableRbacAuthorization": True, "enablePurgeProtection": True,
+                             "networkAcls": {"defaultAction": "Deny", "ipRules": [{"value": "20.50.1.7"}]}},
+              "tags": {"team": "dev"}}
+GOOD_BATCH = {"allowedAuthenticationModes": ["AAD"], "tags": {"team": "dev"},
+              "networkProfile": {"accountAccess": {"defaultAction": "Deny", "ipRules": [{"value": "20.50.1.7"}]}}}
+
+
+def _storage_ip(value):
+    return {**GOOD_ACCOUNT, "networkRuleSet": {**GOOD_ACCOUNT["networkRuleSet"], "ipRules": [{"iPAddressOrRange": value}]}}
+
+
+def _vault_ip(value):
+    return {**GOOD_VAULT, "properties": {**GOOD_VAULT["properties"], "networkAcls": {
+        "defaultAction": "Deny", "ipRules": [{"value": value}]}}}
 
 # (resource type, properties, the check that must fail)
 BAD_RESOURCES = [
@@ -36,6 +55,16 @@ BAD_RESOURCES = [
                              *GOOD_NSG["securityRules"]]}, "nsg-denies-internet-inbound"),
     ("azure-native:network:NetworkInterface",
      {"ipConfigurations": [{"name": "ip", "publicIPAddress": {"id": "/pip"}}]}, "nic-no-public-ip"),
+    # Service rules: what Azure refuses although the provider's types take it.
+    (ACCOUNT, _storage_ip("20.50.1.7/32"), "storage-firewall-ip-rules"),
+    (ACCOUNT, _storage_ip("20.50.1.6/31"), "storage-firewall-ip-rules"),
+    (ACCOUNT, _storage_ip("10.1.0.0/16"), "storage-firewall-ip-rules"),
+    (ACCOUNT, _storage_ip("2001:db8::1"), "storage-firewall-ip-rules"),
+    (VAULT, _vault_ip("192.168.1.0/24"), "key-vault-firewall-ip-rules"),
+    (VAULT, _vault_ip("20.50.1.7/24"), "key-vault-firewall-ip-rules"),
+    (BATCH, {**GOOD_BATCH, "networkProfile": {"accountAccess": {"defaultAction": "Deny",
+                                                                "ipRules": [{"value": "2001:db8::/64"}]}}},
+     "batch-firewall-ip-rules"),
 ]
 
 
@@ -46,6 +75,8 @@ def test_each_check_refuses_what_it_guards(resource_type, props, check):
 
 @pytest.mark.parametrize("resource_type,props", [
     (ACCOUNT, GOOD_ACCOUNT), (NSG, GOOD_NSG), ("azure-native:storage:BlobContainer", {"publicAccess": "None"}),
+    (ACCOUNT, _storage_ip("20.50.1.7")), (ACCOUNT, _storage_ip("20.50.0.0/30")), (VAULT, GOOD_VAULT),
+    (VAULT, _vault_ip("20.50.1.7/32")), (BATCH, GOOD_BATCH),
     ("azure-native:containerregistry:Registry", {"adminUserEnabled": False}),
     ("azure-native:network:NetworkInterface", {"ipConfigurations": [{"name": "ip"}]}),
 ])
@@ -60,15 +91,89 @@ class _Args:
 
 def test_policy_pack_reports_the_same_violations_through_crossguard_api():
     by_name = {p.name: p for p in policies()}
-    assert set(by_name) == {c.name for c in [*security.RESOURCE_CHECKS, security.TAG_CHECK]}
+    assert set(by_name) == {c.name for c in security.PER_RESOURCE_CHECKS} | {security.VNET_RULE_CHECK.name}
     for resource_type, props, check in BAD_RESOURCES:
         reported = []
         by_name[check].validate(_Args(resource_type, props), reported.append)
         assert len(reported) == 1 and reported[0], check
     for policy in by_name.values():
+        if policy.name == security.VNET_RULE_CHECK.name:
+            continue  # a stack policy: below
         reported = []
         policy.validate(_Args(ACCOUNT, GOOD_ACCOUNT), reported.append)
         assert reported == [], policy.name
+
+
+# --- Service rules ----------------------------------------------------------------------------------------------
+
+def test_firewall_ip_rules_give_single_addresses_bare_and_split_a_31():
+    # Storage refuses /31 and /32 and asks for the individual addresses; Key Vault and Batch take them too.
+    assert security.firewall_ip_rules(["20.50.1.7/32", "20.50.1.8", "20.60.1.0/31", "20.70.0.0/24"]) == (
+        "20.50.1.7", "20.50.1.8", "20.60.1.0", "20.60.1.1", "20.70.0.0/24")
+    assert security.firewall_ip_rules(["20.50.1.7", "20.50.1.7/32"]) == ("20.50.1.7",)  # one rule, not two
+    props = {**GOOD_ACCOUNT, "networkRuleSet": {**GOOD_ACCOUNT["networkRuleSet"], "ipRules": [
+        {"iPAddressOrRange": rule} for rule in security.firewall_ip_rules(["20.50.1.7/32", "20.60.1.0/31"])]}}
+    assert security.resource_violations(ACCOUNT, props) == []
+
+
+def test_a_32_is_refused_with_the_bare_address_to_give_instead():
+    message = security.resource_violations(ACCOUNT, _storage_ip("20.50.1.6/31"))[0][1]
+    assert message.startswith("networkRuleSet.ipRules: 20.50.1.6/31: /31 and /32 ranges are refused")
+    assert message.endswith("20.50.1.6, 20.50.1.7")
+
+
+def test_config_hint_for_allowed_ip_ranges_suggests_what_the_firewalls_take():
+    with pytest.raises(config.ConfigError) as err:
+        config.parse("x", {"allowedIpRanges": []})
+    assert "/32" not in str(err.value) and "bare" in str(err.value)
+    cfg = config.parse("x", {"allowedIpRanges": ["20.50.1.7"]})  # a bare address, as ifconfig.me prints it
+    assert security.firewall_ip_rules(cfg.allowed_ip_ranges) == ("20.50.1.7",)
+
+
+SUBNET = security.SUBNET
+VNET_SUBNETS = {"compute": {"id": "/s/compute", "addressPrefix": "10.10.0.0/20",
+                            "serviceEndpoints": [{"service": "Microsoft.Storage"}]},
+                "vault-ready": {"id": "/s/ready", "addressPrefix": "10.10.16.0/24",
+                                "serviceEndpoints": [{"service": "Microsoft.Storage"},
+                                                     {"service": "Microsoft.KeyVault"}]}}
+
+
+def _vault_on(*subnet_ids):
+    return {**GOOD_VAULT, "properties": {**GOOD_VAULT["properties"], "networkAcls": {
+        "defaultAction": "Deny", "virtualNetworkRules": [{"id": i} for i in subnet_ids]}}}
+
+
+def test_a_vault_rule_on_a_subnet_without_the_key_vault_endpoint_is_refused():
+    check = security.VNET_RULE_CHECK
+    assert security.vnet_rule_subnet_ids(VAULT, _vault_on("/s/compute", "/s/ready")) == ["/s/compute", "/s/ready"]
+    message = check.validate(VAULT, [VNET_SUBNETS["compute"], VNET_SUBNETS["vault-ready"]])
+    assert "10.10.0.0/20" in message and "no Microsoft.KeyVault service endpoint" in message
+    assert check.validate(VAULT, [VNET_SUBNETS["vault-ready"]]) is None
+    assert check.validate(ACCOUNT, [VNET_SUBNETS["compute"]]) is None  # storage needs Microsoft.Storage only
+
+
+def _resource(resource_type, name, props, property_dependencies=None):
+    return PolicyResource(resource_type, props, f"urn:pulumi:dev::p::{resource_type}::{name}", name, None, None, None,
+                          [], property_dependencies or {})
+
+
+def test_the_policy_pack_finds_a_vault_s_subnets_in_a_preview_and_after_up():
+    policy = next(p for p in policies() if p.name == security.VNET_RULE_CHECK.name)
+    compute = _resource(SUBNET, "compute", VNET_SUBNETS["compute"])
+    ready = _resource(SUBNET, "ready", VNET_SUBNETS["vault-ready"])
+
+    def violations(vault):
+        reported = []
+        policy.validate(StackValidationArgs([compute, ready, vault]), lambda m, urn=None: reported.append((m, urn)))
+        return reported
+
+    # A preview: the rule's subnet ID is not known yet, the property's dependency is.
+    preview = _resource(VAULT, "kv", _vault_on(), {"properties": [compute]})
+    [(message, urn)] = violations(preview)
+    assert "Microsoft.KeyVault" in message and urn == preview.urn
+    # After `up`: by ID.
+    assert len(violations(_resource(VAULT, "kv", _vault_on("/s/compute")))) == 1
+    assert violations(_resource(VAULT, "kv", _vault_on("/s/ready"), {"properties": [ready]})) == []
 
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
@@ -91,8 +196,9 @@ def test_sas_request_checks(change, words):
 
 
 def test_every_stack_passes_every_check(ev):
-    results = plan.verdicts(ev)
+    results = plan.verdicts(ev) + plan.service_verdicts(ev)
     assert [r for r in results if r[0] == "FAIL"] == []
+    assert ("PASS", "vnet-rule-service-endpoints") in {r[:2] for r in results}
     passed = {name for verdict, name, _ in results if verdict == "PASS"}
     assert passed >= {"storage-https-only", "storage-network-default-deny", "registry-admin-user-disabled",
                       "nsg-denies-internet-inbound", "team-tag", "sas-least-privilege", "no-keys-in-outputs"}
