@@ -4,9 +4,11 @@ The Pulumi program is evaluated offline (as `plan` does); from what it declares,
 functions `pulumi up` and `infra submit` use (batch_spec.job_inputs, job_spec, task_spec), this:
 1. plays the storage account with Azurite: the declared containers, the `scripts` blobs as `pulumi up`
    uploads them, each identity's access as its role assignments grant it;
-2. plays the NFS server's staging: a dataset of real JPEG files uploaded to `data` as the deployer would, then
-   `python -m training stage` with the NFS server's identity into the export folder, the `.staged` marker and
-   the `status` report, as its staging unit does (the unit's text is checked by cloud-init's code in the tests);
+2. plays the NFS server's staging in a first deploy's order: the server's user data through cloud-init's own
+   code; its staging unit, run as its timer would, finds `data` empty (reports "waiting for data", and the
+   submit gate refuses); the deployer uploads a dataset of real JPEG files into the stack that now exists; the
+   timer's next run stages it with the NFS server's identity into the export folder (`.staged` marker and
+   `status` report), and the gate passes; after the job, the job's data folder is scanned as the trainer does;
 3. plays Batch (devtools/rehearsal/batch.py) on N local nodes (devtools/rehearsal/nodes.py): start task,
    common resource files, coordination (the job's own sshd) on every node, the application command on the
    primary, retries, output files to `outputs`;
@@ -126,7 +128,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
              f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
         if tamper_storage:
             tamper_storage(account)
-        _stage_data(account, ev, work, export, node_env)
+        uploaded = _stage_data(account, ev, work, export, node_env)
         _people_sas(account, work)
         for node in pool.nodes:
             _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's users)")
@@ -139,6 +141,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         if follow:
             operate.logs(service, job, "stdout", True, sys.stdout, sleep=time.sleep)
         service.wait(job)
+        _say(_data_the_job_saw(export, uploaded))
         print("\n".join(operate.status(service, job).lines()), flush=True)
         task = service.get_task(job, batch_spec.TASK_ID)
         info = task["executionInfo"]
@@ -229,9 +232,12 @@ class RecordedRehearsal:
         self._open.close()
 
 
-def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str]) -> None:
-    """The NFS server's part: the deployer uploads a dataset; the VM's user data, read by cloud-init's own code,
-    writes the staging unit, which runs as systemd would start it and signs in as the VM's identity."""
+def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str]) -> int:
+    """The NFS server's part, in the order of a first deploy: `up` creates the server with the empty `data`
+    container; the VM's user data, read by cloud-init's own code, writes the staging unit and its timer; the
+    timer's first run finds nothing (the gate refuses a job); the deployer uploads the dataset into the stack
+    that now exists; the timer's next run stages it, signing in as the VM's identity; the gate passes.
+    Returns the number of files uploaded."""
     import subprocess
 
     from devtools.rehearsal.azure_ad import AzureAd
@@ -241,14 +247,11 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     from infra.core.batch_spec import DATASET, STAGED_MARKER
     from infra.dataplane import staging
 
-    python = node_env["PATH"].split(":")[0] + "/python"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    source = work / "dataset"
-    subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
-                    "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def deployers_gate(data_url: str, status_url: str):
+        """infra submit's and `pulumi up`'s check, with the deployer's access to the declared containers."""
+        local = {url: account.as_deployer(account.container(url), "rl") for url in (data_url, status_url) if url}
+        return staging.data_ready(local[data_url], local.get(status_url, ""))
+
     vm = ev.one("azure-native:compute:VirtualMachine")
     server = NfsServer(vm.inputs["osProfile"]["customData"], work / "nfs-vm", export)
     config = server.boot()
@@ -256,15 +259,41 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
          f"under {server.root}; the setup script (RAID, XFS, nfs-kernel-server) needs a VM and is not run")
     with AzureAd(account, identities_by_client_id(ev), work / "azure-ad") as ad:
         urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
-        _say(f"nfs: {server.run_staging_unit(urls, ad.env())}")
-    count = sum(1 for p in (export / DATASET).rglob("*.JPEG"))
+        _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
+        try:
+            operate.require_staged(ev.outputs, deployers_gate, True, ev.config.stack)
+            raise RuntimeError("the submit gate let a job through onto an empty dataset")
+        except operate.JobError as refused:
+            _say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
+        python = node_env["PATH"].split(":")[0] + "/python"
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        source = work / "dataset"
+        subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
+                        "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
+                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        uploaded = sum(1 for p in source.rglob("*") if p.is_file())
+        _say(f"data: {uploaded} files uploaded to `data` by the deployer, after the stack exists")
+        _say(f"nfs: the timer's next run: {server.run_staging_unit(urls, ad.env())}")
+    count = sum(1 for p in (export / DATASET).rglob("*") if p.is_file() and not p.name.startswith("."))
     marker = (export / DATASET / STAGED_MARKER).exists()
-    # The gate `infra submit` and `pulumi up` apply before submitting: the unit's report in `status`.
-    operate.require_staged(ev.outputs, lambda declared: staging.staged(account.as_deployer(account.container(declared),
-                                                                                        "rl")))
-    _say(f"nfs: {count} JPEG files uploaded to `data` by the deployer, staged by the unit with the VM's identity "
-         f"into the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}), reported in `status`: the "
-         "submit gate passes")
+    # The gate `infra submit` and `pulumi up` apply before submitting: the unit's report against `data` now.
+    line = operate.require_staged(ev.outputs, deployers_gate, True, ev.config.stack)
+    _say(f"nfs: {count} of {uploaded} files in the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}); "
+         f"the submit gate passes: {line}")
+    return uploaded
+
+
+def _data_the_job_saw(export: Path, uploaded: int) -> str:
+    """The job's --data folder (the export, as its nodes mount it) scanned as the trainer scans it."""
+    from infra.core.batch_spec import DATASET
+    from training.data.folder import scan
+
+    splits = {split: len(scan(export / DATASET, split)[1]) for split in ("train", "val")}
+    seen = sum(splits.values())
+    return (f"data: the job's --data folder as the trainer scans it: {splits['train']} train + {splits['val']} val "
+            f"images = {seen} of the {uploaded} files uploaded" + ("" if seen == uploaded else ": FILES MISSING"))
 
 
 def _people_sas(account, work: Path) -> None:

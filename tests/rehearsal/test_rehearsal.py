@@ -58,10 +58,19 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     job = re.search(r"submitted (\S+):", out).group(1)
     assert f"python -m infra logs --stack dev --job {job} --follow --rehearsal {work}" in out
     assert "not rehearsed:" in out
-    # The NFS server: its user data through cloud-init's code, its staging unit run with the VM's identity.
-    assert "nfs: dltrain-stage.service ran /usr/local/sbin/dltrain-stage and exited 0" in out
-    assert "160 JPEG files uploaded to `data` by the deployer, staged by the unit" in out
-    assert "the submit gate passes" in out
+    # The NFS server, in a first deploy's order: created with the stack while `data` is empty, its timer's run
+    # stages nothing and the gate refuses; the deployer uploads; the next run stages every file; the job sees them.
+    unit = "dltrain-stage.timer started dltrain-stage.service: /usr/local/sbin/dltrain-stage exited"
+    assert f"nfs: created with the stack, `data` still empty: {unit} 4: stage: waiting for data since" in out
+    assert ("gate: `infra submit` and `pulumi up` submit no job: no job was submitted, so no GPU node waits: the "
+            "`data` container is empty") in out
+    assert "data: 160 files uploaded to `data` by the deployer, after the stack exists" in out
+    assert f"nfs: the timer's next run: {unit} 0: stage: first staging: staged 160 files" in out
+    assert "nfs: 160 of 160 files in the export (imagenet/, .staged); the submit gate passes: the NFS server " \
+           "staged 160 files" in out
+    assert "data: the job's --data folder as the trainer scans it: 128 train + 32 val images = 160 of the 160 " \
+           "files uploaded\n" in out
+    assert out.index("the submit gate passes") < out.index("submitted train-dev-")
     # The people's SAS, minted as the program asks: each allows exactly its letters; the data SAS stages.
     people = next(line for line in out.splitlines() if line.startswith("people's SAS"))
     assert people.endswith("data sp=rl: list yes, read yes, write refused; `training stage` with it: 160 files; "
