@@ -1,5 +1,5 @@
 """The one seam to Azure ML's jobs and models: `AmlJobs` (what the job verbs need of it) and `AzureMlJobs` (the
-real thing: azure-ai-ml's MLClient with DefaultAzureCredential). The `python -m infra` verbs of an azureml stack
+real thing: azure-ai-ml's MLClient signed in with Azure AD). The `python -m infra` verbs of an azureml stack
 take an `AmlJobs`, so the tests hand them a fake here and nowhere else.
 
 Jobs are reported as plain dicts: name, status (Azure ML's: Queued, Running, Completed, Failed, Canceled...),
@@ -7,10 +7,15 @@ created, studio_url.
 """
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from infra.dataplane.batch import JobNotFound
+from infra.core.batch_spec import JobError
+from infra.dataplane.batch import JobNotFound, call_translated, refused_line
+
+T = TypeVar("T")
 
 TERMINAL = ("Completed", "Failed", "Canceled", "NotResponding", "Paused")
 MODEL_FILE = "model.onnx"
@@ -45,17 +50,36 @@ class AmlJobs(Protocol):
         """Register the job's model as a new version of model `name`; the version."""
 
 
+ARM_SCOPE = "https://management.azure.com/.default"  # what MLClient's job and model calls sign in for
+# azure-ai-ml logs "Class X: This is an experimental class, and may change at any time..." at WARNING for each
+# experimental schema class a job entity touches (azure/ai/ml/_utils/_experimental.py); none is ours to act on.
+EXPERIMENTAL_LOGGER = "azure.ai.ml._utils._experimental"
+
+
+def aml_refused(err: Exception, what: str) -> JobError | None:
+    # The workspace admits only its network (and the addresses the stack allows, where it allows any); what Azure
+    # ML answers a refused address is not documented (https://learn.microsoft.com/azure/machine-learning/
+    # how-to-configure-private-link is silent), so every 403 gets the line, which also names a missing role.
+    return refused_line(err, "Azure ML", what, "the workspace does not admit this machine's address, or your "
+                                               "identity has no role on it")
+
+
 class AzureMlJobs:
     def __init__(self, subscription_id: str, resource_group: str, workspace: str, credential=None, client=None):
+        """Without a credential, one Azure AD sign-in is tried first (training.data.transfer.AzureCredential): no
+        sign-in ends here in one line, before azure-ai-ml (seconds to import) is loaded."""
+        logging.getLogger(EXPERIMENTAL_LOGGER).setLevel(logging.ERROR)
         if client is None:
+            from training.data.transfer import AzureCredential
+
+            credential = credential or AzureCredential(probe_scope=ARM_SCOPE)
             from azure.ai.ml import MLClient
 
-            if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
             client = MLClient(credential, subscription_id, resource_group, workspace)
         self.client = client
+
+    def _call(self, what: str, call: Callable[[], T], name: str | None = None) -> T:
+        return call_translated(call, what, name, aml_refused)
 
     @staticmethod
     def _as_dict(job) -> dict[str, Any]:
@@ -64,37 +88,30 @@ class AzureMlJobs:
                 "studio_url": getattr(job, "studio_url", "") or ""}
 
     def submit(self, job) -> str:
-        return self.client.jobs.create_or_update(job).name
+        return self._call(f"submitting job {job.name}", lambda: self.client.jobs.create_or_update(job).name)
 
     def get(self, name: str) -> dict[str, Any]:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            return self._as_dict(self.client.jobs.get(name))
-        except ResourceNotFoundError:
-            raise JobNotFound(f"job {name} not found") from None
+        return self._call(f"reading job {name}", lambda: self._as_dict(self.client.jobs.get(name)), name)
 
     def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
-        jobs = [self._as_dict(j) for j in self.client.jobs.list() if str(j.name).startswith(prefix)]
+        jobs = self._call("listing jobs", lambda: [
+            self._as_dict(j) for j in self.client.jobs.list() if str(j.name).startswith(prefix)])
         return sorted(jobs, key=lambda j: j["created"], reverse=True)
 
     def stream(self, name: str) -> None:
-        self.client.jobs.stream(name)
+        self._call(f"streaming job {name}", lambda: self.client.jobs.stream(name))
 
     def download(self, name: str, dest: Path) -> None:
-        self.client.jobs.download(name, download_path=str(dest), all=True)
+        self._call(f"downloading job {name}",
+                   lambda: self.client.jobs.download(name, download_path=str(dest), all=True))
 
     def cancel(self, name: str) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        try:
-            self.client.jobs.begin_cancel(name).result()
-        except ResourceNotFoundError:
-            raise JobNotFound(f"job {name} not found") from None
+        self._call(f"cancelling job {name}", lambda: self.client.jobs.begin_cancel(name).result(), name)
 
     def register_model(self, name: str, job_name: str, tags: dict[str, str]) -> str:
         from azure.ai.ml.entities import Model
 
         model = Model(name=name, path=model_path(job_name), type="custom_model", tags=tags,
                       description=f"ResNet50 from Azure ML job {job_name} (ONNX)")
-        return str(self.client.models.create_or_update(model).version)
+        return self._call(f"registering model {name}",
+                          lambda: str(self.client.models.create_or_update(model).version))

@@ -1,20 +1,68 @@
 """The one seam to the Azure Batch data plane: `BatchService` (what we need of it) and `AzureBatch` (the real
-thing: azure-batch with DefaultAzureCredential, never a shared key). The TrainingJob dynamic resource and
-the `python -m infra` job verbs take a `BatchService`, so the tests hand them a fake here and nowhere else.
+thing: azure-batch signed in with Azure AD, never a shared key). The TrainingJob dynamic resource and the
+`python -m infra` job verbs take a `BatchService`; the tests run `AzureBatch` itself, with the real azure-batch
+client, against a local Batch REST endpoint (tests/infra/fake_batch.py).
 
-Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/core/batch_spec.py).
+Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/core/batch_spec.py): what the
+SDK's models give with `as_dict()`.
 """
 from __future__ import annotations
 
-from typing import Any, Protocol
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from infra.core.batch_spec import END_WITH_TASKS
+from infra.core.batch_spec import END_WITH_TASKS, JobError
 
 BATCH_SCOPE = "https://batch.core.windows.net/.default"
+# Fail in about a minute, not the SDK's default of 300 s per attempt and 10 retries, when the account cannot be
+# reached at all (azure-core's transport and RetryPolicy options, which every client accepts).
+CLIENT_OPTIONS = {"connection_timeout": 20, "read_timeout": 60, "retry_total": 3}
+T = TypeVar("T")
 
 
 class JobNotFound(Exception):
     """The job does not exist (never submitted, or deleted)."""
+
+
+def refused_line(err: Exception, service: str, what: str, causes: str) -> JobError | None:
+    """One line for a 403 from an Azure data plane (`service` refused `what` because of `causes`), or None."""
+    from azure.core.exceptions import HttpResponseError
+
+    from training.data.transfer import FIREWALL_FIX
+
+    if not isinstance(err, HttpResponseError) or err.status_code != 403:
+        return None
+    code = getattr(getattr(err, "error", None), "code", None) or "Forbidden"
+    return JobError(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
+
+
+def call_translated(call: Callable[[], T], what: str, job: str | None, refused: Callable[[Exception, str], Any]) -> T:
+    """`call()`, with a 404 as JobNotFound (when `job` names the job it is about) and a 403 as the one line that
+    `refused(err, what)` makes of it; anything else as raised."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    try:
+        return call()
+    except ResourceNotFoundError:
+        if job is None:
+            raise
+        raise JobNotFound(f"job {job} not found") from None
+    except Exception as err:  # noqa: BLE001 - only a 403 is translated
+        line = refused(err, what)
+        if line is None:
+            raise
+        raise line from None
+
+
+def batch_refused(err: Exception, what: str) -> JobError | None:
+    # The Batch account admits only the addresses of the stack's allowedIpRanges
+    # (https://learn.microsoft.com/azure/batch/public-network-access); that page does not say what a refused
+    # address gets. A Batch account endpoint has answered 403 `AuthorizationFailure` "This request is not
+    # authorized to perform this operation." (Azure/BatchExplorer#2203); an identity without a Batch role gets a
+    # 403 as well, so the line names both.
+    return refused_line(err, "the Batch account", what, "this machine's address is not in its firewall, or your "
+                                                        "identity has no Batch role on it")
 
 
 class BatchService(Protocol):
@@ -43,73 +91,83 @@ class BatchService(Protocol):
 
 class AzureBatch:
     def __init__(self, endpoint: str, credential=None, client=None):
-        """`client`: an azure.batch.BatchClient (made here from `endpoint` unless given)."""
+        """`client`: an azure.batch.BatchClient (made here from `endpoint` unless given). Without a credential, one
+        Azure AD sign-in is tried at once (training.data.transfer.AzureCredential): no sign-in ends here, in one
+        line, before any request."""
         if client is None:
+            from training.data.transfer import AzureCredential
+
+            credential = credential or AzureCredential(probe_scope=BATCH_SCOPE)
             from azure.batch import BatchClient
 
-            if credential is None:
-                from azure.identity import DefaultAzureCredential
-
-                credential = DefaultAzureCredential()
-            client = BatchClient(endpoint if endpoint.startswith("https://") else f"https://{endpoint}", credential)
+            client = BatchClient(endpoint if endpoint.startswith("https://") else f"https://{endpoint}", credential,
+                                 **CLIENT_OPTIONS)
         self.client = client
+        # A 404 to the HEAD that reads a file's length has no body (HEAD never has one): azure-batch then logs a
+        # WARNING with a traceback ("Ran into a deserialization error...") before raising ResourceNotFoundError,
+        # which read_task_file expects while a task has not started. Its own errors still raise.
+        logging.getLogger("azure.batch._utils.model_base").setLevel(logging.ERROR)
 
-    def _not_found(self, err: Exception, job_id: str) -> Exception:
-        from azure.core.exceptions import ResourceNotFoundError
-
-        return JobNotFound(f"job {job_id} not found") if isinstance(err, ResourceNotFoundError) else err
+    def _call(self, what: str, call: Callable[[], T], job_id: str | None = None) -> T:
+        return call_translated(call, what, job_id, batch_refused)
 
     def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
         from azure.batch import models
 
+        job_id = job["id"]
         # A job created to terminate when all its tasks are done, with no task yet, is complete at once: create
         # it with noaction, add the task, then switch (https://learn.microsoft.com/rest/api/batchservice/job/add).
-        self.client.create_job(models.BatchJobCreateOptions({**job, "onAllTasksComplete": "noaction"}))
+        self._call(f"creating job {job_id}", lambda: self.client.create_job(
+            models.BatchJobCreateOptions({**job, "onAllTasksComplete": "noaction"})))
         try:
-            self.client.create_task(job["id"], models.BatchTaskCreateOptions(task))
-            self.client.update_job(job["id"], models.BatchJobUpdateOptions(END_WITH_TASKS))
+            self._call(f"adding the task of job {job_id}",
+                       lambda: self.client.create_task(job_id, models.BatchTaskCreateOptions(task)))
+            self._call(f"updating job {job_id}",
+                       lambda: self.client.update_job(job_id, models.BatchJobUpdateOptions(END_WITH_TASKS)))
         except Exception:
-            self.delete(job["id"])  # no job without its task: it would hold the pool's queue for nothing
+            self.delete(job_id)  # no job without its task: it would hold the pool's queue for nothing
             raise
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        try:
-            return self.client.get_job(job_id).as_dict()
-        except Exception as err:
-            raise self._not_found(err, job_id) from None
+        return self._call(f"reading job {job_id}", lambda: self.client.get_job(job_id).as_dict(), job_id)
 
     def get_task(self, job_id: str, task_id: str) -> dict[str, Any]:
-        try:
-            return self.client.get_task(job_id, task_id).as_dict()
-        except Exception as err:
-            raise self._not_found(err, job_id) from None
+        return self._call(f"reading job {job_id}", lambda: self.client.get_task(job_id, task_id).as_dict(), job_id)
 
     def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
-        jobs = [job.as_dict() for job in self.client.list_jobs(filter=f"startswith(id, '{prefix}')")]
+        jobs = self._call("listing jobs", lambda: [
+            job.as_dict() for job in self.client.list_jobs(filter=f"startswith(id, '{prefix}')")])
         return sorted(jobs, key=lambda j: str(j.get("creationTime", "")), reverse=True)
 
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
         from azure.core.exceptions import ResourceNotFoundError
 
-        try:
+        def read() -> bytes:
+            # The length is the HEAD response's Content-Length header, which azure-batch 15.1.0 deserializes to an
+            # int (https://learn.microsoft.com/rest/api/batchservice/file/get-properties-from-task); the tests
+            # read it through the SDK from a REST response (tests/infra/fake_batch.py).
             size = self.client.get_task_file_properties(job_id, task_id, path).content_length
             if size <= offset:
                 return b""
             return b"".join(self.client.download_task_file(job_id, task_id, path, ocp_range=f"bytes={offset}-"))
+
+        try:
+            return self._call(f"reading {path} of job {job_id}", read)
         except ResourceNotFoundError:
             return b""  # the task has not started, or its node is gone
 
     def terminate(self, job_id: str) -> None:
-        try:
-            self.client.begin_terminate_job(job_id).result()
-        except Exception as err:
-            raise self._not_found(err, job_id) from None
+        # azure-batch 15.1.0 cannot send a terminate without a body (its request builder fails on the missing
+        # content type: "No value for given attribute"), and its options model is private: the body goes as the
+        # REST JSON, with the service's default reason (https://learn.microsoft.com/rest/api/batchservice/job/
+        # terminate: terminateReason).
+        reason = {"terminateReason": "UserTerminate"}
+        self._call(f"terminating job {job_id}",
+                   lambda: self.client.begin_terminate_job(job_id, reason).result(), job_id)
 
     def delete(self, job_id: str) -> None:
-        from azure.core.exceptions import ResourceNotFoundError
-
         try:
-            self.client.begin_delete_job(job_id, force=True).result()
-        except ResourceNotFoundError:
-            pass
-
+            self._call(f"deleting job {job_id}",
+                       lambda: self.client.begin_delete_job(job_id, force=True).result(), job_id)
+        except JobNotFound:
+            pass  # already gone

@@ -1,4 +1,5 @@
-"""The TrainingJob dynamic provider and the `python -m infra` job verbs, against the one fake Batch client."""
+"""The TrainingJob dynamic provider and the `python -m infra` job verbs, through the real AzureBatch and azure-batch
+client, against a local Batch REST endpoint (tests/infra/fake_batch.py)."""
 import dataclasses
 import io
 import json
@@ -26,6 +27,13 @@ OUTPUTS = {
 STATUS = OUTPUTS["containerUrls"]["status"]
 
 
+@pytest.fixture
+def batch():
+    service = FakeBatch()
+    yield service
+    service.close()
+
+
 def props(**changes):
     return {"batch_endpoint": "badev.westeurope.batch.azure.com", "data_status_url": STATUS,
             **dataclasses.asdict(inputs(**changes))}
@@ -40,27 +48,25 @@ def not_staged(url):
     return False
 
 
-def test_create_submits_the_job_and_its_task():
-    batch = FakeBatch()
+def test_create_submits_the_job_and_its_task(batch):
     result = TrainingJobProvider(batch, staged).create(props())
     job = batch_spec.job_id(inputs())
     assert result.id == job and result.outs["job_id"] == job
-    assert batch.calls == [("submit", job)]
+    assert batch.requests == [("POST", "/jobs", ""), ("POST", f"/jobs/{job}/tasks", ""), ("PATCH", f"/jobs/{job}", "")]
     assert batch.tasks[job]["multiInstanceSettings"]["numberOfInstances"] == 2
 
 
-def test_up_submits_nothing_while_the_nfs_server_is_still_staging():
-    batch = FakeBatch()
+def test_up_submits_nothing_while_the_nfs_server_is_still_staging(batch):
     with pytest.raises(RuntimeError, match="has not finished staging the data yet.*run `pulumi up` again"):
         TrainingJobProvider(batch, not_staged).create(props())
-    assert batch.calls == []
+    assert batch.requests == []
     # The job that stages the data itself (azure-files) does not wait for a report.
     TrainingJobProvider(batch, not_staged).create({**props(), "data_status_url": ""})
     assert len(batch.jobs) == 1
 
 
-def test_diff_replaces_on_training_changes_only():
-    provider = TrainingJobProvider(FakeBatch(), staged)
+def test_diff_replaces_on_training_changes_only(batch):
+    provider = TrainingJobProvider(batch, staged)
     old = {**props(), "train_args": ["--epochs", "90"], "nodes": 2.0}  # as the engine hands state back
     assert provider.diff("j", old, props()).changes is False
     diff = provider.diff("j", old, props(train_args=("--epochs", "1")))
@@ -68,13 +74,13 @@ def test_diff_replaces_on_training_changes_only():
     assert provider.diff("j", old, props(framework="keras")).replaces == ["framework"]
 
 
-def test_delete_terminates_and_deletes_and_tolerates_a_gone_job():
-    batch = FakeBatch()
+def test_delete_terminates_and_deletes_and_tolerates_a_gone_job(batch):
     provider = TrainingJobProvider(batch, staged)
     created = provider.create(props())
     provider.delete(created.id, created.outs)
     provider.delete(created.id, created.outs)
-    assert batch.calls[1:] == [("delete", created.id), ("delete", created.id)] and not batch.jobs
+    deletes = [r for r in batch.requests if r[0] == "DELETE"]
+    assert deletes == [("DELETE", f"/jobs/{created.id}", "")] * 2 and not batch.jobs
 
 
 def test_provider_inputs_cover_every_job_input():
@@ -94,8 +100,7 @@ def run(argv, batch, capsys, staged=staged):
     return code, out, err
 
 
-def test_submit_builds_the_job_from_config_and_outputs(outputs_file, capsys):
-    batch = FakeBatch()
+def test_submit_builds_the_job_from_config_and_outputs(outputs_file, batch, capsys):
     code, out, err = run(["submit", "--stack", "dev", "--outputs", str(outputs_file), "--framework", "keras",
                           "--nodes", "1", "--args", "--epochs 1"], batch, capsys)
     assert code == 0, err
@@ -120,53 +125,53 @@ def test_submit_builds_the_job_from_config_and_outputs(outputs_file, capsys):
     (["--args", "--epochs 'open"], "shell command line"),
     (["--framework", "pytorch", "--args=--xla"], "--xla applies to --framework tensorflow only"),
 ])
-def test_submit_refuses_bad_requests_with_one_line(outputs_file, capsys, argv, message):
-    batch = FakeBatch()
+def test_submit_refuses_bad_requests_with_one_line(outputs_file, batch, capsys, argv, message):
     code, out, err = run(["submit", "--stack", "dev", "--outputs", str(outputs_file), *argv], batch, capsys)
     assert code != 0 and message in err and err.count("\n") == 1 and not batch.jobs
 
 
-def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, capsys):
-    batch = FakeBatch()
+def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, batch, capsys):
     spec = batch_spec.job_inputs(config.from_stack_file("dev"), OUTPUTS)
     old = operate.submit(batch, spec, operate.now_utc().replace(year=2025), io.StringIO())
     new = operate.submit(batch, spec, operate.now_utc(), io.StringIO())
-    batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "startTime": "t0", "endTime": "t1"}
+    batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "requeueCount": 0,
+                                         "startTime": "2026-11-21T12:00:10.5Z", "endTime": "2026-11-21T12:30:00Z"}
+    batch.tasks[new]["nodeInfo"] = {"nodeId": "tvmps_0001"}
     code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
     assert code == 0 and f"job {new}: active" in out and "exit code 0, retried 1 time(s)" in out
+    assert "primary node: tvmps_0001" in out and "started: 2026-11-21T12:00:10.5Z" in out
 
     # --follow prints what the task appends until it completes.
     log = b"step 10 loss 6.1\nstep 20 loss 5.2\ndone\n"
+    batch.tasks[new]["state"] = "running"
     batch.files[(new, "stdout.txt")] = log[:17]
-    states = iter(["running", "running", "completed"])
-
-    def sleep(_):
-        batch.files[(new, "stdout.txt")] = log  # the task wrote more meanwhile
-
-    original = batch.get_task
-    batch.get_task = lambda job, task: {**original(job, task), "state": next(states)}
+    meanwhile = iter([lambda: batch.files.update({(new, "stdout.txt"): log}),  # the task wrote more
+                      lambda: batch.tasks[new].update(state="completed")])
     printed = io.StringIO()
-    operate.logs(batch, new, "stdout", True, printed, sleep=sleep)
+    operate.logs(batch, new, "stdout", True, printed, sleep=lambda _: next(meanwhile)())
     assert printed.getvalue() == log.decode()
-    reads = [c for c in batch.calls if c[0] == "read"]
-    assert [c[3] for c in reads] == [0, 17, 39]  # each read starts where the last ended; stops once completed
+    file = f"/jobs/{new}/tasks/{batch_spec.TASK_ID}/files/stdout.txt"
+    assert [r for r in batch.requests if r[1] == file] == [  # each read starts where the last ended
+        ("HEAD", file, ""), ("GET", file, "bytes=0-"), ("HEAD", file, ""), ("GET", file, "bytes=17-"),
+        ("HEAD", file, "")]  # and once completed, only the length is read: nothing more to print
 
     code, out, _ = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", old], batch, capsys)
-    assert code == 0 and ("terminate", old) in batch.calls
+    assert code == 0 and ("POST", f"/jobs/{old}/terminate", "") in batch.requests
+    assert batch.jobs[old]["state"] == "completed" and batch.jobs[old]["executionInfo"]["terminateReason"]
     code, _, err = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", "nope"], batch, capsys)
     assert code == 1 and "job nope not found" in err
     batch.jobs[new]["state"] = "completed"
     code, _, err = run(["cancel", "--stack", "dev", "--outputs", str(outputs_file), "--job", new], batch, capsys)
     assert code == 1 and f"job {new} has already completed; nothing to cancel" in err
-    assert ("terminate", new) not in batch.calls
+    assert ("POST", f"/jobs/{new}/terminate", "") not in batch.requests
 
 
-def test_verbs_without_jobs_or_outputs_fail_clearly(outputs_file, tmp_path, capsys):
-    code, _, err = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], FakeBatch(), capsys)
+def test_verbs_without_jobs_or_outputs_fail_clearly(outputs_file, batch, tmp_path, capsys):
+    code, _, err = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
     assert code == 1 and "has no training jobs" in err and "python -m infra submit" in err
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps({"poolId": "gpu"}))
-    code, _, err = run(["status", "--stack", "dev", "--outputs", str(partial)], FakeBatch(), capsys)
+    code, _, err = run(["status", "--stack", "dev", "--outputs", str(partial)], batch, capsys)
     assert code == 1 and "stack outputs lack batchAccountEndpoint" in err
 
 
@@ -204,55 +209,30 @@ def test_job_verbs_without_az_login_end_in_one_line(outputs_file, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_download_errors_end_in_one_line(outputs_file, tmp_path, capsys):
+def test_download_errors_end_in_one_line(outputs_file, batch, tmp_path, capsys):
     expired = dict(OUTPUTS, containerUrls={**OUTPUTS["containerUrls"],
                                            "outputs": "https://st.blob.core.windows.net/outputs?sv=2024-01-01"
                                                       "&se=2020-01-01T00:00:00Z&sp=rl&sig=OLD"})
     path = tmp_path / "expired.json"
     path.write_text(json.dumps(expired))
     code, out, err = run(["download", "--stack", "dev", "--outputs", str(path), "--job", "j1",
-                          "--dest", str(tmp_path)], FakeBatch(), capsys)
+                          "--dest", str(tmp_path)], batch, capsys)
     assert code == 1 and "the SAS expired" in err and err.count("\n") == 1 and "OLD" not in err
 
 
-class _RecordingBatchClient:
-    """azure.batch.BatchClient's job calls, with the rule the Batch service applies: a job whose
-    onAllTasksComplete is terminatejob completes as soon as it has no active task, and a completed job
-    takes no new task (https://learn.microsoft.com/rest/api/batchservice/job/add)."""
-
-    def __init__(self):
-        self.calls, self.state = [], {}
-
-    def create_job(self, job):
-        self.calls.append(("create_job", job["onAllTasksComplete"]))
-        self.state[job["id"]] = "completed" if job["onAllTasksComplete"] == "terminatejob" else "active"
-
-    def create_task(self, job_id, task):
-        self.calls.append(("create_task", task["id"]))
-        if self.state[job_id] == "completed":
-            raise RuntimeError("JobCompleted: the job is completed and cannot take tasks")
-
-    def update_job(self, job_id, job):
-        self.calls.append(("update_job", job["onAllTasksComplete"]))
-
-    def begin_delete_job(self, job_id, force=False):
-        self.calls.append(("delete_job", job_id))
-        return type("Poller", (), {"result": lambda self: None})()
-
-
-def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end():
-    from infra.dataplane.batch import AzureBatch
-
-    client = _RecordingBatchClient()
+def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end(batch):
     spec = inputs()
     job = batch_spec.job_id(spec)
-    AzureBatch("unused", client=client).submit(batch_spec.job_spec(spec, job), batch_spec.task_spec(spec, job))
-    assert client.calls == [("create_job", "noaction"), ("create_task", "train"), ("update_job", "terminatejob")]
-    assert client.state[job] == "active"
+    batch.submit(batch_spec.job_spec(spec, job), batch_spec.task_spec(spec, job))
+    assert [r[:2] for r in batch.requests] == [("POST", "/jobs"), ("POST", f"/jobs/{job}/tasks"), ("PATCH", f"/jobs/{job}")]
+    assert batch.jobs[job]["state"] == "active" and batch.jobs[job]["onAllTasksComplete"] == "terminatejob"
+    # The rule that order answers: a job created to end with its tasks, and none yet, is complete at once.
+    early = {**batch_spec.job_spec(spec, "early"), "onAllTasksComplete": "terminatejob"}
+    batch.client.create_job(early)
+    assert batch.jobs["early"]["state"] == "completed"
 
 
-def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, capsys):
-    batch = FakeBatch()
+def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, batch, capsys):
     submit = ["submit", "--stack", "dev", "--outputs", str(outputs_file)]
     code, _, err = run(submit, batch, capsys, staged=not_staged)
     assert code == 1 and "has not finished staging the data yet" in err and "--skip-data-check" in err

@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 
 import urllib3
 
-from training.data.transfer import READ_SIZE, ContainerTarget
+from training.data.transfer import READ_SIZE, AzureCredential, ContainerTarget
 from training.errors import UsageError
 
 API_VERSION = "2023-11-03"  # x-ms-version; Azure AD (bearer) access needs 2017-11-09 or later
@@ -73,9 +73,7 @@ class BlobReader:
             raise UsageError(f"{target.account_url}: Azure AD sign-in is sent only over https; use the account's "
                              "https URL, or a SAS for a local emulator")
         if not target.has_sas and credential is None:
-            from azure.identity import DefaultAzureCredential
-
-            credential = DefaultAzureCredential()
+            credential = AzureCredential()  # DefaultAzureCredential, failing once in one line
         self.tokens = None if target.has_sas else _TokenCache(credential)
         self.pool = urllib3.PoolManager(maxsize=max(10, workers), block=False, retries=False,
                                         timeout=urllib3.Timeout(connect=20, read=60))

@@ -37,6 +37,91 @@ class PermanentError(Exception):
     """A failure retrying cannot fix (permissions, expiry, missing container): stops the whole transfer."""
 
 
+# An account's firewall admits the addresses in the stack's allowedIpRanges, as they were at `pulumi up`.
+FIREWALL_FIX = ("if your address changed since `pulumi up`, add the new one (`curl -s https://ifconfig.me`) to "
+                "allowedIpRanges in Pulumi.<stack>.yaml and run `pulumi up`")
+NOT_SIGNED_IN = ("not signed in to Azure: run `az login` (or set AZURE_CLIENT_ID, AZURE_TENANT_ID and "
+                 "AZURE_CLIENT_SECRET for a service principal, or run where a managed identity is assigned), then "
+                 "try again")
+
+
+class NotSignedIn(UsageError):
+    """No Azure AD credential could sign in. Deliberately not an azure.core AzureError: the SDKs' retry policies
+    retry those (azure-storage-blob retries any AzureError, 15 s and more apart), a sign-in that failed once
+    fails again."""
+
+
+class AzureCredential:
+    """DefaultAzureCredential as every command here uses it: quiet, failing once, in one line.
+
+    Without a sign-in, DefaultAzureCredential logs a 15-line report of every credential it tried (at WARNING, on
+    the `azure.identity` loggers) and raises; each SDK client then asks again, and storage retries. Here the
+    report is not logged, the first failure raises NotSignedIn (NOT_SIGNED_IN) and later calls raise it at once.
+    `probe_scope` asks for a token when the credential is made, so a command fails before it does anything (and
+    before it imports a heavy SDK); tokens are cached per scope until 5 minutes before they expire, so the probe
+    costs a signed-in user nothing (the SDK's first request reuses the token).
+
+    Without a sign-in the slowest part is the managed identity probe: inside DefaultAzureCredential, the IMDS
+    endpoint is probed once with a 1 s connection timeout and no retries (azure-identity's ImdsCredential).
+    """
+
+    def __init__(self, probe_scope: str | None = None):
+        import logging
+
+        from azure.identity import DefaultAzureCredential
+
+        logging.getLogger("azure.identity").setLevel(logging.ERROR)
+        self._credential = DefaultAzureCredential()
+        self._tokens: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        self._refused = False
+        if probe_scope:
+            self.get_token_info(probe_scope)
+
+    def _cached(self, key: tuple | None, fetch: Callable[[], Any]) -> Any:
+        """The token for `key` (None: never cached), fetched when missing or about to expire."""
+        from azure.core.exceptions import ClientAuthenticationError
+        from azure.identity import CredentialUnavailableError
+
+        with self._lock:
+            token = self._tokens.get(key) if key else None
+            if token is not None and token.expires_on - 300 > time.time():
+                return token
+            if self._refused:
+                raise NotSignedIn(NOT_SIGNED_IN)
+            try:
+                token = fetch()
+            except (CredentialUnavailableError, ClientAuthenticationError):
+                self._refused = True
+                raise NotSignedIn(NOT_SIGNED_IN) from None
+            if key:
+                self._tokens[key] = token
+            return token
+
+    # Both protocols of azure-core (TokenCredential, SupportsTokenInfo) share one cache per scope. A token asked
+    # for with options (claims, tenant_id...) answers one challenge, so it is never cached.
+    def get_token(self, *scopes: str, **kwargs: Any):
+        from azure.core.credentials import AccessToken
+
+        if kwargs:
+            return self._cached(None, lambda: self._credential.get_token(*scopes, **kwargs))
+        info = self.get_token_info(*scopes)
+        return AccessToken(info.token, info.expires_on)
+
+    def get_token_info(self, *scopes: str, options: Any = None):
+        return self._cached(None if options else scopes,
+                            lambda: self._credential.get_token_info(*scopes, options=options))
+
+    def close(self) -> None:
+        self._credential.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 @contextmanager
 def stopping_cleanly(verb: str):
     """Turn whatever ends a transfer early into the one-line UsageError the CLI prints (SAS redacted)."""
@@ -131,9 +216,7 @@ class ContainerTarget:
                        connection_pool_maxsize=max(10, workers * 2))
         if self.has_sas:
             return ContainerClient.from_container_url(self.url, **options)
-        from azure.identity import DefaultAzureCredential
-
-        return ContainerClient(self.account_url, self.container, credential=DefaultAzureCredential(), **options)
+        return ContainerClient(self.account_url, self.container, credential=AzureCredential(), **options)
 
     def check_reachable(self, timeout: float = REACH_TIMEOUT_S) -> None:
         """Fail in seconds, not minutes of retries, when the account cannot be reached at all."""
@@ -170,6 +253,8 @@ def classify(err: BaseException, operation: str) -> BaseException:
 
     if isinstance(err, PermanentError):
         return err
+    if isinstance(err, NotSignedIn):
+        return PermanentError(str(err))
     status = getattr(err, "status_code", None)
     code = getattr(err, "error_code", None) or ""
     code = str(getattr(code, "value", code))  # the SDK gives a StorageErrorCode enum
@@ -182,9 +267,15 @@ def classify(err: BaseException, operation: str) -> BaseException:
             return PermanentError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
                                   "container, stage and download need read+list (rl). With Azure AD: the identity "
                                   "needs Storage Blob Data Contributor (upload) or Reader (stage, download) on it")
-        if code.startswith("AuthorizationResourceType") or code == "AuthorizationFailure":
-            return PermanentError(f"access denied for {operation} ({code}): check the SAS scope and the storage "
-                                  "firewall (your IP in allowedIpRanges)")
+        if code == "AuthorizationFailure":
+            # "This request is not authorized to perform this operation." (403): what the storage firewall
+            # answers an address outside its IP rules, and a SAS for another resource
+            # (https://learn.microsoft.com/rest/api/storageservices/common-rest-api-error-codes). A SAS we
+            # checked before sending; an Azure AD identity without a role gets AuthorizationPermissionMismatch.
+            return PermanentError(f"the storage account refused {operation} (403 AuthorizationFailure): this "
+                                  f"machine's address is not in the storage firewall; {FIREWALL_FIX}")
+        if code.startswith("AuthorizationResourceType"):
+            return PermanentError(f"access denied for {operation} ({code}): check the SAS scope")
         return PermanentError(f"authentication failed for {operation} ({code or status}): the SAS or Azure AD "
                               "identity is not valid for this container")
     if isinstance(err, ResourceNotFoundError) or status == 404:
