@@ -215,12 +215,33 @@ def _job_lines(cfg) -> list[str]:
                 f"({inputs.distribution}) on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, data by {cfg.aml_data_mode}"]
                if cfg.training_launch_on_up else
                [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack {cfg.stack}`"])
-        return job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+        return job + _up_and_the_job(cfg) + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
     job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, "
             f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
            else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
                  f"{cfg.stack}`"])
-    return job + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    return job + _up_and_the_job(cfg) + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+
+
+def _up_and_the_job(cfg) -> list[str]:
+    """What `up` does to the job (infra/components/training_job.py, aml_training_job.py), and the data order."""
+    if cfg.backend == "batch" and cfg.nfs_kind == "vm":
+        from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
+
+        ready = ("once the NFS server reports `data` staged as it is now (it checks every minute while waiting, "
+                 f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
+                 "at once)")
+    elif cfg.backend == "batch":
+        ready = "once `data` holds the dataset (the job stages what changed at its start)"
+    else:
+        ready = "once `data` holds the dataset (the job's `data` input)"
+    if not cfg.training_launch_on_up:
+        return [f"  first deploy: `pulumi up`, then upload the dataset to `data`; `infra submit` submits {ready}"]
+    return [f"  first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
+            f"dataset, then `pulumi up` again submits it {ready}",
+            "  a later `up` that changes the job's inputs (image digest, trainingArgs, framework, nodes, retries, "
+            "hours) submits a new job only once the current one has ended; while it runs, preview and up stop "
+            "with one line naming it (`python -m infra cancel` it first)"]
 
 
 def render(evaluation: Evaluation) -> tuple[str, bool]:

@@ -100,7 +100,8 @@ class Environment(pulumi.ComponentResource):
                     pullIdentityClientId=nodes.client_id)
                 self.job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
                     subscription_id=subscription, resource_group=rg, workspace=self.azureml.workspace.name,
-                    inputs=stack_outputs.apply(lambda outputs: aml_job_inputs(cfg, outputs))),
+                    inputs=stack_outputs.apply(lambda outputs: aml_job_inputs(cfg, outputs)),
+                    data_container_url=urls["data"]),
                     pulumi.ResourceOptions(parent=self, depends_on=[self.azureml, *self.deployer_grants]))
             backend_outputs = {
                 "trainingJobId": self.job.job_name if self.job else "",
@@ -174,7 +175,7 @@ class Environment(pulumi.ComponentResource):
                 registryLoginServer=self.registry.registry.login_server, pullIdentityId=nodes.id,
                 pullIdentityClientId=nodes.client_id, containerUrls=urls)
             self.job = TrainingJob(f"{name}-job", TrainingJobArgs(
-                batch_endpoint=self.cluster.endpoint, data_status_url=status,
+                batch_endpoint=self.cluster.endpoint, data_status_url=status, data_container_url=urls["data"],
                 inputs=stack_outputs.apply(lambda outputs: job_inputs(cfg, outputs))),
                 pulumi.ResourceOptions(parent=self, depends_on=[self.cluster.pool, *self.storage.scripts,
                                                                 *self.node_grants, *self.deployer_grants]))

@@ -154,10 +154,10 @@ def wait_for_data(dataset: str, minutes: int) -> str:
 
 
 def stage_data(dataset: str, data_url: str) -> str:
-    """Shell: stage the data container onto the share once, with the nodes' identity (Azure AD, no SAS)."""
-    marker = f"{dataset}/{STAGED_MARKER}"
-    return (f"[ -f {marker} ] || {{ python -m training stage {shlex.quote(data_url)} {dataset} "
-            f"&& touch {marker}; }} || exit 1")
+    """Shell: stage the data container onto the share with the nodes' identity (Azure AD, no SAS), when it
+    changed since the share's copy was marked (one listing otherwise); an empty container fails the job
+    (training/data/staged.py: never marked, exit status 4)."""
+    return f"python -m training stage {shlex.quote(data_url)} {dataset} --mark || exit $?"
 
 
 def _script(*lines: str) -> str:

@@ -141,3 +141,25 @@ def test_restage_is_refused_where_no_nfs_server_stages(tmp_path, capsys):
     assert main(["restage", "--stack", "nlp", "--outputs", str(tmp_path / "none.json")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "restage applies to nfsKind vm" in err
+
+
+def test_the_azure_files_jobs_stage_line_marks_only_a_non_empty_container(stack, tmp_path):
+    """With nfsKind azure-files the job stages `data` itself at its start (infra/core/batch_spec.py stage_data),
+    run here in bash as the task runs it: an empty container fails the job unmarked; data is staged and marked."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from infra import REPO_ROOT
+
+    dataset = tmp_path / "share" / "imagenet"
+    line = batch_spec.stage_data(shlex.quote(str(dataset)), stack["data"])
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin"}
+    empty = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=120)
+    assert empty.returncode == staged.EXIT_NO_DATA and "waiting for data" in empty.stdout
+    assert not (dataset / staged.MARKER).exists()
+    cli("upload", make_tree(tmp_path / "src", files=4), stack["data_write"])
+    filled = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=120)
+    assert filled.returncode == 0 and "first staging: staged 4 files" in filled.stdout, filled.stderr
+    assert json.loads((dataset / staged.MARKER).read_text())["files"] == 4

@@ -203,19 +203,24 @@ def test_the_provider_submits_replaces_and_cancels_a_running_job_on_delete():
 
     props = next(r for r in evaluation_for("nlp").of_type("pulumi-python:dynamic:Resource")
                  if "workspace" in r.inputs).inputs
+    from infra.dataplane.staging import Readiness
+
     aml = FakeAmlJobs()
-    provider = AmlTrainingJobProvider(aml)
+    provider = AmlTrainingJobProvider(aml, lambda data_url, status_url: Readiness(True, "`data` holds 160 files"))
     created = provider.create(props)
-    assert aml.calls == [("submit", created.id)] and created.outs["job_name"] == created.id
+    outs = created.outs  # what the engine keeps, and hands back to diff and delete
+    assert aml.calls == [("submit", created.id)] and outs["job_name"] == created.id
     submitted = aml.jobs[created.id]["job"]
     assert submitted.resources.instance_count == inputs_from(props).nodes
-    # Only what the training depends on replaces the job; the engine's floats are the same numbers.
-    assert provider.diff(created.id, {**props, "nodes": float(props["nodes"])}, props).changes is False
-    assert provider.diff(created.id, props, {**props, "train_args": ["--epochs", "1"]}).replaces == ["train_args"]
+    # Only what the training depends on replaces the job (once it has ended: tests/infra/test_job_resources.py);
+    # the engine's floats are the same numbers.
+    assert provider.diff(created.id, {**outs, "nodes": float(props["nodes"])}, props).changes is False
+    aml.finish(created.id, {})
+    assert provider.diff(created.id, outs, {**props, "train_args": ["--epochs", "1"]}).replaces == ["train_args"]
     # delete: a running job is cancelled, a finished one left alone, a gone one tolerated; history stays.
     aml.jobs[created.id]["status"] = "Running"
-    provider.delete(created.id, props)
+    provider.delete(created.id, outs)
     assert aml.calls[-1] == ("cancel", created.id) and created.id in aml.jobs
-    provider.delete(created.id, props)
+    provider.delete(created.id, outs)
     assert aml.calls.count(("cancel", created.id)) == 1
-    provider.delete("gone", props)
+    provider.delete("gone", {**outs, "job_name": "gone"})

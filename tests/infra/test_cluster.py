@@ -89,13 +89,12 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
                        '> /etc/exports.d/dltrain.exports']
     assert f"--raid-devices={ev.config.nfs_disk_count}" in script
     stage = nfs_user_data.stage_script()
-    assert 'python -m training stage "$DATA_CONTAINER_URL" /data/imagenet' in stage
-    assert "touch /data/imagenet/.staged" in stage
+    assert "python -m training stage env:DATA_CONTAINER_URL /data/imagenet --mark" in stage  # marks what it staged
     # The stager's own pins, as in .venv and the images.
     lines = (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
     pins = [pin for pin in (line.split("#")[0].strip() for line in lines) if pin]
     assert any(pin.startswith("azure-storage-blob==") for pin in pins)  # the stager's own pins, all of them
-    assert f"pip install --quiet {' '.join(pins)}" in stage
+    assert f'pins="{" ".join(pins)}"' in stage and "pip install --quiet $pins" in stage
 
 
 def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_sas(ev):
@@ -143,8 +142,9 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     assert job.inputs["node_identity_id"] == ev.outputs["pullIdentityId"]
     assert job.inputs["scripts_url"] == ev.outputs["containerUrls"]["scripts"]
     assert "sig=" not in repr(job.inputs)
-    # Submitted only once the NFS server reports the data staged (vm kind).
+    # Submitted only once `data` holds the dataset and the NFS server reports it staged (vm kind).
     assert job.inputs["data_status_url"] == ev.outputs["containerUrls"]["status"]
+    assert job.inputs["data_container_url"] == ev.outputs["containerUrls"]["data"]
     assert job.inputs["max_hours"] == ev.config.training_max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
     # The nodes may read scripts and data and write outputs, each container on its own, before the job starts.

@@ -214,3 +214,19 @@ def test_the_state_written_before_these_outputs_existed_still_names_its_job(batc
     provider = TrainingJobProvider(batch, Data().staged)
     with pytest.raises(RuntimeError, match=f"the training job {job} is active"):
         provider.diff(job, wire({**inputs, "job_id": job}), wire({**inputs, "retries": 9}))
+
+
+@pytest.mark.parametrize("stack,ready", [
+    ("dev", "once the NFS server reports `data` staged as it is now"),
+    ("nlp", "once `data` holds the dataset (the job's `data` input)"),
+])
+def test_plan_says_what_up_does_to_the_job(stack, ready):
+    from infra.cli import plan
+
+    text, _ = plan.render(evaluation_for(stack))
+    job = text.split("\nTraining job\n")[1].split("\n\n")[0]
+    assert ("first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
+            f"dataset, then `pulumi up` again submits it {ready}") in job
+    assert ("a later `up` that changes the job's inputs (image digest, trainingArgs, framework, nodes, retries, hours) "
+            "submits a new job only once the current one has ended; while it runs, preview and up stop with one "
+            "line naming it (`python -m infra cancel` it first)") in job
