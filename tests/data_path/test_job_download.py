@@ -34,14 +34,16 @@ def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, c
 
 
 def test_the_staging_report_is_read_from_the_status_container(azurite, container):
-    """infra/dataplane/staging.py against a real blob service: no report, then the blob the NFS server writes."""
+    """infra/dataplane/staging.py against a real blob service: no report, then the report the NFS server writes
+    (training/data/staged.py; tests/data_path/test_staged.py plays the server's whole life)."""
     from azure.storage.blob import ContainerClient
 
     from infra.core import batch_spec
     from infra.dataplane import staging
+    from training.data import staged
 
-    url = azurite.container_url(container, "rl")
-    assert staging.staged(url) is False
-    ContainerClient.from_container_url(azurite.container_url(container, "racwl")).upload_blob(
-        batch_spec.STAGED_BLOB, b"staged by nfs-dev\n")
-    assert staging.staged(url) is True
+    url = azurite.container_url(container, "racwl")
+    assert staging.read_report(url) is None
+    report = staged.Report(staged.STAGED, 3, 300, "f" * 64, "2026-11-23T10:00:00Z", host="nfs-dev")
+    ContainerClient.from_container_url(url).upload_blob(batch_spec.STAGED_BLOB, report.to_json().encode())
+    assert staging.read_report(url) == report

@@ -10,6 +10,7 @@ from infra.cli import operate
 from infra.core import batch_spec, config
 from infra.cli.main import main
 from infra.components.training_job import INPUT_FIELDS, TrainingJobProvider
+from infra.dataplane.staging import Readiness
 from tests.infra.fake_batch import FakeBatch
 from tests.infra.test_batch_spec import inputs
 
@@ -36,16 +37,18 @@ def batch():
 
 def props(**changes):
     return {"batch_endpoint": "badev.westeurope.batch.azure.com", "data_status_url": STATUS,
+            "data_container_url": OUTPUTS["containerUrls"]["data"],
             **dataclasses.asdict(inputs(**changes))}
 
 
-def staged(url):
-    assert url == STATUS
-    return True
+def staged(data_url, status_url):
+    """infra.dataplane.staging.data_ready's answer when the NFS server has staged `data` as it is now."""
+    assert data_url == OUTPUTS["containerUrls"]["data"] and status_url in (STATUS, "")
+    return Readiness(True, "the NFS server staged 160 files")
 
 
-def not_staged(url):
-    return False
+def not_staged(data_url, status_url):
+    return Readiness(False, "the NFS server reports: staging 160 files (0.00 GB) since 2026-11-21T12:00:00Z")
 
 
 def test_create_submits_the_job_and_its_task(batch):
@@ -57,12 +60,11 @@ def test_create_submits_the_job_and_its_task(batch):
 
 
 def test_up_submits_nothing_while_the_nfs_server_is_still_staging(batch):
-    with pytest.raises(RuntimeError, match="has not finished staging the data yet.*run `pulumi up` again"):
-        TrainingJobProvider(batch, not_staged).create(props())
-    assert batch.requests == []
-    # The job that stages the data itself (azure-files) does not wait for a report.
-    TrainingJobProvider(batch, not_staged).create({**props(), "data_status_url": ""})
-    assert len(batch.jobs) == 1
+    """No job and no failure (the first `up` cannot have data): the resource says why (tests/infra/
+    test_job_resources.py plays the following `up`s)."""
+    created = TrainingJobProvider(batch, not_staged).create(props())
+    assert batch.requests == [] and created.outs["job_id"] == ""
+    assert "the NFS server reports: staging 160 files" in created.outs["state"]
 
 
 def test_diff_replaces_on_training_changes_only(batch):
@@ -235,7 +237,8 @@ def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end(batc
 def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, batch, capsys):
     submit = ["submit", "--stack", "dev", "--outputs", str(outputs_file)]
     code, _, err = run(submit, batch, capsys, staged=not_staged)
-    assert code == 1 and "has not finished staging the data yet" in err and "--skip-data-check" in err
+    assert code == 1 and "the NFS server reports: staging 160 files" in err and "--skip-data-check" in err
+    assert "python -m infra restage --stack dev" in err
     assert not batch.jobs and err.count("\n") == 1
     code, out, _ = run([*submit, "--skip-data-check"], batch, capsys, staged=not_staged)
     assert code == 0 and len(batch.jobs) == 1

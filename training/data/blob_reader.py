@@ -44,6 +44,7 @@ class BlobItem:
     name: str
     size: int
     md5: bytes  # the blob's Content-MD5; empty when it has none
+    etag: str = ""  # changes with every write of the blob: what the staging marker compares
 
 
 class _TokenCache:
@@ -105,7 +106,8 @@ class BlobReader:
             if name_element.get("Encoded") == "true":  # names with characters XML cannot carry
                 name = unquote(name)
             md5 = properties.findtext("Content-MD5") or ""
-            items.append(BlobItem(name, int(properties.findtext("Content-Length") or 0), base64.b64decode(md5)))
+            items.append(BlobItem(name, int(properties.findtext("Content-Length") or 0), base64.b64decode(md5),
+                                  properties.findtext("Etag") or ""))
         return items, root.findtext("NextMarker") or ""
 
     def open(self, name: str):
