@@ -11,16 +11,18 @@ drives a dynamic provider, over several `up`s of one stack:
 Item 6 of issue 21: the first deploy has an empty `data` container; item 7: `up` replaced a running job."""
 import asyncio
 
+import pulumi
 import pytest
 from pulumi.runtime import rpc
 
 from infra.components.aml_training_job import AmlTrainingJobProvider
-from infra.components.training_job import TrainingJobProvider, inputs_from
+from infra.components.training_job import TrainingJob, TrainingJobArgs, TrainingJobProvider, inputs_from
 from infra.core import batch_spec
 from infra.dataplane import staging
 from tests.infra.conftest import evaluation_for
 from tests.infra.fake_aml import FakeAmlJobs
 from tests.infra.fake_batch import FakeBatch
+from tests.infra.test_batch_spec import inputs as batch_inputs
 
 
 def wire(props: dict) -> dict:
@@ -230,3 +232,33 @@ def test_plan_says_what_up_does_to_the_job(stack, ready):
     assert ("a later `up` that changes the job's inputs (image digest, trainingArgs, framework, nodes, retries, hours) "
             "submits a new job only once the current one has ended; while it runs, preview and up stop with one "
             "line naming it (`python -m infra cancel` it first)") in job
+
+
+class JobMocks(pulumi.runtime.Mocks):
+    """The job resource's outputs as the provider left them (the provider itself runs in its own process)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def new_resource(self, args):
+        return "job-id", {**args.inputs, "job_id": "", "state": self.state}
+
+    def call(self, args):
+        return {}
+
+
+@pytest.mark.parametrize("state,warned", [("waiting for data: no job was submitted, so no GPU node waits: the `data` "
+                                           "container is empty; once it is, `pulumi up` submits the job", True),
+                                          ("submitted train-dev-1", False)])
+def test_up_says_when_it_submitted_no_job(monkeypatch, state, warned):
+    said = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, resource=None, **kw: said.append(message))
+    pulumi.runtime.set_mocks(JobMocks(state), preview=False)
+
+    @pulumi.runtime.test
+    def program():
+        job = TrainingJob("job", TrainingJobArgs("badev.batch.azure.com", "", pulumi.Output.from_input(batch_inputs())))
+        return job.state.apply(lambda _: None)
+
+    program()
+    assert said == ([f"no training job submitted, {state}"] if warned else [])
