@@ -135,7 +135,10 @@ SuccessExitStatus={EXIT_NO_DATA}
 def stage_timer() -> str:
     """Every minute from the timer's start (each boot: timers.target) and a minute after each run ends, whatever
     its result: role assignments that have not reached storage yet, a network error, data not uploaded yet
-    (OnActiveSec=, OnUnitInactiveSec=: https://manpages.ubuntu.com/manpages/noble/man5/systemd.timer.5.html)."""
+    (OnActiveSec=, OnUnitInactiveSec=: https://manpages.ubuntu.com/manpages/noble/man5/systemd.timer.5.html).
+    Not OnUnitActiveSec=: a oneshot service goes from activating straight to inactive, so a timer counting from
+    its activation never fires again (https://github.com/systemd/systemd/issues/6680); OnActiveSec= anchors the
+    first run, also after a restart of the timer."""
     return f"""[Unit]
 Description=Check the training data container for changes every minute ({STAGE_UNIT})
 
