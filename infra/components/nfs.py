@@ -4,12 +4,14 @@
 (RAID 0) into /data, exported over NFS to the compute subnet only. cloud-init (one cloud-config document:
 https://cloudinit.readthedocs.io/en/latest/reference/merging.html: parts would need `Merge-Type` headers, and
 the default merge replaces one part's `write_files` with the next's) builds the array, records it in
-mdadm.conf, mounts it by filesystem UUID and exports it; a systemd unit then stages the `data` container into
-/data/imagenet with the same `python -m training stage` as everyone else (fetched from the `scripts`
-container), reaching storage with the VM's own managed identity (no SAS on the VM), and writes
-/data/imagenet/.staged, which the job waits for. After a reboot the array, the mount and the export come back
-by themselves, and the unit resumes staging if it had not finished (cloud-init's runcmd runs once per
-instance: https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd). No one holds a password
+mdadm.conf, mounts it by filesystem UUID and exports it; a systemd timer then runs the staging unit every
+minute for the server's life: it stages the `data` container into /data/imagenet with the same `python -m
+training stage --mark` as everyone else (fetched from the `scripts` container) whenever the container changed,
+reaching storage with the VM's own managed identity (no SAS on the VM), writes /data/imagenet/.staged, which
+the job waits for, and reports to `status` (the server comes with the stack, so it first reports "waiting for
+data": infra/core/nfs_user_data.py). After a reboot the array, the mount and the export come back by
+themselves, and so does the timer (cloud-init's runcmd runs once per instance:
+https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd). No one holds a password
 or a private key for the VM: its SSH key is generated here and its private half discarded; admins log in
 with Entra ID (`az ssh vm`).
 
