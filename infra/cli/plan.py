@@ -167,9 +167,12 @@ def before_up(cfg) -> list[str]:
                 f"Azure ML {'low-priority' if cfg.low_priority else 'dedicated'} core quota for the {sku.name} "
                 f"family in {cfg.location}: {vcpus}; request it in the portal (Azure Machine Learning > Quotas) "
                 "or the cluster stays at 0 nodes.",
-                "The workspace accepts the VNet only (public network access disabled; an IP allow list needs a "
-                "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion), or "
-                "run `pulumi up` there.",
+                ("The workspace accepts the VNet only (amlWorkspaceAccess: private; an IP allow list needs a "
+                 "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion, a peered "
+                 "network)." if cfg.aml_workspace_access == "private" else
+                 "The workspace is open to the Internet by this stack's choice (amlWorkspaceAccess: public): every "
+                 "call needs an Azure AD identity with a role on it; storage and Key Vault still admit only the "
+                 "VNet and allowedIpRanges."),
                 "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
                 "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
     return [*cfg.placeholders,
@@ -211,10 +214,17 @@ def _job_lines(cfg) -> list[str]:
 
         inputs = aml_job_inputs(cfg, {"amlEnvironments": {f: "" for f in cfg.frameworks}, "amlComputeName": "gpu",
                                       "pullIdentityClientId": ""})
-        job = ([f"  launched on `pulumi up` as an Azure ML command job: {cfg.training_framework} "
-                f"({inputs.distribution}) on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, data by {cfg.aml_data_mode}"]
-               if cfg.training_launch_on_up else
-               [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack {cfg.stack}`"])
+        if cfg.launches_job_on_up:
+            job = [f"  launched on `pulumi up` as an Azure ML command job: {cfg.training_framework} "
+                   f"({inputs.distribution}) on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, data by "
+                   f"{cfg.aml_data_mode}"]
+        elif cfg.training_launch_on_up:  # a private workspace: `up` runs outside the VNet and cannot reach it
+            job = ["  not launched on `pulumi up`: the workspace is reached from the VNet only (amlWorkspaceAccess: "
+                   f"private); from a machine in the VNet (VPN gateway, Bastion, peered network): `python -m infra "
+                   f"submit --stack {cfg.stack}`; or set amlWorkspaceAccess: public (Azure AD only) to launch on up"]
+        else:
+            job = [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                   f"{cfg.stack}`"]
         return job + _up_and_the_job(cfg) + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
     job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, "
             f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
@@ -235,7 +245,7 @@ def _up_and_the_job(cfg) -> list[str]:
         ready = "once `data` holds the dataset (the job stages what changed at its start)"
     else:
         ready = "once `data` holds the dataset (the job's `data` input)"
-    if not cfg.training_launch_on_up:
+    if not cfg.launches_job_on_up:
         return [f"  first deploy: `pulumi up`, then upload the dataset to `data`; `infra submit` submits {ready}"]
     return [f"  first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
             f"dataset, then `pulumi up` again submits it {ready}",

@@ -4,11 +4,14 @@ compute cluster in the compute subnet; the `data` container as a datastore reach
 version per framework image the stack builds.
 
 Security, as for the Batch backend:
-- the workspace is reached only from the VNet: public network access disabled and a private endpoint in the
-  storage subnet with its private DNS zones (https://learn.microsoft.com/azure/machine-learning/how-to-configure-private-link).
-  allowedIpRanges cannot be applied to the workspace with the stable API this provider uses (2025-12-01: an
-  IP allow list is a preview property), so the deployers reach it from the VNet (VPN, Bastion) or
-  `pulumi up` runs there; plan says so;
+- the workspace has a private endpoint in the storage subnet with its private DNS zones, which the nodes use
+  (https://learn.microsoft.com/azure/machine-learning/how-to-configure-private-link). With amlWorkspaceAccess
+  private (the default) public network access is disabled: only the VNet reaches it, so `pulumi up` (run from
+  outside) launches no job and plan says so. allowedIpRanges cannot be applied to the workspace with the stable
+  API this provider uses (an IP allow list is a preview property), so the way in from outside is the same page's
+  "Enable public access" (amlWorkspaceAccess public): reachable from the Internet, every call authenticated by
+  Azure AD (the workspace has no keys of its own), marked by the `network-access: public` tag that the
+  aml-workspace-access check requires for it;
 - system datastores by identity, not account keys (systemDatastoresAuthMode: identity);
 - the Key Vault uses Azure RBAC (no access policies), purge protection, and admits only the VNet and
   allowedIpRanges;
@@ -113,14 +116,17 @@ class AzureMl(pulumi.ComponentResource):
                                            keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
             opts=child)
 
+        public = cfg.aml_workspace_access == "public"
         self.workspace = ml.Workspace(
-            f"{name}-ws", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            f"{name}-ws", resource_group_name=rg, location=cfg.location,
+            tags={**cfg.tags, **({security.PUBLIC_ACCESS_TAG: "public"} if public else {})},
             workspace_name=generation.apply(lambda g: naming.aml_workspace(cfg.team, cfg.stack, g)),
             identity=ml.ManagedServiceIdentityArgs(type="SystemAssigned"),
             sku=ml.SkuArgs(name="Basic", tier="Basic"),
             key_vault=self.key_vault.id, storage_account=args.storage_account_id,
             container_registry=args.registry_id, application_insights=args.app_insights_id,
-            public_network_access="Disabled", system_datastores_auth_mode="identity", v1_legacy_mode=False,
+            public_network_access="Enabled" if public else "Disabled", system_datastores_auth_mode="identity",
+            v1_legacy_mode=False,
             opts=child)
         self._private_endpoint(name, cfg, rg, args)
 

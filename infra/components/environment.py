@@ -77,7 +77,7 @@ class Environment(pulumi.ComponentResource):
             # https://learn.microsoft.com/azure/machine-learning/how-to-disable-local-auth-storage).
             self.node_grants.append(
                 self.storage.grant("nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR))
-            if cfg.training_launch_on_up:
+            if cfg.launches_job_on_up:
                 self.deployer_grants.append(self.storage.grant(
                     "deployer-workspace", self.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
                     principal_type=cfg.deployer_principal_type,
@@ -93,7 +93,7 @@ class Environment(pulumi.ComponentResource):
             self.monitoring.watch_azureml("azureml", self.azureml.workspace.id)
             subscription = authorization.get_client_config_output(
                 opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
-            if cfg.training_launch_on_up:
+            if cfg.launches_job_on_up:  # not with a private workspace: `up` cannot reach it (plan says so)
                 # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
                 stack_outputs = pulumi.Output.all(
                     amlEnvironments=self.azureml.environments, amlComputeName=self.azureml.compute.name,

@@ -36,9 +36,10 @@ BACKENDS = ("batch", "azureml")
 BACKEND_ONLY_KEYS = {
     "batch": ("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "dataLocalCache", "trainingDataWaitMinutes",
               "trainingRetries"),
-    "azureml": ("amlDataMode", "amlIdleMinutes"),
+    "azureml": ("amlDataMode", "amlIdleMinutes", "amlWorkspaceAccess"),
 }
 AML_DATA_MODES = ("download", "mount")
+AML_WORKSPACE_ACCESS = ("private", "public")
 AML_IDLE_MINUTES = (1, 1440)
 NFS_KINDS = ("vm", "azure-files")
 NFS_DISK_COUNT = (1, 16)
@@ -109,6 +110,7 @@ class StackConfig:
     backend: str
     aml_data_mode: str
     aml_idle_minutes: int
+    aml_workspace_access: str
     nfs_kind: str
     nfs_vm_size: str
     nfs_disk_count: int
@@ -131,6 +133,14 @@ class StackConfig:
     def training_image(self) -> str:
         """The image (one per framework) the training job runs in."""
         return IMAGE_OF_LOOP[self.training_framework]
+
+    @property
+    def launches_job_on_up(self) -> bool:
+        """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service. A
+        private Azure ML workspace answers only inside the VNet, and `pulumi up` runs outside it (plan says so)."""
+        if self.backend == "azureml" and self.aml_workspace_access == "private":
+            return False
+        return self.training_launch_on_up
 
     @property
     def tags(self) -> dict[str, str]:
@@ -219,6 +229,9 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
                                        "remove it")
     if raw["aml_data_mode"] not in AML_DATA_MODES:
         raise ConfigError("amlDataMode", f"{raw['aml_data_mode']!r} is not one of {', '.join(AML_DATA_MODES)}")
+    if raw["aml_workspace_access"] not in AML_WORKSPACE_ACCESS:
+        raise ConfigError("amlWorkspaceAccess", f"{raw['aml_workspace_access']!r} is not one of "
+                                                f"{', '.join(AML_WORKSPACE_ACCESS)}")
 
     team = raw["team"]
     if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):

@@ -137,9 +137,16 @@ def _pool_private(props: Props) -> str | None:
     return None
 
 
-def _aml_workspace_private(props: Props) -> str | None:
-    if props.get("publicNetworkAccess") != "Disabled":
-        return "publicNetworkAccess must be Disabled (reached through its private endpoint in the VNet)"
+# The tag a workspace carries when the stack chose to open it (amlWorkspaceAccess: public): public access is then
+# a declared decision, visible in the portal, never a default or a typo.
+PUBLIC_ACCESS_TAG = "network-access"
+
+
+def _aml_workspace_access(props: Props) -> str | None:
+    public_by_choice = (props.get("tags") or {}).get(PUBLIC_ACCESS_TAG) == "public"
+    if props.get("publicNetworkAccess") != "Disabled" and not public_by_choice:
+        return ("publicNetworkAccess must be Disabled (reached through its private endpoint in the VNet), unless the "
+                f"stack opens it on purpose (amlWorkspaceAccess: public sets the tag {PUBLIC_ACCESS_TAG}: public)")
     if props.get("systemDatastoresAuthMode") != "identity":
         return "systemDatastoresAuthMode must be identity (no storage account keys in the workspace)"
     return None
@@ -208,8 +215,9 @@ RESOURCE_CHECKS: list[Check] = [
           "azure-native:batch:BatchAccount", _batch_account_locked),
     Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.",
           "azure-native:batch:Pool", _pool_private),
-    Check("aml-workspace-private", "The Azure ML workspace is reached from the VNet only and holds no storage keys.",
-          "azure-native:machinelearningservices:Workspace", _aml_workspace_private),
+    Check("aml-workspace-access", "The Azure ML workspace is reached from the VNet only unless the stack opens it "
+          "(amlWorkspaceAccess: public), and holds no storage keys.",
+          "azure-native:machinelearningservices:Workspace", _aml_workspace_access),
     Check("aml-compute-private", "Azure ML GPU nodes join the compute subnet, get no public IP and no SSH.",
           "azure-native:machinelearningservices:Compute", _aml_compute_private),
     Check("aml-datastore-no-secret", "Azure ML datastores hold no key or SAS (identity access).",

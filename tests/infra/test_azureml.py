@@ -1,5 +1,6 @@
 """The Azure ML backend as the program declares it (mocks): workspace, private endpoint, GPU compute cluster,
 datastore, environments, Key Vault, and that none of the Batch backend's resources come with it."""
+import dataclasses
 import subprocess
 import sys
 from datetime import timedelta
@@ -17,13 +18,15 @@ from tests.infra.conftest import NOW
 ML = "azure-native:machinelearningservices"
 
 
-def test_the_workspace_uses_the_stacks_own_resources_and_is_private(aml_ev):
+def test_the_workspace_uses_the_stacks_own_resources_and_is_open_only_as_the_stack_says(aml_ev):
     ws = aml_ev.one(f"{ML}:Workspace").inputs
     assert ws["storageAccount"] == aml_ev.one("azure-native:storage:StorageAccount").state["id"]
     assert ws["containerRegistry"] == aml_ev.one("azure-native:containerregistry:Registry").state["id"]
     assert ws["applicationInsights"] == aml_ev.one("azure-native:applicationinsights:Component").state["id"]
     assert ws["keyVault"] == aml_ev.one("azure-native:keyvault:Vault").state["id"]
-    assert ws["publicNetworkAccess"] == "Disabled" and ws["systemDatastoresAuthMode"] == "identity"
+    public = aml_ev.config.aml_workspace_access == "public"
+    assert ws["publicNetworkAccess"] == ("Enabled" if public else "Disabled")
+    assert ws["systemDatastoresAuthMode"] == "identity"
     assert ws["identity"]["type"] == "SystemAssigned"
 
 
@@ -153,9 +156,11 @@ def test_no_batch_or_nfs_resource_comes_with_the_azureml_backend(aml_ev):
 
 
 @pytest.mark.parametrize("check,props,message", [
-    ("aml-workspace-private", {"publicNetworkAccess": "Enabled", "systemDatastoresAuthMode": "identity"},
+    ("aml-workspace-access", {"publicNetworkAccess": "Enabled", "systemDatastoresAuthMode": "identity"},
      "publicNetworkAccess must be Disabled"),
-    ("aml-workspace-private", {"publicNetworkAccess": "Disabled", "systemDatastoresAuthMode": "accessKey"},
+    ("aml-workspace-access", {"publicNetworkAccess": "Enabled", "systemDatastoresAuthMode": "identity",
+                              "tags": {"network-access": "private"}}, "publicNetworkAccess must be Disabled"),
+    ("aml-workspace-access", {"publicNetworkAccess": "Disabled", "systemDatastoresAuthMode": "accessKey"},
      "systemDatastoresAuthMode must be identity"),
     ("aml-compute-private", {"properties": {"disableLocalAuth": True, "properties": {
         "subnet": {"id": "s"}, "enableNodePublicIp": True, "remoteLoginPortPublicAccess": "Disabled"}}},
@@ -178,7 +183,7 @@ def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "backend azureml" in out and f"{ML}:Compute  dltrain-nlp-ml-gpu" in out
-    assert "PASS aml-workspace-private" in out and "PASS aml-compute-private" in out
+    assert "PASS aml-workspace-access" in out and "PASS aml-compute-private" in out
     assert "NFS" not in out.split("Estimated cost")[1].split("Training job")[0]
     assert "low-priority nodes bill less" in out
     assert "launched on `pulumi up` as an Azure ML command job: pytorch (horovod) on 4 node(s) x 8 GPUs" in out
@@ -224,3 +229,29 @@ def test_the_provider_submits_replaces_and_cancels_a_running_job_on_delete():
     provider.delete(created.id, outs)
     assert aml.calls.count(("cancel", created.id)) == 1
     provider.delete("gone", {**outs, "job_name": "gone"})
+
+
+def test_a_private_workspace_is_reached_from_the_vnet_only_and_up_launches_no_job(aml_ev):
+    """amlWorkspaceAccess private: public network access disabled, so `pulumi up` (outside the VNet) cannot
+    submit; no job resource, no deployer grant for it, and plan says how to submit."""
+    from infra.cli import plan
+
+    cfg = dataclasses.replace(aml_ev.config, aml_workspace_access="private", training_launch_on_up=True)
+    ev = offline.evaluate(cfg, now=NOW)
+    workspace = ev.one(f"{ML}:Workspace")
+    assert workspace.inputs["publicNetworkAccess"] == "Disabled" and "network-access" not in workspace.inputs["tags"]
+    assert not [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs]
+    assert ev.outputs["trainingJobId"] == ""
+    text, secure = plan.render(ev)
+    assert secure, text
+    assert "not launched on `pulumi up`: the workspace is reached from the VNet only (amlWorkspaceAccess: private)" in text
+
+
+def test_a_public_workspace_is_open_by_declared_choice_and_up_launches_the_job(aml_ev):
+    cfg = dataclasses.replace(aml_ev.config, aml_workspace_access="public", training_launch_on_up=True)
+    ev = offline.evaluate(cfg, now=NOW)
+    workspace = ev.one(f"{ML}:Workspace")
+    assert workspace.inputs["publicNetworkAccess"] == "Enabled"
+    assert workspace.inputs["tags"]["network-access"] == "public"
+    assert [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs]
+    assert not security.resource_violations(f"{ML}:Workspace", workspace.inputs)
