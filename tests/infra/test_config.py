@@ -140,6 +140,8 @@ BAD_CONFIGS = [
     ({"amlDataMode": "mount"}, "amlDataMode", "applies to backend azureml only, and this stack's backend is batch"),
     ({"backend": "azureml", "amlDataMode": "stream"}, "amlDataMode", "not one of download, mount"),
     ({"backend": "azureml", "amlIdleMinutes": 0}, "amlIdleMinutes", "outside 1-1440 minutes"),
+    ({"backend": "azureml", "amlWorkspaceAccess": "open"}, "amlWorkspaceAccess", "not one of private, public"),
+    ({"amlWorkspaceAccess": "public"}, "amlWorkspaceAccess", "applies to backend azureml only"),
     ({"trainingMaxHours": 0}, "trainingMaxHours", "1-168 hours"),
     ({"trainingDataWaitMinutes": 1}, "trainingDataWaitMinutes", "5-1440 minutes"),
 ]
