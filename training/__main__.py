@@ -6,7 +6,8 @@ Commands:
   launch       start `train` on every GPU of every node with horovodrun (--hosts, or Azure Batch's node list)
   node-ssh     the job's own SSH between Batch nodes (key-only sshd per node; run by the job's coordination command)
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
-  stage        copy a blob container onto NFS or local disk (optionally extracting tarballs), verified, resumable
+  stage        copy a blob container onto NFS or local disk, verified, resumable; --extract unpacks tarballs
+               (ImageNet's train/val archives into the trainer's train/<class>/*.JPEG, val/<class>/*.JPEG)
   report       draw runs' loss, LR and img/s against step into one PNG (each run also writes its own report.png)
 
 Examples:

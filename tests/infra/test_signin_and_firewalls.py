@@ -59,7 +59,8 @@ def no_azure_environment(home):
 def test_a_verb_without_azure_sign_in_says_so_in_one_line_at_once(stack, argv, batch, tmp_path):
     outputs = OUTPUTS if stack == "dev" else evaluation_for(stack).outputs
     if argv[0] == "download":  # the outputs container, read with Azure AD: an https endpoint that answers TLS
-        outputs = {**outputs, "containerUrls": {**outputs["containerUrls"], "outputs": f"{batch.endpoint.url}/st/outputs"}}
+        urls = {**outputs["containerUrls"], "outputs": f"{batch.endpoint.url}/st/outputs"}
+        outputs = {**outputs, "containerUrls": urls}
     (tmp_path / "outputs.json").write_text(json.dumps(outputs))
     (tmp_path / "home").mkdir()
     started = time.monotonic()
@@ -219,7 +220,8 @@ class NoToken:
     def get_token(self, *scopes, **kwargs):
         raise RuntimeError("no request leaves this test")
 
-inputs = aml_job.aml_job_inputs(config.from_stack_file("nlp"), json.loads(Path({str(tmp_path / 'outputs.json')!r}).read_text()))
+outputs = json.loads(Path({str(tmp_path / 'outputs.json')!r}).read_text())
+inputs = aml_job.aml_job_inputs(config.from_stack_file("nlp"), outputs)
 service = AzureMlJobs("00000000-0000-0000-0000-000000000000", "rg", "ws", credential=NoToken())
 with tempfile.TemporaryDirectory() as tmp:
     try:
