@@ -226,7 +226,8 @@ def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end(batc
     spec = inputs()
     job = batch_spec.job_id(spec)
     batch.submit(batch_spec.job_spec(spec, job), batch_spec.task_spec(spec, job))
-    assert [r[:2] for r in batch.requests] == [("POST", "/jobs"), ("POST", f"/jobs/{job}/tasks"), ("PATCH", f"/jobs/{job}")]
+    assert [r[:2] for r in batch.requests] == [("POST", "/jobs"), ("POST", f"/jobs/{job}/tasks"),
+                                               ("PATCH", f"/jobs/{job}")]
     assert batch.jobs[job]["state"] == "active" and batch.jobs[job]["onAllTasksComplete"] == "terminatejob"
     # The rule that order answers: a job created to end with its tasks, and none yet, is complete at once.
     early = {**batch_spec.job_spec(spec, "early"), "onAllTasksComplete": "terminatejob"}
