@@ -243,3 +243,15 @@ def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, ba
     assert not batch.jobs and err.count("\n") == 1
     code, out, _ = run([*submit, "--skip-data-check"], batch, capsys, staged=not_staged)
     assert code == 0 and len(batch.jobs) == 1
+
+
+def test_a_task_file_not_written_yet_reads_as_nothing_and_logs_nothing(batch, caplog):
+    """Batch answers the HEAD for a missing file 404 with no body (HEAD has none): azure-batch logs a WARNING with
+    a traceback about it unless told not to, which `infra logs` would print before the task starts."""
+    spec = inputs()
+    job = batch_spec.job_id(spec)
+    batch.submit(batch_spec.job_spec(spec, job), batch_spec.task_spec(spec, job))
+    with caplog.at_level("WARNING"):
+        assert batch.read_task_file(job, batch_spec.TASK_ID, "stderr.txt", 0) == b""
+    assert ("HEAD", f"/jobs/{job}/tasks/{batch_spec.TASK_ID}/files/stderr.txt", "") in batch.requests
+    assert caplog.records == []
