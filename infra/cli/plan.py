@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from infra.core.batch_spec import POOL_OS_DISK_GB
 from infra.core import cost, security
 from infra.cli.offline import Evaluation
 
@@ -268,6 +269,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
+              + (f" (with its {POOL_OS_DISK_GB} GiB premium OS disk)" if cfg.backend == "batch" else "")
               + (" (dedicated list price: low-priority nodes bill less)" if cfg.low_priority else "")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",

@@ -11,7 +11,7 @@ a change to those properties replaces the pool (when no job runs on it).
 
 The HPC image keeps Docker's data root on the OS disk (/var/lib/docker, not the temporary disk as Batch's own
 container images do: https://learn.microsoft.com/azure/batch/batch-docker-container-workloads), and a CUDA
-devel training image is tens of GB unpacked: the OS disk is sized for the images (OS_DISK_GB), and a node
+devel training image is tens of GB unpacked: the OS disk is sized for the images (batch_spec.POOL_OS_DISK_GB), and a node
 prefetches only the image of the job `up` launches (another framework's image is pulled when a job asks for it).
 """
 from __future__ import annotations
@@ -29,12 +29,6 @@ POOL = "gpu"
 HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2204", version="latest")
 NODE_AGENT = "batch.node.ubuntu 22.04"
 AUTOSCALE_INTERVAL = "PT5M"
-# The nodes' OS disk (managed, premium SSD): the HPC image's own system, plus the training images Docker keeps
-# there (a pull holds the downloaded layers and their unpacked copy), with room for the other framework's image
-# and a rebuilt one beside the old. osDisk.diskSizeGB is "the initial disk size in GB when creating new OS disk"
-# (https://learn.microsoft.com/rest/api/batchmanagement/pool/create#osdisk). The size is a judgment, not a
-# measurement: no node has run here.
-OS_DISK_GB = 256
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
@@ -78,7 +72,7 @@ class Cluster(pulumi.ComponentResource):
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
                     os_disk=batch.OSDiskArgs(
-                        disk_size_gb=OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
+                        disk_size_gb=batch_spec.POOL_OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
                         managed_disk=batch.ManagedDiskArgs(storage_account_type=batch.StorageAccountType.PREMIUM_LRS)),
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.core.batch_spec import POOL_OS_DISK_GB
 from infra.core.config import StackConfig
 from infra.core.skus import NFS_VM_SIZES
 
@@ -67,4 +68,6 @@ def estimate(config: StackConfig) -> CostEstimate:
     # Low-priority AML nodes bill less than the dedicated list price (the discount varies by region and is not in
     # the catalog): the dedicated price is the estimate's upper bound.
     node_price = config.sku.price_per_hour
+    if config.backend == "batch":  # the pool's premium OS disk bills with each node (Azure ML sizes its own: not priced)
+        node_price += premium_disk_per_hour(POOL_OS_DISK_GB)
     return CostEstimate(fixed, node_price, config.min_nodes, config.max_nodes)

@@ -9,7 +9,8 @@ from infra.cli import offline
 from infra.components import roles
 from infra.core import nfs_user_data
 from infra.core import batch_spec, config
-from infra.components.cluster import OS_DISK_GB, REPLACE_ON_CHANGES
+from infra.components.cluster import REPLACE_ON_CHANGES
+from infra.core.batch_spec import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 
 POOL = "azure-native:batch:Pool"
@@ -189,7 +190,7 @@ def test_the_os_disk_holds_the_images_and_the_pool_waits_for_them(ev):
     (which prefetch the image when they start) are created only once the images are pushed."""
     pool = ev.one(POOL)
     os_disk = pool.inputs["deploymentConfiguration"]["virtualMachineConfiguration"]["osDisk"]
-    assert os_disk == {"diskSizeGB": OS_DISK_GB, "caching": "ReadWrite", "managedDisk": {"storageAccountType": "Premium_LRS"}}
+    assert os_disk == {"diskSizeGB": POOL_OS_DISK_GB, "caching": "ReadWrite", "managedDisk": {"storageAccountType": "Premium_LRS"}}
     images = {image.urn for image in ev.of_type("docker-build:index:Image")}
     assert images and images <= set(pool.dependencies)
 

@@ -3,6 +3,10 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
+from infra.core import config
+
 from infra import REPO_ROOT
 from infra.cli.offline import MOCK_SAS_SIGNATURE
 from tests.infra.conftest import STACKS
@@ -19,7 +23,7 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
     out = result.stdout
     for expected in ("dltrain:index:Environment", "├─ dltrain:network:Network", "azure-native:storage:StorageAccount",
                      "networkRuleSet.defaultAction=Deny", "adminUserEnabled=false", "docker-build:index:Image",
-                     "at minNodes=0: 1.25 per hour", "at maxNodes=2: 55.65 per hour (16 GPUs)",
+                     "at minNodes=0: 1.25 per hour", "at maxNodes=2: 55.76 per hour (16 GPUs)",
                      "├─ dltrain:nfs:NfsServer", "azure-native:compute:VirtualMachine", "NFS server VM (Standard_D16s_v5)",
                      "azure-native:batch:Pool", "provision=NoPublicIPAddresses", "interNodeCommunication=Enabled",
                      "mountConfiguration.nfsMountConfiguration.source=10.10.16.4:/data",
@@ -67,3 +71,16 @@ def test_plan_passes_its_security_checks_for_every_stack_in_the_repo():
         result = run_plan("--stack", stack)
         assert result.returncode == 0 and "FAIL" not in result.stdout, result.stdout + result.stderr
         assert "note: allowedIpRanges: 203.0.113.0/24" in result.stderr
+
+
+def test_a_batch_node_costs_its_size_and_its_os_disk_at_the_premium_tier_it_fits():
+    """The pool's nodes carry a premium OS disk sized for the images (cluster.py): it bills per node."""
+    from infra.core import cost
+    from infra.core.batch_spec import POOL_OS_DISK_GB
+
+    cfg = config.from_stack_file("dev")
+    p15_per_month = dict(cost.PREMIUM_SSD_TIERS)[256]  # Azure's P15 tier: up to 256 GiB
+    assert POOL_OS_DISK_GB <= 256
+    assert cost.estimate(cfg).node_price == pytest.approx(cfg.sku.price_per_hour + p15_per_month / 730)
+    aml = config.from_stack_file("nlp")
+    assert cost.estimate(aml).node_price == aml.sku.price_per_hour
