@@ -158,9 +158,10 @@ class NfsServer:
         created = [p for p in (Path("/opt/dltrain"), Path(nfs_user_data.EXPORT_PATH)) if not p.exists()]
         for mount_point in created:
             mount_point.mkdir(parents=True)  # empty mount points on this machine; removed afterwards
-        # The VM's paths, seen only inside this process's own mount namespace.
-        inner = 'mount --bind "$1" /opt/dltrain && mount --bind "$2" /opt/dltrain/venv && mount --bind "$3" "$4" ' \
-                '&& cd / && exec "$5"'
+        # The VM's paths, seen only inside this process's own mount namespace (`-n`: util-linux records nothing in
+        # this machine's /run/mount either).
+        inner = 'mount -n --bind "$1" /opt/dltrain && mount -n --bind "$2" /opt/dltrain/venv ' \
+                '&& mount -n --bind "$3" "$4" && cd / && exec "$5"'
         try:
             result = subprocess.run(
                 ["unshare", "-m", "--propagation", "private", "bash", "-c", inner, "unit", str(opt), str(STAGER_VENV),
