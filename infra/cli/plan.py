@@ -199,7 +199,8 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
         # https://learn.microsoft.com/azure/role-based-access-control/troubleshooting: role assignment changes
         # can take up to 30 minutes to take effect.
         lines.append("Creating those grants needs Owner or User Access Administrator; a new grant can take up to 30 "
-                     "minutes to take effect, so if the first `up` is refused (403) at that step, run it again.")
+                     "minutes to take effect, so the first `up` may submit no job and say \"waiting for access\": "
+                     "run `pulumi up` again later.")
     return lines
 
 

@@ -31,6 +31,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateRes
 from infra.core import batch_spec
 from infra.dataplane import staging
 from infra.dataplane.batch import AzureBatch, BatchService, JobNotFound
+from training.errors import AccessRefused
 
 INPUT_FIELDS = [f.name for f in fields(batch_spec.JobInputs)]
 
@@ -61,13 +62,18 @@ class TrainingJobProvider(ResourceProvider):
         """Submit the job if the data is ready; the outputs either way (job_id "" and why, when not)."""
         inputs = inputs_from(props)
         data_url, status_url = props.get("data_container_url") or "", props.get("data_status_url") or ""
-        if data_url:
-            ready = self._staged(data_url, status_url)
-            if not ready.ready:
-                then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {inputs.stack}`)"
-                return {**props, "job_id": "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
-        job = batch_spec.job_id(inputs)
-        self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
+        try:
+            if data_url:
+                ready = self._staged(data_url, status_url)
+                if not ready.ready:
+                    then = (f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack "
+                            f"{inputs.stack}`)")
+                    return {**props, "job_id": "",
+                            "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
+            job = batch_spec.job_id(inputs)
+            self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
+        except AccessRefused as err:
+            return {**props, "job_id": "", "state": waiting_for_access(err)}
         return {**props, "job_id": job, "state": f"submitted {job}"}
 
     def create(self, props: dict[str, Any]) -> CreateResult:
@@ -104,6 +110,15 @@ class TrainingJobProvider(ResourceProvider):
         job = submitted_job(props, "job_id", id_)
         if job:  # "" while the data was not ready: nothing was submitted
             self._batch(props).delete(job)
+
+
+def waiting_for_access(err: AccessRefused) -> str:
+    """The job resources' state when a data plane refused `up` (403). The same `up` has just granted the deployer
+    its data-plane roles (environment.py), and "role assignment changes can take up to 30 minutes to take
+    effect" (https://learn.microsoft.com/azure/role-based-access-control/troubleshooting): so nothing is
+    submitted, `up` does not fail, and the next `up` tries again."""
+    return (f"waiting for access: {err}. If this `pulumi up` has just granted your roles, they can take up to 30 "
+            "minutes to take effect: run `pulumi up` again later")
 
 
 def submitted_job(props: dict[str, Any], key: str, id_: str) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from infra.core.batch_spec import END_WITH_TASKS, JobError
+from training.errors import AccessRefused
 
 BATCH_SCOPE = "https://batch.core.windows.net/.default"
 # Fail in about a minute, not the SDK's default of 300 s per attempt and 10 retries, when the account cannot be
@@ -25,6 +26,11 @@ class JobNotFound(Exception):
     """The job does not exist (never submitted, or deleted)."""
 
 
+class ServiceRefused(JobError, AccessRefused):
+    """A 403 from Batch or Azure ML: a JobError for the verbs, an AccessRefused for the job resources (which wait
+    for a role `up` has just granted instead of failing)."""
+
+
 def refused_line(err: Exception, service: str, what: str, causes: str) -> JobError | None:
     """One line for a 403 from an Azure data plane (`service` refused `what` because of `causes`), or None."""
     from azure.core.exceptions import HttpResponseError
@@ -34,7 +40,7 @@ def refused_line(err: Exception, service: str, what: str, causes: str) -> JobErr
     if not isinstance(err, HttpResponseError) or err.status_code != 403:
         return None
     code = getattr(getattr(err, "error", None), "code", None) or "Forbidden"
-    return JobError(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
+    return ServiceRefused(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
 
 
 def call_translated(call: Callable[[], T], what: str, job: str | None, refused: Callable[[Exception, str], Any]) -> T:

@@ -262,3 +262,56 @@ def test_up_says_when_it_submitted_no_job(monkeypatch, state, warned):
 
     program()
     assert said == ([f"no training job submitted, {state}"] if warned else [])
+
+
+# What Batch answers an identity without a role on the account (the same 403 body as a firewall's refusal; the
+# Batch docs do not give the role case its own code): AuthorizationFailure.
+NO_ROLE_YET = (403, "AuthorizationFailure", "This request is not authorized to perform this operation.")
+
+
+def test_a_role_granted_by_this_up_and_not_in_effect_yet_makes_up_wait_not_fail(batch_job):
+    """The first `up` grants the deployer Azure Batch Job Submitter and then submits; Azure applies a new role
+    assignment within up to 30 minutes. The real client's 403 leaves the resource without a job, `up` succeeds
+    with a warning that says why, and the next `up` submits."""
+    engine, batch, data, inputs = batch_job
+    data.line = "staged 160 files (0.00 GB) at 2026-11-23T10:00:00Z on nfs-dev"
+    batch.endpoint.refuse = NO_ROLE_YET
+    assert engine.up(inputs) == "create" and batch.jobs == {} and engine.outputs["job_id"] == ""
+    state = engine.outputs["state"]
+    assert state.startswith("waiting for access: the Batch account refused ") and "(403 AuthorizationFailure)" in state
+    assert "up to 30 minutes" in state and "\n" not in state
+    batch.endpoint.refuse = None  # the role is in effect now
+    assert engine.up(inputs) == "update" and list(batch.jobs) == [engine.outputs["job_id"]]
+
+
+def test_a_storage_refusal_of_the_data_check_makes_up_wait_too(batch_job):
+    """The data check lists `data` and reads `status` with roles granted by the same `up`."""
+    from training.data import transfer
+    from training.data.blob_reader import BlobHttpError
+
+    engine, batch, data, inputs = batch_job
+
+    def refused(data_url, status_url):
+        with transfer.stopping_cleanly("listing `data`"):
+            raise transfer.classify(BlobHttpError(403, "AuthorizationPermissionMismatch", "This request is not "
+                                                  "authorized to perform this operation using this permission."),
+                                    "listing `data`")
+
+    engine.provider._staged = refused
+    assert engine.up(inputs) == "create" and batch.jobs == {}
+    assert engine.outputs["state"].startswith("waiting for access: listing `data` stopped: not allowed")
+
+
+def test_azure_ml_waits_for_access_the_same_way(aml_job):
+    engine, aml, data, inputs = aml_job
+    data.line = "staged"
+    from infra.dataplane.batch import ServiceRefused
+
+    def refuse(job):
+        raise ServiceRefused("Azure ML refused submitting the job (403 AuthorizationFailed): ...")
+
+    submit, aml.submit = aml.submit, refuse
+    assert engine.up(inputs) == "create" and engine.outputs["job_name"] == ""
+    assert engine.outputs["state"].startswith("waiting for access: Azure ML refused submitting the job")
+    aml.submit = submit
+    assert engine.up(inputs) == "update" and engine.outputs["job_name"]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlparse
 
-from training.errors import UsageError
+from training.errors import AccessRefused, UsageError
 
 BLOCK_SIZE = 4 * 1024 * 1024  # upload blocks: memory per upload worker stays near this
 READ_SIZE = 1024 * 1024
@@ -35,6 +35,10 @@ T = TypeVar("T")
 
 class PermanentError(Exception):
     """A failure retrying cannot fix (permissions, expiry, missing container): stops the whole transfer."""
+
+
+class RefusedError(PermanentError):
+    """A 403: retrying will not help now (the firewall or the role must change first)."""
 
 
 # An account's firewall admits the addresses in the stack's allowedIpRanges, as they were at `pulumi up`.
@@ -127,6 +131,8 @@ def stopping_cleanly(verb: str):
     """Turn whatever ends a transfer early into the one-line UsageError the CLI prints (SAS redacted)."""
     try:
         yield
+    except RefusedError as err:
+        raise AccessRefused(f"{verb} stopped: {err}") from None
     except PermanentError as err:
         raise UsageError(f"{verb} stopped: {err}") from None
     except Exception as err:  # noqa: BLE001 - transient errors that outlived every retry
@@ -264,7 +270,7 @@ def classify(err: BaseException, operation: str) -> BaseException:
             return PermanentError("the SAS has expired; get a fresh one (`pulumi up` renews the stack's SAS)")
         if code == "AuthorizationPermissionMismatch" or "permission" in message.lower():
             # The same 403 for a SAS without the permission and an Azure AD identity without the role.
-            return PermanentError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
+            return RefusedError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
                                   "container, stage and download need read+list (rl). With Azure AD: the identity "
                                   "needs Storage Blob Data Contributor (upload) or Reader (stage, download) on it")
         if code == "AuthorizationFailure":
@@ -272,7 +278,7 @@ def classify(err: BaseException, operation: str) -> BaseException:
             # answers an address outside its IP rules, and a SAS for another resource
             # (https://learn.microsoft.com/rest/api/storageservices/common-rest-api-error-codes). A SAS we
             # checked before sending; an Azure AD identity without a role gets AuthorizationPermissionMismatch.
-            return PermanentError(f"the storage account refused {operation} (403 AuthorizationFailure): this "
+            return RefusedError(f"the storage account refused {operation} (403 AuthorizationFailure): this "
                                   f"machine's address is not in the storage firewall; {FIREWALL_FIX}")
         if code.startswith("AuthorizationResourceType"):
             return PermanentError(f"access denied for {operation} ({code}): check the SAS scope")
