@@ -75,16 +75,7 @@ def _azure_error_line(err: Exception) -> str | None:
 
 
 def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
-    try:
-        return _run_job_verb(args, batch_factory, staged, aml_factory)
-    except Exception as err:  # noqa: BLE001 - Azure SDK errors become one line; anything else stays a bug
-        line = _azure_error_line(err)
-        if line is None:
-            raise
-        from training.data.transfer import redact
-
-        print(f"error: {redact(line)}", file=sys.stderr)
-        return 1
+    return _job_verb_errors(args, lambda args: _run_job_verb(args, batch_factory, staged, aml_factory))
 
 
 def _job_verb_errors(args: argparse.Namespace, verb) -> int:
