@@ -19,7 +19,8 @@ TRAINING_LOOPS = ("pytorch", "tensorflow", "keras")  # --framework: Keras runs i
 DIST_BACKENDS = ("horovod", "ddp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SCHEDULES = ("cosine", "step")
-LOADERS = ("auto", "dali", "pil")
+LOADERS = ("auto", "dali", "nvjpeg", "pil")
+GPU_LOADERS = ("dali", "nvjpeg")  # pytorch only: TensorFlow and Keras read folders with tf.data
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
@@ -41,8 +42,10 @@ class TrainConfig:
     batch_size: int = _opt(32, "images per worker per step; the global batch is this x world size")
     workers: int = _opt(4, "data-loading processes per worker (folder data)")
     loader: str = _opt("auto", "folder-data decoding and augmentation (pytorch): dali (NVIDIA DALI: on the GPU with "
-                               "nvJPEG, on CPU with its CPU backend), pil (torchvision in --workers processes); auto: "
-                               "dali on a GPU where DALI is installed, else pil. Both crop and order alike", LOADERS)
+                               "nvJPEG, on CPU with its CPU backend), nvjpeg (torchvision's batched decode_jpeg: on "
+                               "the GPU with nvJPEG, files read by --workers processes; on CPU with libjpeg-turbo), pil "
+                               "(torchvision in --workers processes); auto: on a GPU dali where DALI is installed, "
+                               "else nvjpeg; on CPU pil. All crop and order alike", LOADERS)
     max_bad_images: float = _opt(0.01, "fraction of unreadable images tolerated before training refuses to start")
     # Optimisation (Goyal et al. 2017)
     base_lr: float = _opt(0.1, "learning rate per 256 images; the peak LR is base_lr x global batch / 256")
@@ -100,8 +103,9 @@ class TrainConfig:
                              + ("use --compile" if self.framework == "pytorch" else
                                 "Keras fit would compile Horovod's allreduce into the step, which XLA cannot run")
                              + ")")
-        if self.loader == "dali" and self.framework != "pytorch":
-            raise UsageError(f"--loader dali applies to pytorch only ({self.framework} reads folders with tf.data)")
+        if self.loader in GPU_LOADERS and self.framework != "pytorch":
+            raise UsageError(f"--loader {self.loader} applies to pytorch only ({self.framework} reads folders with "
+                             "tf.data)")
         if self.channels_last is True and self.framework != "pytorch":
             raise UsageError(f"--channels-last applies to pytorch only ({self.framework} is channels-last already)")
 
@@ -121,7 +125,8 @@ def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:
     precision = ("bf16" if gpu else "fp32") if cfg.precision == "auto" else cfg.precision
     channels_last = (gpu and cfg.framework == "pytorch") if cfg.channels_last is None else cfg.channels_last
     if cfg.loader == "auto":
-        loader = "dali" if gpu and cfg.framework == "pytorch" and dali_installed() else "pil"
+        # nvjpeg needs only torchvision, which every pytorch environment has (the model is torchvision's)
+        loader = ("dali" if dali_installed() else "nvjpeg") if gpu and cfg.framework == "pytorch" else "pil"
     else:
         loader = cfg.loader
     return replace(cfg, precision=precision, channels_last=channels_last, loader=loader)

@@ -3,6 +3,7 @@ import pytest
 
 from training import runner
 from training.config import dali_installed, parse_args, resolve_for_device
+from training.errors import UsageError
 
 
 def cfg(*flags):
@@ -42,10 +43,17 @@ def test_the_defaults_fit_the_hardware(framework, gpu, precision, channels_last)
     assert (resolved.precision, resolved.channels_last) == (precision, channels_last)
 
 
-def test_without_dali_a_gpu_reads_jpegs_with_pil():
+def test_without_dali_a_gpu_decodes_jpegs_with_nvjpeg():
     # This venv has no `nvidia` package at all: the probe must answer False, not raise.
     assert not dali_installed()
-    assert resolve_for_device(cfg(), gpu=True).loader == "pil"
+    assert resolve_for_device(cfg(), gpu=True).loader == "nvjpeg"
+    assert resolve_for_device(cfg(), gpu=False).loader == "pil"
+    assert resolve_for_device(cfg("--framework", "keras"), gpu=True).loader == "pil"  # unused: tf.data reads
+
+
+def test_nvjpeg_is_refused_for_tensorflow_in_one_line():
+    with pytest.raises(UsageError, match="^--loader nvjpeg applies to pytorch only"):
+        cfg("--framework", "tensorflow", "--loader", "nvjpeg")
 
 
 def test_explicit_speed_flags_win_over_the_hardware_defaults():

@@ -13,3 +13,12 @@ TINY = ["--image-size", "32", "--batch-size", "4", "--workers", "1", "--log-ever
 @pytest.fixture(scope="session")
 def dataset(tmp_path_factory):
     return TORCH.synth_dataset(tmp_path_factory.mktemp("dataset"))
+
+
+@pytest.fixture(scope="session")
+def photos(tmp_path_factory):
+    """Real JPEG files at ImageNet's sizes and aspect ratios (400-500 x 350-500 px), so crops differ per image."""
+    root = tmp_path_factory.mktemp("photos")
+    TORCH.devtools("synth-data", "--out", root, "--classes", "4", "--per-class", "10", "--val-per-class", "0",
+                   "--imagenet-sizes")
+    return root

@@ -14,15 +14,6 @@ from training.pytorch.data import FolderData
 from tests.train_pytorch.conftest import TINY, TORCH, training
 
 
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    """Real JPEG files at ImageNet's sizes and aspect ratios (400-500 x 350-500 px), so crops differ per image."""
-    root = tmp_path_factory.mktemp("photos")
-    TORCH.devtools("synth-data", "--out", root, "--classes", "4", "--per-class", "10", "--val-per-class", "0",
-                   "--imagenet-sizes")
-    return root
-
-
 def folder(root: Path, loader: str, rank: int = 1, size: int = 2) -> FolderData:
     cfg = resolve_for_device(TrainConfig(data=str(root), image_size=64, batch_size=4, workers=1, num_classes=4,
                                          loader=loader), gpu=False)

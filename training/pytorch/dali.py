@@ -28,7 +28,7 @@ import torch
 from training.config import dali_installed
 from training.data.folder import MEAN, STD
 from training.errors import UsageError
-from training.pytorch.data import first_readable, training_crop, training_sampler
+from training.pytorch.sampling import first_readable, training_crop, training_sampler
 
 OUTPUTS = ("images", "labels")
 

@@ -1,14 +1,14 @@
 """PyTorch data: an ImageNet-layout folder with augmentation and a distributed sampler, or synthetic tensors.
 
-Which image a rank reads at each step, its random-resized crop and its flip are decided here, per (seed,
-epoch, sample) and not per worker process, for both decoders (`--loader pil`: torchvision on CPU worker
-processes; `--loader dali`: NVIDIA DALI, training/pytorch/dali.py). So a run resumed in the middle of an epoch
-sees exactly the images and crops an uninterrupted run would have seen, and the two loaders crop alike.
+Folder data goes through one of three decoders (`--loader`): `pil` (torchvision on CPU worker processes, here),
+`dali` (NVIDIA DALI, training/pytorch/dali.py) or `nvjpeg` (torchvision's nvJPEG decode on the GPU,
+training/pytorch/nvjpeg.py). Which image a rank reads at each step, its random-resized crop and its flip are
+decided per (seed, epoch, sample) by training/pytorch/sampling.py, the same for all three: a run resumed in the
+middle of an epoch sees exactly the images and crops an uninterrupted run would have seen, and the loaders are
+interchangeable.
 """
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,43 +17,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training.errors import UsageError
 from training.data.folder import MEAN, STD, scan, verify_images
+from training.pytorch.sampling import first_readable, training_crop, training_sampler
 from training.runner import synthetic_steps_per_epoch
-
-# torchvision's RandomResizedCrop defaults (Szegedy et al. 2015), which NVIDIA's DALI recipe uses too
-CROP_AREA, CROP_RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
-
-
-@dataclass(frozen=True)
-class Crop:
-    top: int
-    left: int
-    height: int
-    width: int
-    flip: bool
-
-
-def training_crop(image: Image.Image, seed: int, epoch: int, index: int) -> Crop:
-    """The random-resized crop and horizontal flip of sample `index` in `epoch`. `image` may be opened lazily
-    (only its header is read): torchvision draws the window from the image's size alone."""
-    from torchvision.transforms import RandomResizedCrop
-
-    # The CPU generator alone, which is all get_params draws from: torch.manual_seed would also seed every
-    # device's generator, 200 us a sample (measured), a third of the DALI source's time per sample.
-    torch.default_generator.manual_seed(hash((seed, epoch, index)) & 0x7FFF_FFFF)
-    top, left, height, width = RandomResizedCrop.get_params(image, scale=CROP_AREA, ratio=CROP_RATIO)
-    return Crop(top, left, height, width, flip=bool(torch.rand(1) < 0.5))
-
-
-def first_readable(samples: list[tuple[Path | str, int]], index: int, use):
-    """`use(path, label)` of the sample at `index`, or of the next one whose file PIL can read (a bad file among
-    good ones: say so and go on; verify_images has refused a dataset with too many)."""
-    for offset in range(len(samples)):
-        path, label = samples[(index + offset) % len(samples)]
-        try:
-            return use(path, label)
-        except OSError as err:
-            print(f"warning: unreadable image {path}: {err}", file=sys.stderr)
-    raise RuntimeError("no readable image in the dataset")
 
 
 class FolderDataset(Dataset):
@@ -82,29 +47,6 @@ class FolderDataset(Dataset):
             cropped = F.resized_crop(image.convert("RGB"), crop.top, crop.left, crop.height, crop.width,
                                      [self.image_size, self.image_size], InterpolationMode.BILINEAR, antialias=True)
             return self.normalize(F.hflip(cropped) if crop.flip else cropped)
-
-
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start its next pass at a given batch (resume mid-epoch)."""
-
-    def __init__(self, *args, batch_size: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.batch_size, self.start_batch = batch_size, 0
-
-    def __iter__(self):
-        indices = list(super().__iter__())[self.start_batch * self.batch_size:]
-        self.start_batch = 0
-        return iter(indices)
-
-    def __len__(self) -> int:
-        return super().__len__() - self.start_batch * self.batch_size
-
-
-def training_sampler(count: int, cfg, rank: int, size: int) -> ResumableSampler:
-    """The order in which this rank reads the training samples, epoch by epoch: a shuffled, disjoint shard
-    per rank (DistributedSampler seeded by --seed and the epoch), whole batches only."""
-    return ResumableSampler(range(count), num_replicas=size, rank=rank, shuffle=True, seed=cfg.seed,
-                            drop_last=True, batch_size=cfg.batch_size)
 
 
 class PilBatches:
@@ -140,9 +82,13 @@ class FolderData:
             from training.pytorch.dali import DaliBatches
 
             self.train = DaliBatches(samples, cfg, rank, size, device, self.steps_per_epoch)
+        elif cfg.loader == "nvjpeg":
+            from training.pytorch.nvjpeg import NvjpegBatches
+
+            self.train = NvjpegBatches(samples, cfg, rank, size, device)
         else:
             self.train = PilBatches(samples, cfg, rank, size, pin_memory=device.type == "cuda")
-        # Evaluation runs once per epoch over a small split: PIL for both loaders.
+        # Evaluation runs once per epoch over a small split: PIL for every loader.
         self.val = None
         if (root / "val").is_dir():
             _, val_samples = scan(root, "val")
