@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from training import checkpoint, metrics, tracking
-from training.config import TrainConfig
-from training.schedule import lr_at, peak_lr
+from training.config import TrainConfig, resolve_optimizer
+from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what one synthetic epoch counts
 
@@ -49,11 +49,14 @@ def synthetic_steps_per_epoch(global_batch: int) -> int:
 
 def plan(cfg: TrainConfig, world_size: int, steps_per_epoch: int) -> Plan:
     global_batch = cfg.batch_size * world_size
+    cfg = resolve_optimizer(cfg, global_batch)
     total = cfg.steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
+    lars = cfg.optimizer == "lars"
     return Plan(global_batch=global_batch, steps_per_epoch=steps_per_epoch, total_steps=total,
                 stop_at=min(total, cfg.stop_at_step or total),
-                warmup_steps=cfg.warmup_steps if cfg.warmup_steps >= 0 else max(1, total // 20),
-                peak_lr=peak_lr(cfg.base_lr, global_batch), schedule=cfg.lr_schedule, base_lr=cfg.base_lr)
+                warmup_steps=cfg.warmup_steps if cfg.warmup_steps >= 0 else default_warmup(cfg.optimizer, total),
+                peak_lr=lars_peak_lr(cfg.lars_lr, global_batch) if lars else peak_lr(cfg.base_lr, global_batch),
+                schedule=cfg.lr_schedule, base_lr=cfg.base_lr)
 
 
 class ScalarWriter(Protocol):
@@ -137,7 +140,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     out = Path(cfg.output_dir)
     metrics.prepare_output_dir(out)
     loop = make_loop(cfg)
-    cfg = loop.cfg  # with the hardware-dependent defaults decided (config.resolve_for_device)
+    # with the hardware-dependent defaults decided (config.resolve_for_device), and the batch-dependent ones
+    cfg = resolve_optimizer(loop.cfg, loop.cfg.batch_size * loop.size)
     rank0 = loop.rank == 0  # only rank 0 writes files and prints progress
     the_plan = plan(cfg, loop.size, loop.steps_per_epoch)
     ckpt_dir = out / "checkpoints"
@@ -154,7 +158,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
             print(f"resumed from {resume_from} at step {step}", flush=True)
     if rank0:
         print(f"training ResNet50 ({cfg.framework}, {loop.distribution}, {loop.size} worker(s), {loop.device}): "
-              f"{the_plan.total_steps} steps, global batch {the_plan.global_batch}, peak LR {the_plan.peak_lr:.4g}, "
+              f"{the_plan.total_steps} steps, global batch {the_plan.global_batch}, {cfg.optimizer}, "
+              f"peak LR {the_plan.peak_lr:.4g}, "
               f"{speed_settings(cfg)}", flush=True)
 
     uri = tracking.tracking_uri(cfg.mlflow, cfg.output_dir) if rank0 else None
@@ -183,7 +188,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                              final_loss=reporter.loss, top1=top1, framework=cfg.framework,
                              extra={"steps": step, "total_steps": the_plan.total_steps, "resumed_from_step": start_step,
                                     "distribution": loop.distribution, "device": loop.device,
-                                    "global_batch": the_plan.global_batch, "precision": cfg.precision,
+                                    "global_batch": the_plan.global_batch, "optimizer": cfg.optimizer,
+                                    "lr_schedule": cfg.lr_schedule, "precision": cfg.precision,
                                     "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
                                     "data_path": data_path(cfg), **peak_memory(loop)})
     reporter.close()

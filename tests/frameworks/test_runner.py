@@ -2,7 +2,7 @@
 import pytest
 
 from training import runner
-from training.config import dali_installed, parse_args, resolve_for_device
+from training.config import dali_installed, parse_args, resolve_for_device, resolve_optimizer
 from training.errors import UsageError
 
 
@@ -51,9 +51,41 @@ def test_without_dali_a_gpu_decodes_jpegs_with_nvjpeg():
     assert resolve_for_device(cfg("--framework", "keras"), gpu=True).loader == "pil"  # unused: tf.data reads
 
 
-def test_nvjpeg_is_refused_for_tensorflow_in_one_line():
-    with pytest.raises(UsageError, match="^--loader nvjpeg applies to pytorch only"):
-        cfg("--framework", "tensorflow", "--loader", "nvjpeg")
+@pytest.mark.parametrize("flags,words", [
+    (["--framework", "tensorflow", "--loader", "nvjpeg"], "--loader nvjpeg applies to pytorch only"),
+    (["--framework", "keras", "--optimizer", "lars"], "--optimizer lars applies to pytorch only (keras trains with sgd)"),
+    (["--optimizer", "sgd", "--lars-lr", "5"], "--lars-lr applies to --optimizer lars"),
+])
+def test_what_only_pytorch_has_is_refused_elsewhere_in_one_line(flags, words):
+    with pytest.raises(UsageError) as refused:
+        cfg(*flags)
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_vision_stacks_global_batch_trains_with_lars_and_its_schedule():
+    # 64 GPUs x 192 = 12,288 is past the 8,192 where SGD's linear scaling holds: LARS, MLPerf's peak 10 below 16k,
+    # 12% warmup, then (1 - progress)^2 down to 1e-4
+    plan = runner.plan(cfg("--steps", "100", "--batch-size", "192"), 64, 1000)
+    assert plan.global_batch == 12288 and plan.schedule == "poly" and plan.warmup_steps == 12
+    assert plan.peak_lr == 10.0
+    assert plan.lr(0) == pytest.approx(0.1)  # warmup starts at --base-lr
+    assert plan.lr(12) == pytest.approx(10.0)
+    assert plan.lr(56) == pytest.approx((10 - 1e-4) * 0.5 ** 2 + 1e-4)  # half-way through the decay: 2.500075
+    assert plan.lr(100) == pytest.approx(1e-4)
+    assert resolve_optimizer(cfg("--batch-size", "192"), 12288).optimizer == "lars"
+    assert runner.plan(cfg("--steps", "100", "--batch-size", "256"), 64, 1000).peak_lr == 25.0  # 16,384
+    assert runner.plan(cfg("--steps", "100", "--batch-size", "256"), 128, 1000).peak_lr == 31.2  # 32,768
+    assert runner.plan(cfg("--steps", "100", "--batch-size", "256", "--lars-lr", "8.5"), 64, 1000).peak_lr == 8.5
+
+
+def test_up_to_8192_images_sgd_keeps_the_linear_rule():
+    plan = runner.plan(cfg("--steps", "100", "--batch-size", "256"), 32, 1000)
+    assert plan.global_batch == 8192 and plan.schedule == "cosine" and plan.warmup_steps == 5
+    assert plan.peak_lr == pytest.approx(3.2)
+    assert resolve_optimizer(cfg(), 8192).optimizer == "sgd"
+    # TensorFlow and Keras have no LARS: SGD at any batch; an explicit schedule wins over auto
+    assert resolve_optimizer(cfg("--framework", "keras"), 12288).optimizer == "sgd"
+    assert resolve_optimizer(cfg("--optimizer", "lars", "--lr-schedule", "cosine"), 256).lr_schedule == "cosine"
 
 
 def test_explicit_speed_flags_win_over_the_hardware_defaults():

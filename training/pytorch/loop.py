@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from training import runner
 from training.metrics import usable_cores
-from training.config import TrainConfig, as_dict, resolve_for_device
-from training.pytorch import distributed
+from training.config import TrainConfig, as_dict, resolve_for_device, resolve_optimizer
+from training.pytorch import distributed, optim
 from training.pytorch.data import FolderData, SyntheticData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -67,13 +67,12 @@ class TorchLoop:
             # descheduled thread (measured: 2 ranks x 2 threads on 2 cores ran 10x slower than 1 thread each).
             torch.set_num_threads(max(1, usable_cores() // self.dist.local_size))
         global_batch = cfg.batch_size * self.size
+        self.cfg = cfg = resolve_optimizer(cfg, global_batch)  # sgd or lars, by the global batch
         self.data = (SyntheticData(cfg, global_batch, self.torch_device, self.rank) if cfg.data == "synthetic"
                      else FolderData(Path(cfg.data), cfg, self.rank, self.size, self.torch_device))
         self.steps_per_epoch = self.data.steps_per_epoch
         model = _build_model(cfg, self.torch_device)
-        # The LR is set before every step (runner); this one is only the constructor's placeholder.
-        optimizer = torch.optim.SGD(model.parameters(), lr=cfg.base_lr, momentum=cfg.momentum,
-                                    weight_decay=cfg.weight_decay)
+        optimizer = optim.build(model, cfg)
         self.scaler = torch.amp.GradScaler(self.torch_device.type) if cfg.precision == "fp16" else None
         self.model, self.optimizer = self.dist.wrap(model, optimizer, cfg.fp16_allreduce)
 

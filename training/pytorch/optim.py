@@ -1,0 +1,72 @@
+"""The optimizer of a run (`--optimizer sgd|lars`, decided by config.resolve_optimizer).
+
+LARS (You, Gitman, Ginsburg 2017, arXiv 1708.03888) as MLPerf's ResNet reference applies it
+(mlcommons/training image_classification/tensorflow2/lars_optimizer.py, LARSOptimizer, with the skip list
+['batch_normalization', 'bias'] and epsilon 0), per weight tensor w with gradient g:
+    trust = eta x ||w|| / (||g|| + weight_decay x ||w||)     (1 where ||w|| or ||g|| is 0)
+    v     = momentum x v + lr x trust x (g + weight_decay x w)
+    w     = w - v
+Biases and batch-norm parameters are left out of both the trust ratio and the weight decay: v = momentum x v +
+lr x g. The LR sits inside the momentum buffer, as in the reference (PyTorch's SGD applies it outside).
+"""
+from __future__ import annotations
+
+import torch
+
+TRUST_COEFFICIENT = 0.001  # eta: the reference's "eeta" default, also You et al.'s
+
+
+class Lars(torch.optim.Optimizer):
+    """LARS with momentum. Param groups with `adapt` False (biases, batch-norm) skip the trust ratio; their
+    weight decay is 0 (see lars_param_groups). Every argument has a default: Horovod's DistributedOptimizer
+    rebuilds the optimizer from its param groups alone."""
+
+    def __init__(self, params, lr: float = 0.1, momentum: float = 0.9, weight_decay: float = 0.0,
+                 trust_coefficient: float = TRUST_COEFFICIENT, adapt: bool = True):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coefficient=trust_coefficient, adapt=adapt))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+                if group["adapt"]:
+                    # On the device, no host sync: the norms stay tensors.
+                    w_norm, g_norm = torch.linalg.vector_norm(param), torch.linalg.vector_norm(grad)
+                    trust = torch.where((w_norm > 0) & (g_norm > 0),
+                                        group["trust_coefficient"] * w_norm / (g_norm + decay * w_norm),
+                                        torch.ones_like(w_norm))
+                    update = grad.add(param, alpha=decay).mul_(trust * lr)
+                else:
+                    update = grad.add(param, alpha=decay).mul_(lr) if decay else grad.mul(lr)
+                state = self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(param)
+                velocity = state["momentum_buffer"].mul_(momentum).add_(update)
+                param.sub_(velocity)
+        return loss
+
+
+def lars_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Weight tensors (convolutions, the classifier) adapted and decayed; 1-D parameters (in ResNet50 exactly
+    the batch-norm scales and shifts and the classifier's bias, the reference's skip list) neither."""
+    weights = [p for p in model.parameters() if p.ndim > 1]
+    skipped = [p for p in model.parameters() if p.ndim <= 1]
+    return [{"params": weights, "adapt": True, "weight_decay": weight_decay},
+            {"params": skipped, "adapt": False, "weight_decay": 0.0}]
+
+
+def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
+    """`cfg.optimizer` (resolved: sgd or lars) over the model's parameters. The LR is set before every step
+    (the runner's plan); the one given here is only the constructor's placeholder."""
+    if cfg.optimizer == "lars":
+        return Lars(lars_param_groups(model, cfg.weight_decay), lr=cfg.base_lr, momentum=cfg.momentum)
+    return torch.optim.SGD(model.parameters(), lr=cfg.base_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
