@@ -6,25 +6,30 @@ Every training figure comes from `python -m training train` (the real training l
                   horovod/examples/*/*_synthetic_benchmark.py run
   ours            synthetic, the trainer's defaults for the device (on a GPU: bf16, and channels-last for
                   pytorch) with torch.compile (pytorch) or, on a GPU, XLA (tensorflow), the largest batch that fits
-  ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` and `--loader pil` (pytorch),
-                  tf.data (tensorflow, keras)
+  ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` (where DALI is installed),
+                  `--loader nvjpeg` and `--loader pil` (pytorch), tf.data (tensorflow, keras)
 and for pytorch the data paths alone (no model: how many images per second each loader can deliver), which
 says whether the loader or the GPU sets the pace. Columns: img/s with its 95% confidence interval (the first
 logged window, warm-up and compilation, excluded), peak memory (GPU: the framework's allocator; CPU: the
 process's peak RSS), mean GPU utilisation over the second half of the run (nvidia-smi), and the ratios.
+It runs with whatever the machine has: one process of Horovod where Horovod is installed (as the cluster's job
+trains), else PyTorch's DDP of one process; it prints the versions it ran with.
 
 Run it from the framework's environment: `.venv-torch/bin/python -m devtools benchmark` (pytorch),
 `.venv-tf/bin/python -m devtools benchmark --framework tensorflow` (or keras).
 
 Examples:
   python -m devtools benchmark                          # 224 px and the largest batch that fits on a GPU
+  python3 -m devtools benchmark --batch-size 256 --steps 40   # a device machine: torch + torchvision only
   python -m devtools benchmark --image-size 224 --steps 60 --batch-size 256 --data /data/imagenet
   python -m devtools benchmark --framework keras --skip-jpeg
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import platform
 import os
 import shutil
 import subprocess
@@ -57,6 +62,62 @@ class Run:
         s = self.summary
         used = [s["precision"], *(name for name in ("channels_last", "compile", "xla") if s.get(name))]
         return self.label.replace("{settings}", ", ".join(used).replace("_", "-"))
+
+
+def horovod_installed(framework: str) -> bool:
+    try:
+        return importlib.util.find_spec("horovod." + ("torch" if framework == "pytorch" else "tensorflow")) is not None
+    except ModuleNotFoundError:  # no `horovod` package at all
+        return False
+
+
+def distribution(requested: str, framework: str, horovod: bool) -> str:
+    """--dist as the benchmark runs it: auto is Horovod where it is installed (one process, as the cluster's job
+    trains), else pytorch's DDP of one process; refused in one line where it cannot run."""
+    if framework != "pytorch":
+        if requested == "ddp":
+            raise UsageError(f"--dist ddp applies to pytorch only; {framework} runs Horovod")
+        if not horovod:
+            raise UsageError(f"--framework {framework}: its training loop needs Horovod, which is not installed here")
+        return "horovod"
+    if requested == "horovod" and not horovod:
+        raise UsageError("--dist horovod: Horovod is not installed here; use --dist ddp (or auto)")
+    return requested if requested != "auto" else "horovod" if horovod else "ddp"
+
+
+def versions(framework: str, gpu: str | None) -> str:
+    """What this benchmark ran with: Python, the framework, CUDA and the GPU, Horovod and DALI where present."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"python {platform.python_version()}"]
+    if framework == "pytorch":
+        import torch
+        import torchvision
+
+        parts += [f"torch {torch.__version__}", f"torchvision {torchvision.__version__}",
+                  f"CUDA {torch.version.cuda}" if torch.version.cuda else "CUDA none (CPU build)"]
+        if torch.cuda.is_available():
+            parts.append(f"cuDNN {torch.backends.cudnn.version()}")
+    else:
+        import tensorflow as tf
+
+        built = tf.sysconfig.get_build_info()
+        parts += [f"tensorflow {tf.__version__}", f"CUDA {built.get('cuda_version', 'none (CPU build)')}"]
+    parts.append(f"GPU {gpu}" if gpu else "no GPU")
+    try:
+        parts.append(f"horovod {version('horovod')}" if horovod_installed(framework) else "no horovod")
+    except PackageNotFoundError:
+        parts.append("horovod (version unknown)")
+    if framework == "pytorch":
+        from training.config import dali_installed
+
+        if dali_installed():
+            from nvidia import dali
+
+            parts.append(f"DALI {dali.__version__}")
+        else:
+            parts.append("no DALI")
+    return ", ".join(parts)
 
 
 def gpu_name() -> str | None:
@@ -168,6 +229,13 @@ def measure_loader(data: Path, loader: str, image_size: int, batch_size: int, wo
     return float(result.stdout.strip().splitlines()[-1])
 
 
+def jpeg_loaders() -> tuple[str, ...]:
+    """The pytorch loaders this machine can run: DALI where it is installed, nvjpeg and PIL everywhere."""
+    from training.config import dali_installed
+
+    return ("dali", "nvjpeg", "pil") if dali_installed() else ("nvjpeg", "pil")
+
+
 def jpeg_dataset(images: int, out: Path, jobs: int) -> Path:
     from devtools.synth_data import make_dataset
 
@@ -212,13 +280,12 @@ def main(argv: list[str]) -> int:
                         "at ImageNet sizes, one epoch's worth, in a temporary folder)")
     parser.add_argument("--skip-jpeg", action="store_true", help="synthetic runs only")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile / XLA out of our settings")
-    parser.add_argument("--dist", choices=("horovod", "ddp"), default="horovod", help="pytorch's distribution, "
-                        "one process without a launcher (default: horovod, as the cluster's job runs; under Horovod "
-                        "the weights stay NCHW and only activations go channels-last, DDP takes channels-last "
-                        "weights)")
+    parser.add_argument("--dist", choices=("auto", "horovod", "ddp"), default="auto", help="pytorch's "
+                        "distribution, one process without a launcher; auto: horovod where it is installed, as the "
+                        "cluster's job runs, else ddp (under Horovod the weights stay NCHW and only activations go "
+                        "channels-last, DDP takes channels-last weights)")
     args = parser.parse_args(argv)
-    if args.dist == "ddp" and args.framework != "pytorch":
-        raise UsageError(f"--dist ddp applies to pytorch only; {args.framework} runs Horovod")
+    args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework))
     try:
         __import__("torch" if args.framework == "pytorch" else "tensorflow")
     except ImportError:
@@ -227,6 +294,8 @@ def main(argv: list[str]) -> int:
                          "devtools benchmark") from None
     if args.batch_size != "auto" and not args.batch_size.isdigit():
         raise UsageError(f"--batch-size {args.batch_size}: give a number of images or auto")
+    ran_with = versions(args.framework, gpu)
+    print(f"benchmark: {ran_with}", flush=True)
     workers = args.workers or min(16, len(os.sched_getaffinity(0)))
     log_every = max(1, args.steps // 6)
     common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every)]
@@ -255,17 +324,18 @@ def main(argv: list[str]) -> int:
         if not args.skip_jpeg:
             data = args.data or jpeg_dataset((args.steps + 1) * batch, out / "jpeg", workers)
             jpeg = [*common, *steps, "--data", str(data), "--batch-size", str(batch), "--workers", str(workers), *ours]
-            for loader in (("dali", "pil") if args.framework == "pytorch" else ("tf.data",)):
+            for loader in (jpeg_loaders() if args.framework == "pytorch" else ("tf.data",)):
                 flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
                 runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags))
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":
             loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, max(4, args.steps // 2))
-                       for loader in ("dali", "pil")}
+                       for loader in jpeg_loaders()}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
     framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework
     print(f"\nResNet50 training, {framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
+    print(f"  ran with: {ran_with}")
     print("\n".join(_table(runs, loaders, recipe, synthetic)))
     print(f"  ours / recipe (synthetic): {synthetic.rate / recipe.rate:.2f}x")
     return 0

@@ -1,6 +1,7 @@
 """`--loader dali` against `--loader pil` on CPU (DALI's CPU backend): the same images in the same order, the same
 crop windows and flips, the same normalisation; resumable mid-epoch; and a training run through it."""
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -89,11 +90,32 @@ def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
     table = result.stdout.split("ResNet50 training, pytorch (horovod), 32x32, 1 worker, CPU")[1].splitlines()
     rows = {line.split("  ")[1].strip(): line for line in table[2:] if line.startswith("  ") and "  " in line[2:]}
     assert set(rows) >= {"recipe: synthetic, fp32, eager, batch 32", "ours: synthetic, fp32, batch 4",
-                         "ours: JPEG files, dali (1 workers)", "ours: JPEG files, pil (1 workers)",
-                         "dali data path alone (no model)", "pil data path alone (no model)"}, table
+                         "ours: JPEG files, dali (1 workers)", "ours: JPEG files, nvjpeg (1 workers)",
+                         "ours: JPEG files, pil (1 workers)", "dali data path alone (no model)",
+                         "nvjpeg data path alone (no model)", "pil data path alone (no model)"}, table
     assert "1.00x" in rows["recipe: synthetic, fp32, eager, batch 32"]
     assert "GiB RSS" in rows["ours: JPEG files, dali (1 workers)"]
     assert "ours / recipe (synthetic):" in result.stdout
+    import torchvision
+
+    # the versions it ran with, under the table
+    assert (f"ran with: python {platform.python_version()}, torch {torch.__version__}, torchvision "
+            f"{torchvision.__version__}, CUDA {torch.version.cuda}, no GPU, horovod 0.28.1, DALI ") in table[1], table
+
+
+def test_the_benchmark_runs_with_whatever_distribution_the_machine_has():
+    from devtools.benchmark import distribution
+
+    assert distribution("auto", "pytorch", horovod=True) == "horovod"  # as the cluster's job trains
+    assert distribution("auto", "pytorch", horovod=False) == "ddp"  # a device machine: DDP of one process
+    assert distribution("ddp", "pytorch", horovod=True) == "ddp"
+    assert distribution("auto", "keras", horovod=True) == "horovod"
+    for requested, framework, words in (("ddp", "tensorflow", "--dist ddp applies to pytorch only; tensorflow "
+                                                              "runs Horovod"),
+                                        ("horovod", "pytorch", "--dist horovod: Horovod is not installed here"),
+                                        ("auto", "keras", "--framework keras: its training loop needs Horovod")):
+        with pytest.raises(UsageError, match=words):
+            distribution(requested, framework, horovod=False)
 
 
 def test_the_benchmark_refuses_ddp_for_tensorflow_in_one_line():
