@@ -13,7 +13,8 @@ torchvision's API this relies on, `torchvision.io.decode_jpeg(input, mode, devic
 - `input` a list of 1-D uint8 CPU tensors (the encoded files) is decoded as one batch, which on CUDA is several
   times faster than one call per image; lists are accepted since torchvision 0.19 (pytorch/vision PR 8496,
   "GPU jpeg decoder: add batch support"), so both the device image's torchvision 0.26 and this repository's
-  0.29 have it; the inputs stay on the CPU whatever `device` says;
+  0.29 have it (checked in the 0.26 wheel's torchvision/io/image.py: the same signature, a list on CUDA goes to
+  `torch.ops.image.decode_jpegs_cuda`); the inputs stay on the CPU whatever `device` says;
 - `device="cuda"` decodes with nvJPEG, `device="cpu"` with libjpeg-turbo (the library PIL uses), which is what
   the CPU tests run; `mode=ImageReadMode.RGB` makes grayscale files 3-channel, as PIL's convert("RGB") does;
 - one bad image fails the whole call ("does not return partial results in case of an error"), so a failed
