@@ -277,16 +277,19 @@ def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
     (https://learn.microsoft.com/azure/batch/batch-automatic-scaling#variables): a queued `submit --nodes 1`
     asks for one node, not `max_nodes`. How $RunningTasks counts a running multi-instance task the page does not
     say, so while anything runs the pool keeps the nodes it has: a running job's nodes are never given up (nor a
-    resize left waiting for the task to end), at the price of idle nodes staying until the run ends. Samples can
-    be missing: below 70% of the last 5 minutes the latest one counts, else the largest of them. Dedicated nodes
-    only: low-priority nodes are gone from Batch-service pools (see config.py, lowPriority).
+    resize left waiting for the task to end). What waits is read from the newest sample only: a task counts as
+    active until it starts, so the largest sample of the last 5 minutes would still count a job that has just
+    started on its nodes, and the next evaluation would add as many idle ones for the whole run. Whether
+    anything runs is read from the last 5 minutes (below 70% of samples, the newest): a brief gap in the samples
+    does not give a running job's nodes up. Dedicated nodes only: low-priority nodes are gone from Batch-service
+    pools (see config.py, lowPriority).
     """
     def recent(metric: str) -> str:
         return (f"{metric}.GetSamplePercent(TimeInterval_Minute * 5) < 70 ? max(0, {metric}.GetSample(1)) : "
                 f"max(0, max({metric}.GetSample(TimeInterval_Minute * 5)))")
 
     return "\n".join([
-        f"$waiting = {recent('$ActiveTasks')};",
+        "$waiting = max(0, $ActiveTasks.GetSample(1));",
         f"$running = {recent('$RunningTasks')};",
         "$busy = $running > 0 ? $CurrentDedicatedNodes : 0;",
         f"$target = min({max_nodes}, max({min_nodes}, $waiting + $busy));",

@@ -350,6 +350,9 @@ def evaluate_formula(formula: str, **metrics) -> dict:
     (0, 8, Samples(0, 0), Samples(0, 0), 3, 0),  # idle for 5 minutes: back to minNodes
     (1, 8, Samples(0, 0), Samples(0, 0), 3, 1),
     (0, 8, Samples(0, 2, percent=50), Samples(0, 0, percent=50), 0, 0),  # samples missing: the newest counts
+    # The job has just started on its node: a minute ago it was still active. Its node, and no idle one more.
+    (0, 8, Samples(0, 1), Samples(1, 0), 1, 1),
+    (0, 8, Samples(0, 2, 2), Samples(1, 0, 0), 2, 2),
 ])
 def test_the_pool_is_sized_from_the_nodes_its_jobs_ask_for(min_nodes, max_nodes, active, running, current, expected):
     pending = Samples(*(a + r for a, r in zip(active.values, running.values)), percent=active.percent)
