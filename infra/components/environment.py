@@ -75,8 +75,13 @@ class Environment(pulumi.ComponentResource):
             # identity, and azure-ai-ml uploads the snapshot with the caller's: both need Storage Blob Data
             # Contributor on the account ("Scenarios for role assignments" in
             # https://learn.microsoft.com/azure/machine-learning/how-to-disable-local-auth-storage).
-            self.node_grants.append(
-                self.storage.grant("nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR))
+            # On the account, but never writing the stack's own containers: the training code that runs as this
+            # identity may not rewrite the dataset, the scripts or the staging reports (outputs it writes by
+            # its own grant). Which containers Azure ML itself uses is not listed in its docs, so the condition
+            # names ours rather than theirs.
+            self.node_grants.append(self.storage.grant(
+                "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR,
+                condition=roles.blob_writes_except(("data", "scripts", "status"))))
             if cfg.launches_job_on_up:
                 self.deployer_grants.append(self.storage.grant(
                     "deployer-workspace", self.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,

@@ -32,15 +32,29 @@ def assignment_name(scope: str, principal_id: str, role: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{scope}|{principal_id}|{role}"))
 
 
+def blob_writes_except(containers: tuple[str, ...]) -> str:
+    """A role assignment condition (Azure ABAC, version 2.0) under which a blob data role writes, adds, moves
+    and deletes blobs anywhere but in `containers`, and reads everywhere it could before. The format is the
+    "simple condition" of https://learn.microsoft.com/azure/role-based-access-control/conditions-format with the
+    blob actions of https://learn.microsoft.com/azure/storage/blobs/storage-auth-abac-attributes."""
+    actions = "\n AND\n ".join(f"!(ActionMatches{{'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/{a}'}})"
+                               for a in ("write", "add/action", "delete", "move/action"))
+    names = "\n AND\n ".join(f"@Resource[Microsoft.Storage/storageAccounts/blobServices/containers:name] "
+                             f"StringNotEquals '{c}'" for c in containers)
+    return f"(\n (\n {actions}\n )\n OR\n (\n {names}\n )\n)"
+
+
 def assign(name: str, *, role: str, principal_id: pulumi.Input[str], scope: pulumi.Input[str],
            parent: pulumi.Resource, principal_type: str = SERVICE_PRINCIPAL, description: str | None = None,
-           ) -> authorization.RoleAssignment:
-    """`role` for `principal_id` (a managed identity unless `principal_type` says otherwise) on `scope`."""
+           condition: str | None = None) -> authorization.RoleAssignment:
+    """`role` for `principal_id` (a managed identity unless `principal_type` says otherwise) on `scope`, limited
+    by an ABAC `condition` where given."""
     subscription = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=parent))
     return authorization.RoleAssignment(
         name, role_assignment_name=pulumi.Output.all(scope, principal_id).apply(
             lambda values: assignment_name(values[0], values[1], role)),
         principal_id=principal_id, principal_type=principal_type, description=description,
+        condition=condition, condition_version="2.0" if condition else None,
         role_definition_id=subscription.subscription_id.apply(
             lambda sub: f"/subscriptions/{sub}/providers/Microsoft.Authorization/roleDefinitions/{role}"),
         scope=scope,

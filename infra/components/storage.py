@@ -103,12 +103,13 @@ class Storage(pulumi.ComponentResource):
         })
 
     def grant(self, label: str, principal_id: pulumi.Input[str], container: str | None, role: str,
-              principal_type: str = roles.SERVICE_PRINCIPAL, description: str | None = None):
+              principal_type: str = roles.SERVICE_PRINCIPAL, description: str | None = None,
+              condition: str | None = None):
         """A principal's access to one container, or to the whole account where `container` is None (Storage
         Blob Data Reader or Contributor); a managed identity unless `principal_type` says otherwise."""
         scope = self.account.id if container is None else self.containers[container].id
         return roles.assign(f"{self._name}-{label}", role=role, principal_id=principal_id, scope=scope, parent=self,
-                            principal_type=principal_type, description=description)
+                            principal_type=principal_type, description=description, condition=condition)
 
     def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
         token = storage.list_storage_account_service_sas_output(

@@ -255,3 +255,21 @@ def test_a_public_workspace_is_open_by_declared_choice_and_up_launches_the_job(a
     assert workspace.inputs["tags"]["network-access"] == "public"
     assert [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs]
     assert not security.resource_violations(f"{ML}:Workspace", workspace.inputs)
+
+
+def test_the_nodes_account_wide_grant_cannot_rewrite_the_stacks_own_containers(aml_ev):
+    """The nodes' identity needs Blob Data Contributor on the account for the workspace's containers; an ABAC
+    condition keeps its writes out of data, scripts and status (the training code runs as that identity)."""
+    account = aml_ev.one("azure-native:storage:StorageAccount").state["id"]
+    nodes = aml_ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id").state["principalId"]
+    grant = next(g.inputs for g in aml_ev.of_type("azure-native:authorization:RoleAssignment")
+                 if g.inputs["scope"] == account and g.inputs["principalId"] == nodes)
+    assert grant["conditionVersion"] == "2.0"
+    condition = " ".join(grant["condition"].split())
+    for action in ("write", "add/action", "delete", "move/action"):
+        assert f"!(ActionMatches{{'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/{action}'}})" in condition
+    assert "blobs/read" not in condition  # reading stays as the role gives it
+    for container in ("data", "scripts", "status"):
+        assert (f"@Resource[Microsoft.Storage/storageAccounts/blobServices/containers:name] StringNotEquals "
+                f"'{container}'") in condition
+    assert condition.startswith("( ( !(ActionMatches") and ") OR ( @Resource" in condition
