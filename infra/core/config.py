@@ -417,7 +417,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def _stack_document_config(stack: str, root: Path) -> dict[str, Any]:
     """The stack file's `config:` mapping (qualified keys), after the checks Pulumi would not make: a key given
-    twice, a key with no namespace or another project's (the program would never see it)."""
+    twice, a key of another project's namespace (the program would never see it). A key without a namespace is
+    this project's: the CLI qualifies it with the project's name (pulumi/pulumi sdk/go/common/workspace/loaders.go,
+    stackConfigNamespacedWithProject)."""
     path = root / f"Pulumi.{stack}.yaml"
     if not path.is_file():
         raise ConfigError(None, f"--stack {stack}: no {path.name} in {root}; stacks here: "
@@ -436,16 +438,20 @@ def _stack_document_config(stack: str, root: Path) -> dict[str, Any]:
     config = document.get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         return {}
-    for key in config:
+    qualified: dict[str, Any] = {}
+    for key, value in config.items():
         namespace, _, name = str(key).rpartition(":")
-        if not namespace:
-            raise ConfigError(str(key), f"has no namespace, so Pulumi would not give it to this program; write "
-                                        f"{PROJECT}:{key}")
-        if namespace != PROJECT and namespace not in PROVIDER_NAMESPACES:
+        if namespace and namespace != PROJECT and namespace not in PROVIDER_NAMESPACES:
             raise ConfigError(str(key), f"namespace '{namespace}' is neither this project's ({PROJECT}) nor a "
                                         f"provider's ({', '.join(PROVIDER_NAMESPACES)}); did you mean "
                                         f"{PROJECT}:{name}?")
-    return {str(key): value for key, value in config.items()}
+        full = f"{namespace or PROJECT}:{name}"
+        if full in qualified:
+            # Both spellings of one key: the CLI keeps whichever its map iteration gives last (Go maps have no
+            # order), so which value `up` would see is left to chance.
+            raise ConfigError(full, f"given twice, as {name} and as {PROJECT}:{name} (the same key); keep one")
+        qualified[full] = value
+    return qualified
 
 
 def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:

@@ -192,8 +192,8 @@ def _stack_file(tmp_path, body):
 
 
 @pytest.mark.parametrize("body,words", [
-    ("config:\n  maxNodes: 4\n", "config key 'maxNodes': has no namespace, so Pulumi would not give it to this "
-                                  "program; write azure-dl-training:maxNodes"),
+    ("config:\n  maxNodes: 4\n  azure-dl-training:maxNodes: 8\n",
+     "config key 'azure-dl-training:maxNodes': given twice, as maxNodes and as azure-dl-training:maxNodes"),
     ("config:\n  other-project:maxNodes: 4\n", "namespace 'other-project' is neither this project's"),
     ("config:\n  azure-dl-training:maxNodes: 4\n  azure-dl-training:maxNodes: 8\n",
      "config key 'azure-dl-training:maxNodes': given twice (line 3); keep one"),
@@ -223,3 +223,10 @@ def test_azureml_takes_low_priority_nodes_and_its_own_keys():
     cfg = parse("x", {**BASE, "backend": "azureml", "lowPriority": True, "amlDataMode": "mount", "amlIdleMinutes": 30})
     assert (cfg.backend, cfg.low_priority, cfg.aml_data_mode, cfg.aml_idle_minutes) == ("azureml", True, "mount", 30)
     assert parse("x", BASE).backend == "batch"
+
+
+def test_a_key_without_namespace_is_this_projects_as_the_cli_reads_it(tmp_path):
+    """pulumi/pulumi sdk/go/common/workspace/loaders.go qualifies a stack key without a namespace with the
+    project's name (TestLoadingStackConfigWithoutNamespacingTheProject)."""
+    _stack_file(tmp_path, "config:\n  maxNodes: 4\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n")
+    assert config.from_stack_file("a", tmp_path).max_nodes == 4

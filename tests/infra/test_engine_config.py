@@ -197,3 +197,15 @@ def test_a_key_pulumi_yaml_does_not_declare_is_named_by_up_as_by_plan():
     engine = EngineConfig({**engine.values, f"{config.PROJECT}:maxNode": "4"})
     with pytest.raises(pulumi.RunError, match="config key 'maxNode': unknown key; did you mean 'maxNodes'"):
         offline.evaluate_program("dev", engine)
+
+
+def test_a_stack_key_without_namespace_is_the_projects():  # TestLoadingStackConfigWithoutNamespacingTheProject
+    values = _merge("""
+        name: test
+        runtime: dotnet
+        config:
+          aws:region: us-west-1
+          instanceSize: t3.micro""", """
+        config:
+          instanceSize: t4.large""")
+    assert values == {"test:instanceSize": "t4.large", "aws:region": "us-west-1"}
