@@ -113,6 +113,8 @@ exec /opt/dltrain/venv/bin/python -m training stage env:DATA_CONTAINER_URL {data
 """
 
 
+STAGE_TIMEOUT_HOURS = 12  # the longest one staging run may take before systemd stops it
+
 def stage_unit() -> str:
     """A oneshot run, started by the timer only (no [Install]): systemd leaves a run that is still going alone
     when the timer elapses (https://manpages.ubuntu.com/manpages/noble/man5/systemd.timer.5.html)."""
@@ -129,6 +131,10 @@ EnvironmentFile=/etc/dltrain/stage.env
 ExecStart=/usr/local/sbin/dltrain-stage
 # "waiting for data" (https://manpages.ubuntu.com/manpages/noble/man5/systemd.service.5.html, SuccessExitStatus=)
 SuccessExitStatus={EXIT_NO_DATA}
+# A oneshot has no start timeout by default (same page, TimeoutStartSec=), and a run that hangs (a stuck
+# connection) would hold the unit in "activating" for good: the timer counts from the unit's end, so staging and
+# restage requests would stop. A bound far above a whole ImageNet copy; the next run resumes where it stopped.
+TimeoutStartSec={STAGE_TIMEOUT_HOURS}h
 """
 
 

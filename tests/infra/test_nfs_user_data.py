@@ -142,5 +142,6 @@ def test_staging_never_stops_checking_the_container_and_reports_every_state():
     assert (f"exec /opt/dltrain/venv/bin/python -m training stage env:DATA_CONTAINER_URL /data/imagenet --mark \\\n"
             f"  --report env:STATUS_CONTAINER_URL --recheck-minutes {nfs_user_data.STAGE_RECHECK_MINUTES}") in stage
     assert f"SuccessExitStatus={staged.EXIT_NO_DATA}" in unit  # "waiting for data" is not a failure
+    assert "TimeoutStartSec=12h" in unit  # a hung run cannot stop the timer for good (a oneshot has no timeout)
     assert "STATUS_CONTAINER_URL=https://st.blob.core.windows.net/status" in nfs_user_data.stage_env(URLS, "c")
     assert staging.RECHECK_MINUTES == nfs_user_data.STAGE_RECHECK_MINUTES  # what the deployer is told
