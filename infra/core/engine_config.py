@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +51,28 @@ class EngineConfig:
         return {key[len(prefix):]: text for key, text in self.values.items() if key.startswith(prefix)}
 
 
+def _go_float(number: float) -> str:
+    """encoding/json's float64 text: the shortest form, exponent only below 1e-6 or from 1e21 (as 1e-07 -> 1e-7)."""
+    if number == int(number) and abs(number) < 1e21:
+        return str(int(number))
+    if 1e-6 <= abs(number) < 1e21:
+        return format(Decimal(repr(number)), "f")  # shortest digits, no exponent: 1e-05 -> 0.00001
+    mantissa, exponent = f"{number:e}".split("e")
+    mantissa = repr(float(mantissa))
+    return f"{mantissa[:-2] if mantissa.endswith('.0') else mantissa}e{int(exponent):+03d}".replace("e+0", "e+") \
+        .replace("e-0", "e-")
+
+
 def _json(value: Any) -> str:
-    # Go's json.Marshal: compact, map keys sorted.
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    """Go's json.Marshal: compact, map keys sorted, UTF-8 kept, <, > and & escaped, floats as Go writes them."""
+    if isinstance(value, float):
+        return _go_float(value)
+    if isinstance(value, list):
+        return "[" + ",".join(_json(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_json(str(k))}:{_json(value[k])}" for k in sorted(value, key=str)) + "}"
+    text = json.dumps(value, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _is_secure(value: Any) -> bool:
@@ -116,10 +136,10 @@ def _valid(type_name: str, items: Mapping[str, Any] | None, content: Any) -> boo
     if type_name == "object":
         return isinstance(content, dict)
     if type_name == "array":
-        if not isinstance(content, list):
-            return False
-        return items is None or all(_valid(items.get("type", ""), items.get("items"), item) for item in content)
-    return True
+        # An array without `items` fails, as it does in Go (project validation refuses such a schema anyway).
+        return isinstance(content, list) and items is not None and all(
+            _valid(items.get("type", ""), items.get("items"), item) for item in content)
+    return False  # a type name Go does not know
 
 
 def merge(project: Mapping[str, Any], stack: str, stack_config: Mapping[str, Any],
@@ -158,6 +178,8 @@ def merge(project: Mapping[str, Any], stack: str, stack_config: Mapping[str, Any
         if not isinstance(spec, Mapping) or "type" not in spec:
             continue
         qualified = key if ":" in key else f"{name}:{key}"
+        if qualified not in texts:  # another namespace's key, unset and without default: Go skips it as well
+            continue
         text, is_object = texts[qualified]
         content = json.loads(text) if is_object else text
         if not _valid(spec["type"], spec.get("items"), content):

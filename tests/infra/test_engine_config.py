@@ -209,3 +209,25 @@ def test_a_stack_key_without_namespace_is_the_projects():  # TestLoadingStackCon
         config:
           instanceSize: t4.large""")
     assert values == {"test:instanceSize": "t4.large", "aws:region": "us-west-1"}
+
+
+@pytest.mark.parametrize("yaml_value, text", [
+    # Go's encoding/json (object.go MarshalString marshals numbers and lists with it): the values Go writes.
+    ("2.0", "2"), ("0.00001", "0.00001"), ("1.0e-7", "1e-7"), ("1.5e+21", "1.5e+21"), ("true", "true"),
+    ("[a<b, c&d, é]", '["a\\u003cb","c\\u0026d","é"]'), ("{b: 1, a: 2}", '{"a":2,"b":1}'),
+])
+def test_stack_values_become_the_text_go_writes(yaml_value, text):
+    values = _merge("name: test\nruntime: python\n", f"config:\n  test:v: {yaml_value}\n")
+    assert values == {"test:v": text}
+
+
+def test_a_whole_float_passes_an_integer_key_as_in_pulumi_up():
+    assert _merge("name: test\nruntime: python\nconfig:\n  n:\n    type: integer\n",
+                  "config:\n  test:n: 2.0\n") == {"test:n": "2"}
+
+
+@pytest.mark.parametrize("declared", [{"type": "array"}, {"type": "number"}])
+def test_types_go_does_not_validate_as_given_fail(declared):
+    """project.go ValidateConfigValue: an array needs its items' type; an unknown type name is never valid."""
+    with pytest.raises(EngineConfigError, match="must be of type"):
+        engine_config.merge({"name": "test", "config": {"v": declared}}, "dev", {"test:v": ["x"]})
