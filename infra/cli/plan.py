@@ -200,7 +200,9 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
         # can take up to 30 minutes to take effect.
         lines.append("Creating those grants needs Owner or User Access Administrator; a new grant can take up to 30 "
                      "minutes to take effect, so the first `up` may submit no job and say \"waiting for access\": "
-                     "run `pulumi up` again later.")
+                     "run `pulumi up` again later. The grants follow whoever runs `up`: when another identity runs "
+                     "it, they move to that identity and the previous one loses them (give a team's deployers a "
+                     "group or one service principal).")
     return lines
 
 
