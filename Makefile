@@ -75,7 +75,7 @@ demo-local: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-
 	@echo; echo "Summary ($(DEMO)/run/summary.json):"; cat $(DEMO)/run/summary.json
 	@echo; echo "Outputs in $(DEMO)/run: metrics.jsonl, summary.json, report.png, tensorboard/, checkpoints/, model.onnx (checked with onnxruntime)"
 
-plan: setup  ## offline plan of one stack: make plan STACK=vision
+plan: .venv/.installed  ## offline plan of one stack (needs only .venv): make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
 test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks)

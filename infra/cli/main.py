@@ -101,8 +101,9 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
 
     work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
     if args.command == "register-model":
-        print("error: register-model needs backend azureml (a model registry); the rehearsal plays the Batch "
-              "backend, whose model is run/model.onnx in what `download --rehearsal` fetches", file=sys.stderr)
+        print("error: register-model --rehearsal: rehearsals play the Batch backend only, which has no model "
+              "registry; a rehearsal's model is run/model.onnx in what `download --rehearsal` fetches (on an azureml "
+              "stack, run register-model without --rehearsal after `pulumi up`)", file=sys.stderr)
         return 1
     try:
         with RecordedRehearsal(work.resolve(), args.stack) as rehearsal:

@@ -103,3 +103,11 @@ def test_register_model_needs_the_azureml_backend(tmp_path, capsys):
     code, _, err = run(["register-model", "--stack", "dev", "--outputs", str(tmp_path / "x.json")], FakeAmlJobs(),
                        capsys)
     assert code == 1 and "register-model needs backend azureml" in err
+
+
+def test_register_model_with_rehearsal_says_rehearsals_are_batch_only(capsys, tmp_path):
+    code = main(["register-model", "--stack", "nlp", "--rehearsal", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("error: register-model --rehearsal: rehearsals play the Batch backend only")
+    assert "without --rehearsal" in err
