@@ -28,6 +28,23 @@ LOOPS = {"pytorch": "training.pytorch.loop", "tensorflow": "training.tensorflow.
          "keras": "training.tensorflow.loop"}
 
 
+TRAIN_HELP = """Train ResNet50 data-parallel, one process per GPU (or per CPU rank), under Horovod or PyTorch DDP, on
+synthetic data or an ImageNet-layout folder (train/<class>/*.JPEG, val/<class>/*.JPEG). Rank 0 writes metrics.jsonl,
+summary.json, report.png, TensorBoard events, checkpoints (every --checkpoint-every steps; --resume auto continues
+from the newest) and model.onnx into --output-dir. Every flag below has a default; --config FILE (YAML) gives
+others, and flags override it. The precision, channels-last and loader defaults follow the hardware (bf16,
+channels-last and a GPU decoder on a GPU; fp32 and PIL on a CPU).
+
+Examples:
+  horovodrun -np 2 -H localhost:2 python -m training train --data /tmp/ds --image-size 64 --batch-size 8 \\
+      --steps 40 --output-dir /tmp/run
+  torchrun --standalone --nproc-per-node 2 -m training train --dist ddp --data synthetic --steps 20 \\
+      --output-dir /tmp/run
+  python -m training train --framework keras --data synthetic --image-size 64 --batch-size 8 --steps 20 \\
+      --output-dir /tmp/run     # one process
+"""
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -37,7 +54,7 @@ def main(argv: list[str]) -> int:
         if command == "train":
             from training.config import parse_args
 
-            cfg = parse_args(rest, description=__doc__)
+            cfg = parse_args(rest, description=TRAIN_HELP)
             return importlib.import_module(LOOPS[cfg.framework]).main(cfg)
         if command in COMMANDS:
             return importlib.import_module(COMMANDS[command]).main(rest)

@@ -99,3 +99,14 @@ def test_help_says_what_the_defaults_are_on_each_device(capsys):
         parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "auto: bf16 on a GPU, fp32 on CPU" in text and "on for pytorch on a GPU, off on CPU" in text
+
+
+def test_train_help_describes_training_not_the_package():
+    import subprocess
+    import sys
+
+    from training.__main__ import TRAIN_HELP
+
+    out = subprocess.run([sys.executable, "-m", "training", "train", "--help"], capture_output=True, text=True,
+                         check=True).stdout
+    assert TRAIN_HELP.splitlines()[0] in out and "Commands:" not in out
