@@ -23,10 +23,9 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.components.training_job import (as_compared, as_stored, running_job_refusal, submitted_job,
-                                            waiting_for_access, warn_unless_submitted)
+from infra.components.training_job import (as_compared, as_stored, launch_when_ready, running_job_refusal,
+                                            submitted_job, warn_unless_submitted)
 from infra.dataplane import aml_job, staging
-from training.errors import AccessRefused
 from infra.dataplane.azureml import TERMINAL, AmlJobs, AzureMlJobs
 from infra.dataplane.batch import JobNotFound
 
@@ -54,21 +53,14 @@ class AmlTrainingJobProvider(ResourceProvider):
         return self._service or AzureMlJobs(*(props[name] for name in WORKSPACE_FIELDS))
 
     def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
-        inputs = inputs_from(props)
-        name = aml_job.job_name(inputs)
-        try:
-            if props.get("data_container_url"):
-                ready = self._staged(props["data_container_url"], "")
-                if not ready.ready:
-                    then = (f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack "
-                            f"{inputs.stack}`)")
-                    return {**props, "job_name": "",
-                            "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
+        def submit() -> str:
+            inputs = inputs_from(props)
+            name = aml_job.job_name(inputs)
             with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:
                 self._jobs(props).submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
-        except AccessRefused as err:
-            return {**props, "job_name": "", "state": waiting_for_access(err)}
-        return {**props, "job_name": name, "state": f"submitted {name}"}
+            return name
+
+        return launch_when_ready(props, "job_name", self._staged, "", submit)  # no NFS server: `data` itself
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         outs = self._launch(props)

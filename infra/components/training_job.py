@@ -60,21 +60,13 @@ class TrainingJobProvider(ResourceProvider):
 
     def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
         """Submit the job if the data is ready; the outputs either way (job_id "" and why, when not)."""
-        inputs = inputs_from(props)
-        data_url, status_url = props.get("data_container_url") or "", props.get("data_status_url") or ""
-        try:
-            if data_url:
-                ready = self._staged(data_url, status_url)
-                if not ready.ready:
-                    then = (f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack "
-                            f"{inputs.stack}`)")
-                    return {**props, "job_id": "",
-                            "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
+        def submit() -> str:
+            inputs = inputs_from(props)
             job = batch_spec.job_id(inputs)
             self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
-        except AccessRefused as err:
-            return {**props, "job_id": "", "state": waiting_for_access(err)}
-        return {**props, "job_id": job, "state": f"submitted {job}"}
+            return job
+
+        return launch_when_ready(props, "job_id", self._staged, props.get("data_status_url") or "", submit)
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         outs = self._launch(props)
@@ -110,6 +102,22 @@ class TrainingJobProvider(ResourceProvider):
         job = submitted_job(props, "job_id", id_)
         if job:  # "" while the data was not ready: nothing was submitted
             self._batch(props).delete(job)
+
+
+def launch_when_ready(props: dict[str, Any], key: str, staged: Callable[[str, str], staging.Readiness],
+                      status_url: str, submit: Callable[[], str]) -> dict[str, Any]:
+    """The job resources' outputs after an attempt to launch: `submit()` (which returns the job's name) once the
+    data is ready, else `key` "" and the state saying why: the data (staging.py's gate) or access (a 403)."""
+    try:
+        if props.get("data_container_url"):
+            ready = staged(props["data_container_url"], status_url)
+            if not ready.ready:
+                then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {props['stack']}`)"
+                return {**props, key: "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
+        job = submit()
+    except AccessRefused as err:
+        return {**props, key: "", "state": waiting_for_access(err)}
+    return {**props, key: job, "state": f"submitted {job}"}
 
 
 def waiting_for_access(err: AccessRefused) -> str:
