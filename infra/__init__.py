@@ -4,7 +4,8 @@
                checks); imports no Pulumi component and no Azure client
   components/  one Pulumi ComponentResource per module, and the TrainingJob dynamic resource
   dataplane/   the seams to Azure's data planes (Batch jobs, the staging report blob), replaceable in tests
-  cli/         `python -m infra`: plan (offline evaluation under Pulumi's mocks) and the job verbs
+  cli/         `python -m infra`: plan and the job verbs
+  preview/     the program evaluated offline under Pulumi's mocks (plan, tests, rehearsal)
   policy/      the CrossGuard policy pack over core/security.py
 """
 from pathlib import Path

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from devtools.emulator import Azurite
-from infra.cli.offline import Evaluation
+from infra.preview.offline import Evaluation
 from infra.components import roles
 
 ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl"}

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from infra.cli import offline
+from infra.preview import offline
 from infra.core import config
 
 NOW = datetime(2026, 11, 21, 12, 34, 56, tzinfo=timezone.utc)

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from infra import REPO_ROOT
-from infra.cli import offline, plan
+from infra.cli import plan
+from infra.preview import offline
 from infra.components import registry, roles
 from infra.core import config, containers, naming, security
 from tests.infra.conftest import NOW

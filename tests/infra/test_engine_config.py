@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import pulumi
-from infra.cli import offline
+from infra.preview import offline
 from infra.core import config, engine_config
 from infra.core.engine_config import EngineConfig, EngineConfigError
 

@@ -146,13 +146,13 @@ class AzureMocks(pulumi.runtime.Mocks):
         elif args.typ == "azure-native:batch:BatchAccount":
             state["accountEndpoint"] = f"{name}.{inputs.get('location')}.batch.azure.com"
         elif args.typ == "pulumi-python:dynamic:Resource" and "batch_endpoint" in inputs:
-            from infra.components import training_job
-            from infra.core import batch_spec
+            from infra.backends.batch import training_job
+            from infra.backends.batch import spec as batch_spec
 
             state["job_id"] = batch_spec.job_id(training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource" and "workspace" in inputs:
-            from infra.components import aml_training_job
-            from infra.dataplane import aml_job
+            from infra.backends.azureml import training_job as aml_training_job
+            from infra.backends.azureml import job as aml_job
 
             state["job_name"] = aml_job.job_name(aml_training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource":
