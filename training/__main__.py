@@ -24,8 +24,6 @@ from training.errors import UsageError
 
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
             "upload": "training.data.upload", "stage": "training.data.stage", "report": "training.report"}
-LOOPS = {"pytorch": "training.pytorch.loop", "tensorflow": "training.tensorflow.loop",
-         "keras": "training.tensorflow.loop"}
 
 
 TRAIN_HELP = """Train ResNet50 data-parallel, one process per GPU (or per CPU rank), under Horovod or PyTorch DDP, on
@@ -52,10 +50,12 @@ def main(argv: list[str]) -> int:
     command, rest = argv[0], argv[1:]
     try:
         if command == "train":
+            from training import frameworks
             from training.config import parse_args
 
             cfg = parse_args(rest, description=TRAIN_HELP)
-            return importlib.import_module(LOOPS[cfg.framework]).main(cfg)
+            # The framework's loop module, from its row in training/frameworks.py: imported only now.
+            return importlib.import_module(frameworks.get(cfg.framework).loop).main(cfg)
         if command in COMMANDS:
             return importlib.import_module(COMMANDS[command]).main(rest)
     except UsageError as err:

@@ -9,13 +9,14 @@ import argparse
 import importlib.util
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
 
+from training import frameworks
 from training.errors import UsageError
 
-TRAINING_LOOPS = ("pytorch", "tensorflow", "keras")  # --framework: Keras runs in the TensorFlow image
 DIST_BACKENDS = ("horovod", "ddp")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SCHEDULES = ("auto", "cosine", "step", "poly")
@@ -26,17 +27,18 @@ OPTIMIZERS = ("auto", "sgd", "lars")
 # ResNet reference (mlcommons/training image_classification, `--optimizer=LARS`) and its submissions train with.
 LARS_ABOVE_GLOBAL_BATCH = 8192
 LOADERS = ("auto", "dali", "nvjpeg", "pil")
-GPU_LOADERS = ("dali", "nvjpeg")  # pytorch only: TensorFlow and Keras read folders with tf.data
 
 
-def _opt(default: Any, help: str, choices: tuple[str, ...] | None = None):
+def _opt(default: Any, help: str, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None):
+    # choices: a tuple, or a function that reads it when the parser is built (the frameworks table)
     return field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclass(kw_only=True)
 class TrainConfig:
     # What and where
-    framework: str = _opt("pytorch", "framework and its training loop", TRAINING_LOOPS)
+    framework: str = _opt(frameworks.names()[0], "framework and its training loop (training/frameworks.py)",
+                          frameworks.names)
     dist: str = _opt("horovod", "distribution: horovod (launch with horovodrun) or ddp (launch with torchrun; "
                                 "pytorch only)", DIST_BACKENDS)
     data: str = _opt("synthetic", "'synthetic' (random tensors made on the device, like Horovod's benchmark) or "
@@ -112,24 +114,30 @@ class TrainConfig:
             raise UsageError(f"--base-lr must be positive, got {self.base_lr}")
         if self.lars_lr < 0:
             raise UsageError(f"--lars-lr must be positive (or 0: MLPerf's value), got {self.lars_lr}")
-        if self.optimizer == "lars" and self.framework != "pytorch":
-            raise UsageError(f"--optimizer lars applies to pytorch only ({self.framework} trains with sgd)")
+        # What a framework cannot do comes from its row in training/frameworks.py; each refusal names the
+        # frameworks that can.
+        fw, which = frameworks.get(self.framework), frameworks.which
+        if self.optimizer not in ("auto", *fw.optimizers):
+            raise UsageError(f"--optimizer {self.optimizer} applies to {which(lambda f: self.optimizer in f.optimizers)}"
+                             f" only ({self.framework} trains with {'/'.join(fw.optimizers)})")
         if self.lars_lr and self.optimizer == "sgd":
             raise UsageError("--lars-lr applies to --optimizer lars (sgd's peak LR comes from --base-lr)")
-        if self.dist == "ddp" and self.framework != "pytorch":
-            raise UsageError(f"--dist ddp applies to pytorch only; launch --framework {self.framework} with horovodrun")
-        if self.compile and self.framework != "pytorch":
-            raise UsageError("--compile applies to pytorch only (tensorflow has --xla)")
-        if self.xla and self.framework != "tensorflow":
-            raise UsageError(f"--xla applies to --framework tensorflow only ({self.framework}: "
-                             + ("use --compile" if self.framework == "pytorch" else
-                                "Keras fit would compile Horovod's allreduce into the step, which XLA cannot run")
-                             + ")")
-        if self.loader in GPU_LOADERS and self.framework != "pytorch":
-            raise UsageError(f"--loader {self.loader} applies to pytorch only ({self.framework} reads folders with "
-                             "tf.data)")
-        if self.channels_last is True and self.framework != "pytorch":
-            raise UsageError(f"--channels-last applies to pytorch only ({self.framework} is channels-last already)")
+        if self.dist not in fw.dist:
+            raise UsageError(f"--dist {self.dist} applies to {which(lambda f: self.dist in f.dist)} only; launch "
+                             f"--framework {self.framework} with horovodrun")
+        if self.compile and fw.compiler != "compile":
+            others = ", ".join(f"{f.name} has --{f.compiler}" for f in frameworks.FRAMEWORKS.values()
+                               if f.compiler not in ("", "compile"))
+            raise UsageError(f"--compile applies to {which(lambda f: f.compiler == 'compile')} only ({others})")
+        if self.xla and fw.compiler != "xla":
+            raise UsageError(f"--xla applies to --framework {which(lambda f: f.compiler == 'xla')} only "
+                             f"({self.framework}: {f'use --{fw.compiler}' if fw.compiler else fw.no_compiler})")
+        if self.loader not in ("auto", *fw.loaders):
+            raise UsageError(f"--loader {self.loader} applies to {which(lambda f: self.loader in f.loaders)} only "
+                             f"({self.framework} reads folders with {fw.folder_reader})")
+        if self.channels_last is True and not fw.channels_last:
+            raise UsageError(f"--channels-last applies to {which(lambda f: f.channels_last)} only ({self.framework} "
+                             "is channels-last already)")
 
 
 def dali_installed() -> bool:
@@ -144,11 +152,12 @@ def dali_installed() -> bool:
 def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:
     """`cfg` with the hardware-dependent defaults (precision and loader auto, channels-last unset) decided for
     this device."""
+    fw = frameworks.get(cfg.framework)
     precision = ("bf16" if gpu else "fp32") if cfg.precision == "auto" else cfg.precision
-    channels_last = (gpu and cfg.framework == "pytorch") if cfg.channels_last is None else cfg.channels_last
+    channels_last = (gpu and fw.channels_last) if cfg.channels_last is None else cfg.channels_last
     if cfg.loader == "auto":
         # nvjpeg needs only torchvision, which every pytorch environment has (the model is torchvision's)
-        loader = ("dali" if dali_installed() else "nvjpeg") if gpu and cfg.framework == "pytorch" else "pil"
+        loader = ("dali" if dali_installed() else "nvjpeg") if gpu and "nvjpeg" in fw.loaders else "pil"
     else:
         loader = cfg.loader
     return replace(cfg, precision=precision, channels_last=channels_last, loader=loader)
@@ -159,7 +168,8 @@ def resolve_optimizer(cfg: TrainConfig, global_batch: int) -> TrainConfig:
     The same answer wherever it is asked (the training loop building its optimizer, the runner's LR plan)."""
     optimizer = cfg.optimizer
     if optimizer == "auto":
-        optimizer = "lars" if cfg.framework == "pytorch" and global_batch > LARS_ABOVE_GLOBAL_BATCH else "sgd"
+        lars = "lars" in frameworks.get(cfg.framework).optimizers
+        optimizer = "lars" if lars and global_batch > LARS_ABOVE_GLOBAL_BATCH else "sgd"
     schedule = cfg.lr_schedule if cfg.lr_schedule != "auto" else "poly" if optimizer == "lars" else "cosine"
     return replace(cfg, optimizer=optimizer, lr_schedule=schedule)
 
@@ -190,8 +200,9 @@ def build_parser(prog: str = "python -m training train", description: str = "",
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
         else:
             kind = {"int": int, "float": float, "str": str}[f.type]
-            parser.add_argument(_flag(f.name), type=kind, default=f.default, choices=f.metadata["choices"],
-                                help=help_text)
+            choices = f.metadata["choices"]
+            parser.add_argument(_flag(f.name), type=kind, default=f.default,
+                                choices=choices() if callable(choices) else choices, help=help_text)
     return parser
 
 

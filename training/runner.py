@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, metrics, tracking
+from training import checkpoint, frameworks, metrics, tracking
 from training.config import TrainConfig, resolve_optimizer
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
@@ -218,7 +218,7 @@ def data_path(cfg: TrainConfig) -> str:
     """What feeds the model: synthetic tensors, or the loader that decodes the folder's JPEG files."""
     if cfg.data == "synthetic":
         return "synthetic"
-    return cfg.loader if cfg.framework == "pytorch" else "tf.data"
+    return frameworks.get(cfg.framework).folder_reader or cfg.loader
 
 
 def peak_memory(loop: Loop) -> dict[str, Any]:
