@@ -26,11 +26,16 @@ from infra.core import engine_config as engine
 from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
+from training import frameworks
 
 PROJECT = "azure-dl-training"
 
-IMAGES = ("pytorch", "tensorflow")  # the frameworks key: one container image each
-IMAGE_OF_LOOP = {"pytorch": "pytorch", "tensorflow": "tensorflow", "keras": "tensorflow"}  # trainingFramework -> image
+# From the frameworks table (training/frameworks.py): the frameworks key lists images (one per framework, or
+# shared: keras runs in the tensorflow image); trainingFramework is a row.
+IMAGES = tuple(image.name for image in frameworks.images())
+IMAGE_OF_LOOP = {f.name: f.image.name for f in frameworks.FRAMEWORKS.values()}  # trainingFramework -> image
+SHARED_IMAGES = "; ".join(f"{f.name} runs in the {f.image.name} image" for f in frameworks.FRAMEWORKS.values()
+                          if f.name != f.image.name)
 BACKENDS = ("batch", "azureml")
 # Keys that mean something to one backend only; setting one for the other backend is refused, not ignored.
 BACKEND_ONLY_KEYS = {
@@ -341,7 +346,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     for framework in frameworks:
         if framework not in IMAGES:
             raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(IMAGES)} "
-                                            "(keras runs in the tensorflow image)")
+                                            f"({SHARED_IMAGES})")
     if len(set(frameworks)) != len(frameworks):
         raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
     if raw["registry_sku"] not in REGISTRY_SKUS:
