@@ -40,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import frameworks
 from training.errors import UsageError
 
 PROBE_BATCHES = (256, 384, 512, 768, 1024)  # --batch-size auto on a GPU: the largest of these that fits
@@ -66,7 +67,7 @@ class Run:
 
 def horovod_installed(framework: str) -> bool:
     try:
-        return importlib.util.find_spec("horovod." + ("torch" if framework == "pytorch" else "tensorflow")) is not None
+        return importlib.util.find_spec("horovod." + frameworks.get(framework).image.package) is not None
     except ModuleNotFoundError:  # no `horovod` package at all
         return False
 
@@ -74,9 +75,10 @@ def horovod_installed(framework: str) -> bool:
 def distribution(requested: str, framework: str, horovod: bool) -> str:
     """--dist as the benchmark runs it: auto is Horovod where it is installed (one process, as the cluster's job
     trains), else pytorch's DDP of one process; refused in one line where it cannot run."""
-    if framework != "pytorch":
+    if "ddp" not in frameworks.get(framework).dist:
         if requested == "ddp":
-            raise UsageError(f"--dist ddp applies to pytorch only; {framework} runs Horovod")
+            raise UsageError(f"--dist ddp applies to {frameworks.which(lambda f: 'ddp' in f.dist)} only; {framework} "
+                             "runs Horovod")
         if not horovod:
             raise UsageError(f"--framework {framework}: its training loop needs Horovod, which is not installed here")
         return "horovod"
@@ -266,7 +268,7 @@ def main(argv: list[str]) -> int:
     gpu = gpu_name()
     parser = argparse.ArgumentParser(prog="python -m devtools benchmark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"), default="pytorch",
+    parser.add_argument("--framework", choices=frameworks.names(), default="pytorch",
                         help="training loop to measure (default: pytorch); run from that framework's environment")
     parser.add_argument("--image-size", type=int, default=224 if gpu else 64, help="pixels (default: 224 GPU, 64 CPU)")
     parser.add_argument("--steps", type=int, default=60 if gpu else 12, help="steps per run, the first "
@@ -287,9 +289,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework))
     try:
-        __import__("torch" if args.framework == "pytorch" else "tensorflow")
+        __import__(frameworks.get(args.framework).image.package)
     except ImportError:
-        venv = ".venv-torch" if args.framework == "pytorch" else ".venv-tf"
+        venv = frameworks.get(args.framework).image.venv
         raise UsageError(f"--framework {args.framework}: not installed in this Python; run {venv}/bin/python -m "
                          "devtools benchmark") from None
     if args.batch_size != "auto" and not args.batch_size.isdigit():

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
+from training import frameworks
 
-VENVS = {"pytorch": ".venv-torch", "tensorflow": ".venv-tf", "keras": ".venv-tf"}
+VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
 MARKER = ".rehearsal"  # in every rehearsal folder: only such a folder is ever emptied for the next one
 DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 # Small enough for 2 CPU cores in about a minute: what the job trains instead of the stack's trainingArgs.

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from infra import REPO_ROOT
+from training import frameworks
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                          help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
         sub.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
         if verb == "submit":
-            sub.add_argument("--framework", choices=("pytorch", "tensorflow", "keras"),
+            sub.add_argument("--framework", choices=frameworks.names(),
                              help="default: the stack's trainingFramework")
             sub.add_argument("--nodes", type=int, help="nodes for this job (default: maxNodes)")
             sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. "

@@ -17,8 +17,10 @@ from infra.components import roles
 from infra.core import naming
 from infra.components.acr_token import TokenPassword
 from infra.core.config import StackConfig
+from training import frameworks
 
-DOCKERFILES = {"pytorch": "images/pytorch.Dockerfile", "tensorflow": "images/tensorflow.Dockerfile"}
+# One image per image row of the frameworks table (keras runs in the tensorflow image): its Dockerfile.
+DOCKERFILES = {image.name: image.dockerfile for image in frameworks.images()}
 
 
 def push_scope(frameworks: tuple[str, ...]) -> list[str]:
