@@ -5,11 +5,22 @@ PYTHON ?= python3
 .PHONY: help setup demo demo-local test plan clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/; s/\{frameworks\}/$(subst $(space),|,$(FRAMEWORKS))/' \
+	    | expand -t 12
+
+# The training frameworks and their environments come from one table, training/frameworks.py (stdlib only, so
+# the system Python reads it), as make variables: FRAMEWORKS, TRAIN_VENVS, VENV_<framework>, and per environment
+# REQUIREMENTS_<venv> (what it installs), REQUIREMENT_FILES_<venv> (with the files that includes), IMAGE_<venv>.
+define newline
+
+
+endef
+space := $(subst ,, )
+$(eval $(subst |,$(newline),$(shell $(PYTHON) -m training.frameworks --make | tr '\n' '|')))
 
 AZURITE_VERSION := 3.37.0
 DEBS := .cache/debs
-setup: .venv/.installed .venv-torch/.installed .venv-tf/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch, .venv-tf: TensorFlow/Keras, Azurite, Debian's cloud-init and OpenSSH unpacked)
+setup: .venv/.installed $(TRAIN_VENVS:=/.installed) .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## make the environments (.venv: deployer + tests, .venv-torch: PyTorch, .venv-tf: TensorFlow/Keras, Azurite, Debian's cloud-init and OpenSSH unpacked)
 
 # Azurite, the Azure Storage emulator (npm), for the demo and the data-path tests.
 .cache/azurite/.installed-$(AZURITE_VERSION):
@@ -36,26 +47,28 @@ $(DEBS)/.installed: Makefile
 	.venv/bin/pip install --quiet --disable-pip-version-check -r requirements.txt -r requirements-dev.txt -r requirements-infra-test.txt
 	touch $@
 
-# PyTorch training: torch + torchvision pinned in training/requirements-torch.txt (the image installs the same
-# file), Horovod built from source by the script the image uses too; the wheel is cached in .cache/wheels.
-.venv-torch/.installed: training/requirements-torch.txt requirements-dev.txt images/build_horovod.sh
-	$(PYTHON) -m venv .venv-torch
-	.venv-torch/bin/pip install --quiet --disable-pip-version-check -r training/requirements-torch.txt -r requirements-dev.txt
-	bash images/build_horovod.sh --python .venv-torch/bin/python --framework pytorch --ops gloo
-	touch $@
-
-# TensorFlow/Keras training: tensorflow-cpu 2.15.1 (Keras 2; the GPU image reads requirements-tf-gpu.txt) and
-# Horovod built for TensorFlow by the same script.
-.venv-tf/.installed: training/requirements-tf.txt training/requirements-tf-cpu.txt requirements-dev.txt images/build_horovod.sh
-	$(PYTHON) -m venv .venv-tf
-	.venv-tf/bin/pip install --quiet --disable-pip-version-check -r training/requirements-tf-cpu.txt -r requirements-dev.txt
-	bash images/build_horovod.sh --python .venv-tf/bin/python --framework tensorflow --ops gloo
-	touch $@
+# A training environment per image of the frameworks table: .venv-torch (PyTorch: torch + torchvision pinned in
+# training/requirements-torch.txt, the file the image installs) and .venv-tf (TensorFlow/Keras: tensorflow-cpu
+# 2.15.1, Keras 2; the GPU image reads requirements-tf-gpu.txt). Horovod is built from source for the image's
+# framework by the script the image uses too; the wheel is cached in .cache/wheels.
+define TRAIN_VENV_RULE
+$(1)/.installed: $(REQUIREMENT_FILES_$(1)) requirements-dev.txt images/build_horovod.sh
+	$(PYTHON) -m venv $(1)
+	$(1)/bin/pip install --quiet --disable-pip-version-check -r $(REQUIREMENTS_$(1)) -r requirements-dev.txt
+	bash images/build_horovod.sh --python $(1)/bin/python --framework $(IMAGE_$(1)) --ops gloo
+	touch $$@
+endef
+$(foreach venv,$(TRAIN_VENVS),$(eval $(call TRAIN_VENV_RULE,$(venv))))
 
 DEMO := demo-out
 FRAMEWORK ?= pytorch
-TRAIN_VENV := $(if $(filter pytorch,$(FRAMEWORK)),.venv-torch,.venv-tf)
-demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK=pytorch|tensorflow|keras)
+TRAIN_VENV := $(VENV_$(FRAMEWORK))
+ifneq ($(filter demo demo-local,$(MAKECMDGOALS)),)
+ifeq ($(TRAIN_VENV),)
+$(error FRAMEWORK=$(FRAMEWORK) is not a training framework; use one of $(FRAMEWORKS) (training/frameworks.py))
+endif
+endif
+demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK={frameworks})
 	.venv/bin/python -m infra plan --stack dev
 	@if [ "$$(id -u)" = 0 ]; then \
 	    .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK); \
@@ -84,4 +97,4 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 	.venv-tf/bin/python -m pytest tests/train_tensorflow
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
-	rm -rf .venv .venv-torch .venv-tf .pytest_cache
+	rm -rf .venv $(TRAIN_VENVS) .pytest_cache
