@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import applicationinsights, monitor, operationalinsights
 
-from infra.core.config import StackConfig
+from infra.core.config import MonitoringConfig
 
 BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
 # Batch: service logs (pool resizes, task starts and ends), audit (who changed what) and metrics (nodes).
@@ -25,22 +25,23 @@ AML_LOG_CATEGORIES = ("AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComput
 
 @dataclass
 class MonitoringArgs:
-    config: StackConfig
+    monitoring: MonitoringConfig
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
 
 
 class Monitoring(pulumi.ComponentResource):
     def __init__(self, name: str, args: MonitoringArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:monitoring:Monitoring", name, None, opts)
-        cfg = args.config
         self._name = name
         child = pulumi.ResourceOptions(parent=self)
-        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+        common = dict(resource_group_name=args.resource_group_name, location=args.location, tags=args.tags)
 
         self.workspace = operationalinsights.Workspace(
             f"{name}-logs", **common,
             sku=operationalinsights.WorkspaceSkuArgs(name=operationalinsights.WorkspaceSkuNameEnum.PER_GB2018),
-            retention_in_days=cfg.log_retention_days, opts=child)
+            retention_in_days=args.monitoring.log_retention_days, opts=child)
         self.app_insights = applicationinsights.Component(
             f"{name}-appinsights", **common, kind="other",
             application_type=applicationinsights.ApplicationType.OTHER,

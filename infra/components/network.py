@@ -11,13 +11,17 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import network
 
-from infra.core.config import StackConfig
+from infra.core.config import NetworkConfig
 
 
 @dataclass
 class NetworkArgs:
-    config: StackConfig
+    network: NetworkConfig
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    # The azureml backend's Key Vault admits both subnets, which needs the Microsoft.KeyVault endpoint on each.
+    key_vault_endpoint: bool = False
 
 
 # Priorities: VNet traffic first, the Internet deny last (Azure's implicit rules sit at 65000+).
@@ -38,9 +42,9 @@ DENY_INTERNET_INBOUND = network.SecurityRuleArgs(
 class Network(pulumi.ComponentResource):
     def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:network:Network", name, None, opts)
-        cfg = args.config
+        cfg = args.network
         child = pulumi.ResourceOptions(parent=self)
-        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+        common = dict(resource_group_name=args.resource_group_name, location=args.location, tags=args.tags)
 
         # Static egress IP for the NAT gateway; the only public IP in the stack, and it accepts no inbound.
         self.egress_ip = network.PublicIPAddress(
@@ -59,11 +63,10 @@ class Network(pulumi.ComponentResource):
         self.compute_nsg = self._nsg(f"{name}-compute-nsg", common)
         self.storage_nsg = self._nsg(f"{name}-storage-nsg", common)
         # Service endpoints keep storage (and registry) traffic on the Azure backbone and let the storage
-        # firewall admit these subnets while denying everything else. The azureml backend's Key Vault admits both
-        # subnets too, and Azure takes a Key Vault VNet rule only for a subnet with the Microsoft.KeyVault
-        # endpoint (SubnetsHaveNoServiceEndpointsConfigured otherwise:
+        # firewall admit these subnets while denying everything else. Azure takes a Key Vault VNet rule only for
+        # a subnet with the Microsoft.KeyVault endpoint (SubnetsHaveNoServiceEndpointsConfigured otherwise:
         # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints).
-        vault = ["Microsoft.KeyVault"] if cfg.backend == "azureml" else []
+        vault = ["Microsoft.KeyVault"] if args.key_vault_endpoint else []
         self.compute_subnet = network.Subnet(
             f"{name}-compute", resource_group_name=args.resource_group_name,
             virtual_network_name=self.vnet.name, address_prefix=str(cfg.compute_subnet),

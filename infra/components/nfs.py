@@ -28,8 +28,7 @@ import pulumi
 from pulumi_azure_native import compute, managedidentity, network, storage
 
 from infra.components import roles
-from infra.core import naming
-from infra.core.config import StackConfig
+from infra.core.config import NfsConfig
 from infra.core.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
                                      VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 
@@ -53,10 +52,22 @@ def throwaway_ssh_public_key() -> str:
                                          serialization.PublicFormat.OpenSSH).decode()
 
 
+@dataclass(frozen=True)
+class NfsNames:
+    """Azure names: the VM and its host name (kind vm), the FileStorage account (kind azure-files)."""
+    vm: str
+    host: str
+    account: str
+
+
 @dataclass
 class NfsArgs:
-    config: StackConfig
+    nfs: NfsConfig
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    names: NfsNames
+    export_to: str  # the CIDR the VM exports /data to: the compute subnet
     storage_subnet_id: pulumi.Input[str]
     compute_subnet_id: pulumi.Input[str]
     container_urls: dict[str, pulumi.Input[str]]  # data, scripts, status (no SAS: the VM uses its identity)
@@ -69,16 +80,16 @@ class NfsServer(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: NfsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:nfs:NfsServer", name, None, opts)
-        if args.config.nfs_kind == "vm":
+        if args.nfs.kind == "vm":
             self._vm(name, args)
         else:
             self._azure_files(name, args)
         self.register_outputs({"mount_source": self.mount_source})
 
     def _vm(self, name: str, args: NfsArgs) -> None:
-        cfg = args.config
+        cfg = args.nfs
         child = pulumi.ResourceOptions(parent=self)
-        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
+        common = dict(resource_group_name=args.resource_group_name, location=args.location, tags=args.tags)
         self.nic = network.NetworkInterface(
             f"{name}-nic", **common, enable_accelerated_networking=True,
             ip_configurations=[network.NetworkInterfaceIPConfigurationArgs(
@@ -96,10 +107,10 @@ class NfsServer(pulumi.ComponentResource):
                                                       ("status", "write", roles.BLOB_DATA_CONTRIBUTOR))]
         urls = args.container_urls
         data = pulumi.Output.all(urls["data"], urls["scripts"], urls["status"], self.identity.client_id).apply(
-            lambda v: custom_data(str(cfg.compute_subnet), cfg.nfs_disk_count, StagingUrls(v[0], v[1], v[2]), v[3]))
+            lambda v: custom_data(args.export_to, cfg.disk_count, StagingUrls(v[0], v[1], v[2]), v[3]))
         self.vm = compute.VirtualMachine(
-            f"{name}-vm", **common, vm_name=f"nfs-{cfg.team}-{cfg.stack}",
-            hardware_profile=compute.HardwareProfileArgs(vm_size=cfg.nfs_vm_size),
+            f"{name}-vm", **common, vm_name=args.names.vm,
+            hardware_profile=compute.HardwareProfileArgs(vm_size=cfg.vm_size),
             network_profile=compute.NetworkProfileArgs(network_interfaces=[
                 compute.NetworkInterfaceReferenceArgs(id=self.nic.id, primary=True)]),
             storage_profile=compute.StorageProfileArgs(
@@ -110,13 +121,13 @@ class NfsServer(pulumi.ComponentResource):
                                                storage_account_type=compute.StorageAccountTypes.PREMIUM_LRS),
                                            delete_option=compute.DiskDeleteOptionTypes.DELETE),
                 data_disks=[compute.DataDiskArgs(
-                    lun=lun, create_option=compute.DiskCreateOptionTypes.EMPTY, disk_size_gb=cfg.nfs_disk_size_gb,
-                    caching=data_disk_caching(cfg.nfs_disk_size_gb),
+                    lun=lun, create_option=compute.DiskCreateOptionTypes.EMPTY, disk_size_gb=cfg.disk_size_gb,
+                    caching=data_disk_caching(cfg.disk_size_gb),
                     managed_disk=compute.ManagedDiskParametersArgs(
                         storage_account_type=compute.StorageAccountTypes.PREMIUM_LRS),
-                    delete_option=compute.DiskDeleteOptionTypes.DELETE) for lun in range(cfg.nfs_disk_count)]),
+                    delete_option=compute.DiskDeleteOptionTypes.DELETE) for lun in range(cfg.disk_count)]),
             os_profile=compute.OSProfileArgs(
-                computer_name=f"nfs-{cfg.team}", admin_username=ADMIN_USER, custom_data=data,
+                computer_name=args.names.host, admin_username=ADMIN_USER, custom_data=data,
                 linux_configuration=compute.LinuxConfigurationArgs(
                     disable_password_authentication=True,
                     ssh=compute.SshConfigurationArgs(public_keys=[compute.SshPublicKeyArgs(
@@ -132,20 +143,18 @@ class NfsServer(pulumi.ComponentResource):
             # replace the server and its data).
             opts=pulumi.ResourceOptions(parent=self, ignore_changes=["osProfile"], depends_on=self.grants))
         compute.VirtualMachineExtension(
-            f"{name}-entra-login", resource_group_name=args.resource_group_name, location=cfg.location,
+            f"{name}-entra-login", resource_group_name=args.resource_group_name, location=args.location,
             vm_name=self.vm.name, publisher="Microsoft.Azure.ActiveDirectory", type="AADSSHLoginForLinux",
-            type_handler_version="1.0", auto_upgrade_minor_version=True, tags=cfg.tags, opts=child)
+            type_handler_version="1.0", auto_upgrade_minor_version=True, tags=args.tags, opts=child)
         ip = self.nic.ip_configurations.apply(lambda configs: (configs or [{}])[0].private_ip_address)
         self.mount_source = pulumi.Output.concat(ip, ":", EXPORT_PATH)
         self.mount_options = VM_MOUNT_OPTIONS
 
     def _azure_files(self, name: str, args: NfsArgs) -> None:
-        cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
-        account_name = naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location)
         self.account = storage.StorageAccount(
-            f"{name}-account", account_name=account_name, resource_group_name=args.resource_group_name,
-            location=cfg.location, tags=cfg.tags, kind=storage.Kind.FILE_STORAGE,
+            f"{name}-account", account_name=args.names.account, resource_group_name=args.resource_group_name,
+            location=args.location, tags=args.tags, kind=storage.Kind.FILE_STORAGE,
             sku=storage.SkuArgs(name=storage.SkuName.PREMIUM_LRS),
             # NFS has no TLS, so Azure requires secure transfer off for NFS shares; what keeps it private is
             # the firewall (compute subnet only) and no shared keys at all.
@@ -162,7 +171,7 @@ class NfsServer(pulumi.ComponentResource):
             opts=child)
         self.share = storage.FileShare(
             f"{name}-share", share_name=SHARE, account_name=self.account.name,
-            resource_group_name=args.resource_group_name, share_quota=cfg.nfs_disk_size_gb,
+            resource_group_name=args.resource_group_name, share_quota=args.nfs.disk_size_gb,
             enabled_protocols=storage.EnabledProtocols.NFS, root_squash=storage.RootSquashType.NO_ROOT_SQUASH,
             opts=child)
         self.mount_source = pulumi.Output.concat(self.account.name, ".file.core.windows.net:/", self.account.name,

@@ -1,6 +1,7 @@
-"""Registry: ACR with one training image per framework, pulled by the cluster's managed identity.
+"""Registry: ACR with one training image per framework, pulled by the nodes' managed identity.
 
-The admin user stays disabled. The cluster pulls with a user-assigned identity holding AcrPull; the
+The admin user stays disabled. The nodes pull with their identity (infra/components/identity.py), granted AcrPull
+here; the
 images are pushed by a token scoped to their repositories, whose password is generated at deploy time
 and kept as a secret (infra/components/acr_token.py).
 """
@@ -11,12 +12,11 @@ from datetime import datetime
 
 import pulumi
 import pulumi_docker_build as docker_build
-from pulumi_azure_native import containerregistry, managedidentity
+from pulumi_azure_native import containerregistry
 
 from infra.components import roles
-from infra.core import naming
 from infra.components.acr_token import TokenPassword
-from infra.core.config import StackConfig
+from infra.core.config import RegistryConfig
 from training import frameworks
 
 # One image per image row of the frameworks table (keras runs in the tensorflow image): its Dockerfile.
@@ -37,25 +37,28 @@ def token_expiry(now: datetime) -> str:
 
 @dataclass
 class RegistryArgs:
-    config: StackConfig
+    registry: RegistryConfig
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    registry_name: str
+    pull_principal_id: pulumi.Input[str]  # the nodes' identity, granted AcrPull
     now: datetime
 
 
 class Registry(pulumi.ComponentResource):
     def __init__(self, name: str, args: RegistryArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:registry:Registry", name, None, opts)
-        cfg = args.config
+        cfg = args.registry
         child = pulumi.ResourceOptions(parent=self)
-        common = dict(resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags)
 
         self.registry = containerregistry.Registry(
-            f"{name}-acr", **common, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
-            sku=containerregistry.SkuArgs(name=cfg.registry_sku), admin_user_enabled=False, opts=child)
+            f"{name}-acr", resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
+            registry_name=args.registry_name, sku=containerregistry.SkuArgs(name=cfg.registry_sku),
+            admin_user_enabled=False, opts=child)
 
-        # The GPU nodes' identity: pulls the images here; the environment grants it its storage containers.
-        self.pull_identity = managedidentity.UserAssignedIdentity(f"{name}-pull-id", **common, opts=child)
-        self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=self.pull_identity.principal_id,
+        # The GPU nodes pull the images with their identity.
+        self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=args.pull_principal_id,
                                      scope=self.registry.id, parent=self)
 
         self.push_scope_map = containerregistry.ScopeMap(
@@ -94,5 +97,4 @@ class Registry(pulumi.ComponentResource):
         self.register_outputs({
             "login_server": self.registry.login_server,
             "image_refs": self.image_refs,
-            "pull_identity_id": self.pull_identity.id,
         })

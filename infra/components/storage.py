@@ -17,35 +17,38 @@ import pulumi
 from pulumi_azure_native import storage
 
 from infra.components import roles
-from infra.core import naming, security
-from infra.core.config import StackConfig
+from infra.core import security
+from infra.core.config import StorageConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
 
 @dataclass
 class StorageArgs:
-    config: StackConfig
+    storage: StorageConfig
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    account_name: str
     subnet_ids: list[pulumi.Input[str]]  # subnets admitted through the storage firewall
+    allowed_ip_ranges: tuple[str, ...]  # the deployers' egress (allowedIpRanges), admitted too
     now: datetime | None = None  # for the SAS expiry; tests pin it
 
 
 class Storage(pulumi.ComponentResource):
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:storage:Storage", name, None, opts)
-        cfg = args.config
+        cfg = args.storage
         # retainOutputs: `pulumi destroy` forgets the account and leaves it (and the models) in Azure.
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs)
-        account_name = naming.storage_account(cfg.team, cfg.stack, cfg.location)
         self._name = name
         encrypted = storage.EncryptionServiceArgs(enabled=True, key_type=storage.KeyType.ACCOUNT)
 
         self.account = storage.StorageAccount(
             f"{name}-account",
-            account_name=account_name,
+            account_name=args.account_name,
             resource_group_name=args.resource_group_name,
-            location=cfg.location,
-            tags=cfg.tags,
+            location=args.location,
+            tags=args.tags,
             kind=storage.Kind.STORAGE_V2,
             sku=storage.SkuArgs(name=storage.SkuName.STANDARD_LRS),
             access_tier=storage.AccessTier.HOT,
@@ -62,7 +65,7 @@ class Storage(pulumi.ComponentResource):
                                        for subnet_id in args.subnet_ids],
                 # Single addresses bare: the storage firewall refuses /31 and /32 (security.firewall_ip_rules).
                 ip_rules=[storage.IPRuleArgs(i_p_address_or_range=rule, action=storage.Action.ALLOW)
-                          for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)],
+                          for rule in security.firewall_ip_rules(args.allowed_ip_ranges)],
             ),
             encryption=storage.EncryptionArgs(
                 key_source=storage.KeySource.MICROSOFT_STORAGE,

@@ -12,12 +12,13 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
+import operator
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -43,28 +44,48 @@ BACKEND_ONLY_KEYS = {
               "trainingRetries"),
     "azureml": ("amlDataMode", "amlIdleMinutes", "amlWorkspaceAccess"),
 }
-AML_DATA_MODES = ("download", "mount")
-AML_WORKSPACE_ACCESS = ("private", "public")
-AML_IDLE_MINUTES = (1, 1440)
-NFS_KINDS = ("vm", "azure-files")
-NFS_DISK_COUNT = (1, 16)
-NFS_DISK_SIZE_GB = {"vm": (32, 4096), "azure-files": (100, 102400)}  # azure-files: premium share quota
-TRAINING_RETRIES = (0, 10)
-TRAINING_MAX_HOURS = (1, 168)  # Batch's task maxWallClockTime; a week at most
-DATA_WAIT_MINUTES = (5, 1440)
 JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
-REGISTRY_SKUS = ("Basic", "Standard", "Premium")
 # ARM principalType of whoever runs `pulumi up` (its data-plane grants): the client config cannot tell, and a
 # wrong one is refused (UnmatchedPrincipalType); azure-native sends User when none is given.
 DEPLOYER_PRINCIPAL_TYPES = ("User", "ServicePrincipal")
-SAS_EXPIRY_HOURS = (1, 720)  # bounded: a leaked SAS must die on its own within 30 days at most
-LOG_RETENTION_DAYS = (30, 730)  # what Log Analytics accepts on the PerGB2018 tier
-# Whole-number keys with bounds: key -> ((low, high), unit in the message).
-RANGES = {"sasExpiryHours": (SAS_EXPIRY_HOURS, " hours"), "logRetentionDays": (LOG_RETENTION_DAYS, " days"),
-          "nfsDiskCount": (NFS_DISK_COUNT, ""), "trainingRetries": (TRAINING_RETRIES, ""),
-          "trainingMaxHours": (TRAINING_MAX_HOURS, " hours"), "trainingDataWaitMinutes": (DATA_WAIT_MINUTES, " minutes"),
-          "amlIdleMinutes": (AML_IDLE_MINUTES, " minutes")}
-MAX_NODES_LIMIT = 100  # Batch pools go higher, but beyond this a typo is likelier than a plan
+
+
+class Range(NamedTuple):
+    """Inclusive bounds of a whole-number key; `unit` follows them in the error message."""
+    low: int
+    high: int
+    unit: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.low}-{self.high}"  # as the messages and Pulumi.yaml's descriptions write it
+
+
+# Bounds and allowed values, written once: the validators below read them, and Pulumi.yaml's description of each
+# key states them (its config schema cannot hold ranges); tests/infra/test_config_bounds.py checks they agree.
+RANGES = {
+    "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
+    "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan
+    "sasExpiryHours": Range(1, 720, " hours"),  # bounded: a leaked SAS must die on its own within 30 days at most
+    "logRetentionDays": Range(30, 730, " days"),  # what Log Analytics accepts on the PerGB2018 tier
+    "nfsDiskCount": Range(1, 16),
+    "trainingRetries": Range(0, 10),
+    "trainingMaxHours": Range(1, 168, " hours"),  # Batch's task maxWallClockTime; a week at most
+    "trainingDataWaitMinutes": Range(5, 1440, " minutes"),
+    "amlIdleMinutes": Range(1, 1440, " minutes"),
+}
+NFS_DISK_SIZE_GB = {"vm": Range(32, 4096), "azure-files": Range(100, 102400)}  # azure-files: premium share quota
+ALLOWED = {
+    "backend": BACKENDS,
+    "deployerPrincipalType": DEPLOYER_PRINCIPAL_TYPES,
+    "registrySku": ("Basic", "Standard", "Premium"),
+    "frameworks": IMAGES,
+    "trainingFramework": tuple(IMAGE_OF_LOOP),
+    "nfsKind": ("vm", "azure-files"),
+    "amlDataMode": ("download", "mount"),
+    "amlWorkspaceAccess": ("private", "public"),
+}
+SAS_EXPIRY_HOURS = RANGES["sasExpiryHours"]  # security.py checks issued SAS against its high end
+MAX_NODES_LIMIT = RANGES["maxNodes"].high
 AZURE_RESERVED_IPS_PER_SUBNET = 5
 SMALLEST_SUBNET_PREFIX = 29  # Azure's smallest subnet (https://learn.microsoft.com/azure/virtual-network/virtual-networks-faq)
 # allowedIpRanges placeholder in the example stacks: TEST-NET-3 (RFC 5737), documentation only, never routable.
@@ -90,75 +111,6 @@ class ConfigKey:
     type: str  # string | integer | boolean | array (of strings)
     default: Any
     description: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class StackConfig:
-    stack: str
-    team: str
-    location: str
-    address_space: ipaddress.IPv4Network
-    compute_subnet: ipaddress.IPv4Network
-    storage_subnet: ipaddress.IPv4Network
-    reserved_address_spaces: tuple[ipaddress.IPv4Network, ...]
-    allowed_ip_ranges: tuple[str, ...]
-    deployer_principal_type: str  # User | ServicePrincipal: who runs `pulumi up`, for its own role assignments
-    gpu_sku: str
-    min_nodes: int
-    max_nodes: int
-    sas_expiry_hours: int
-    retain_outputs: bool
-    log_retention_days: int
-    frameworks: tuple[str, ...]
-    registry_sku: str
-    image_tag: str
-    backend: str
-    aml_data_mode: str
-    aml_idle_minutes: int
-    aml_workspace_access: str
-    nfs_kind: str
-    nfs_vm_size: str
-    nfs_disk_count: int
-    nfs_disk_size_gb: int
-    data_local_cache: bool
-    training_launch_on_up: bool
-    training_framework: str
-    training_args: tuple[str, ...]
-    training_retries: int
-    training_max_hours: int
-    training_data_wait_minutes: int
-    low_priority: bool = False  # refused when true (Batch retired low-priority nodes); kept to name the key
-    placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
-
-    @property
-    def sku(self) -> GpuSku:
-        return CATALOG[self.gpu_sku]
-
-    @property
-    def training_image(self) -> str:
-        """The image (one per framework) the training job runs in."""
-        return IMAGE_OF_LOOP[self.training_framework]
-
-    @property
-    def launches_job_on_up(self) -> bool:
-        """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service. A
-        private Azure ML workspace answers only inside the VNet, and `pulumi up` runs outside it (plan says so)."""
-        if self.backend == "azureml" and self.aml_workspace_access == "private":
-            return False
-        return self.training_launch_on_up
-
-    @property
-    def tags(self) -> dict[str, str]:
-        """Tags on every taggable resource: who owns it and what made it."""
-        return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
-
-
-def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
-    declared = yaml.safe_load(project_file.read_text())["config"]
-    return {
-        name: ConfigKey(name, spec["type"], spec.get("default"), spec.get("description", ""))
-        for name, spec in declared.items()
-    }
 
 
 def _field_name(key: str) -> str:
@@ -193,7 +145,20 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
     raise ConfigError(key.name, f"Pulumi.yaml declares unsupported type {key.type!r}")
 
 
-def _network(key: str, value: str) -> ipaddress.IPv4Network:
+def _check_range(key: str, value: int, bounds: Range | None = None) -> int:
+    bounds = bounds or RANGES[key]
+    if not bounds.low <= value <= bounds.high:
+        raise ConfigError(key, f"{value} is outside {bounds}{bounds.unit}")
+    return value
+
+
+def _check_one_of(key: str, value: str, why: str = "") -> str:
+    if value not in ALLOWED[key]:
+        raise ConfigError(key, f"{value!r} is not one of {', '.join(ALLOWED[key])}{why}")
+    return value
+
+
+def _cidr(key: str, value: str) -> ipaddress.IPv4Network:
     try:
         if "/" not in value:
             raise ValueError(value)  # a bare address would silently become a /32
@@ -202,10 +167,319 @@ def _network(key: str, value: str) -> ipaddress.IPv4Network:
         raise ConfigError(key, f"{value!r} is not an IPv4 CIDR with its host bits zero, like 10.10.0.0/16") from None
 
 
+# Each section: its keys (Pulumi.yaml key -> field), its frozen dataclass, and `parse`, which validates the keys
+# from `values` (every declared key, coerced to its type) and refuses the first bad one naming it.
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    KEYS = {"addressSpace": "address_space", "computeSubnet": "compute_subnet", "storageSubnet": "storage_subnet",
+            "reservedAddressSpaces": "reserved_address_spaces", "allowedIpRanges": "allowed_ip_ranges"}
+    address_space: ipaddress.IPv4Network
+    compute_subnet: ipaddress.IPv4Network
+    storage_subnet: ipaddress.IPv4Network
+    reserved_address_spaces: tuple[ipaddress.IPv4Network, ...]
+    allowed_ip_ranges: tuple[str, ...]  # the deployers' egress, admitted through the account firewalls
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], placeholders_ok: bool) -> tuple[NetworkConfig, tuple[str, ...]]:
+        """The section and the placeholders `plan` accepts (each with its fix); `pulumi up` refuses them."""
+        vnet = _cidr("addressSpace", values["addressSpace"])
+        if not vnet.is_private:
+            raise ConfigError("addressSpace", f"{vnet} is not a private range; use one inside 10.0.0.0/8, "
+                                              "172.16.0.0/12 or 192.168.0.0/16")
+        if vnet.prefixlen > 24:
+            raise ConfigError("addressSpace", f"{vnet} is too small for two subnets; use /24 or larger")
+        reserved = tuple(_cidr("reservedAddressSpaces", cidr) for cidr in values["reservedAddressSpaces"])
+        for other in reserved:
+            if vnet.overlaps(other):
+                raise ConfigError("addressSpace", f"{vnet} overlaps reserved {other}; pick a range that no other "
+                                                  "team, hub or on-premises network uses")
+        subnets = {}
+        for key in ("computeSubnet", "storageSubnet"):
+            subnet = _cidr(key, values[key])
+            if not subnet.subnet_of(vnet):
+                raise ConfigError(key, f"{subnet} is not inside addressSpace {vnet}")
+            if subnet.prefixlen > SMALLEST_SUBNET_PREFIX:
+                raise ConfigError(key, f"{subnet} is smaller than Azure's smallest subnet, /{SMALLEST_SUBNET_PREFIX} "
+                                       f"(Azure reserves {AZURE_RESERVED_IPS_PER_SUBNET} addresses of each); use a "
+                                       f"/{SMALLEST_SUBNET_PREFIX} or larger")
+            subnets[key] = subnet
+        if subnets["computeSubnet"].overlaps(subnets["storageSubnet"]):
+            raise ConfigError("storageSubnet", f"{subnets['storageSubnet']} overlaps computeSubnet "
+                                               f"{subnets['computeSubnet']}; give each its own range")
+
+        allowed = values["allowedIpRanges"]
+        # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
+        # upload the training scripts and no job can be submitted. Each entry is a bare address or a CIDR range;
+        # the firewalls get single addresses bare (storage refuses /31 and /32: security.firewall_ip_rules).
+        if not allowed:
+            raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet "
+                                                 "and `pulumi up` cannot upload the scripts nor submit the job: add "
+                                                 "the address `curl -s https://ifconfig.me` prints, as it prints it "
+                                                 "(a bare IPv4 address; a CIDR range of /16 or smaller works too)")
+        placeholders = []
+        for cidr in allowed:
+            try:
+                network = ipaddress.IPv4Network(cidr, strict=True)
+            except ValueError:
+                raise ConfigError("allowedIpRanges", f"{cidr!r} is not an IPv4 address, or a CIDR range with its "
+                                                     "host bits zero") from None
+            if network.subnet_of(PLACEHOLDER_RANGE):
+                fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace "
+                       "it with your deployers' egress IPs before `pulumi up`")
+                if not placeholders_ok:
+                    raise ConfigError("allowedIpRanges", f"{cidr} is a placeholder (a documentation range); put "
+                                                         "your deployers' egress IPs there")
+                placeholders.append(fix)
+                continue
+            if not network.is_global or network.prefixlen < 16:
+                raise ConfigError("allowedIpRanges", f"{cidr} must be a public range of /16 or smaller "
+                                                     "(the VNet is allowed already; private ranges do not apply)")
+        return cls(address_space=vnet, compute_subnet=subnets["computeSubnet"],
+                   storage_subnet=subnets["storageSubnet"], reserved_address_spaces=reserved,
+                   allowed_ip_ranges=allowed), tuple(placeholders)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodesConfig:
+    """The GPU nodes (Batch pool or Azure ML compute cluster)."""
+    KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "lowPriority": "low_priority"}
+    gpu_sku: str
+    min_nodes: int
+    max_nodes: int
+    low_priority: bool = False  # refused with backend batch (Batch retired low-priority nodes); kept to name the key
+
+    @property
+    def sku(self) -> GpuSku:
+        return CATALOG[self.gpu_sku]
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], backend: str, network: NetworkConfig) -> NodesConfig:
+        sku_name = values["gpuSku"]
+        sku = CATALOG.get(sku_name)
+        if sku is None:
+            raise ConfigError("gpuSku", f"unknown size {sku_name!r}; known sizes: {', '.join(sorted(CATALOG))}")
+        if sku.retired:
+            raise ConfigError("gpuSku", f"{sku_name} was retired on {sku.retired_on}; use {sku.successor}")
+        min_nodes, max_nodes = values["minNodes"], values["maxNodes"]
+        if min_nodes < 0:
+            raise ConfigError("minNodes", f"{min_nodes} is negative; use 0 to pay nothing while idle")
+        if not RANGES["maxNodes"].low <= max_nodes <= RANGES["maxNodes"].high:
+            raise ConfigError("maxNodes", f"{max_nodes} must be between {RANGES['maxNodes'].low} and "
+                                          f"{RANGES['maxNodes'].high}")
+        if min_nodes > max_nodes:
+            raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
+        if values["lowPriority"] and backend == "batch":
+            # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
+            # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
+            # Batch service principal's access to the subscription), which this project does not deploy.
+            raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
+                                             "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
+                                             "set lowPriority: false, or use backend azureml")
+        if max_nodes > 1 and not sku.infiniband:
+            ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
+            raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
+                                          f"Horovod needs RDMA: set maxNodes: 1 or use {ib_sizes}")
+        usable = network.compute_subnet.num_addresses - AZURE_RESERVED_IPS_PER_SUBNET
+        if usable < max_nodes:
+            raise ConfigError("computeSubnet", f"{network.compute_subnet} has {usable} usable addresses, fewer than "
+                                               f"maxNodes {max_nodes}; use a larger prefix")
+        return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, low_priority=values["lowPriority"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageConfig:
+    """The storage account and the SAS it issues."""
+    KEYS = {"sasExpiryHours": "sas_expiry_hours", "retainOutputs": "retain_outputs"}
+    sas_expiry_hours: int
+    retain_outputs: bool
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> StorageConfig:
+        return cls(sas_expiry_hours=_check_range("sasExpiryHours", values["sasExpiryHours"]),
+                   retain_outputs=values["retainOutputs"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class MonitoringConfig:
+    KEYS = {"logRetentionDays": "log_retention_days"}
+    log_retention_days: int
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> MonitoringConfig:
+        return cls(log_retention_days=_check_range("logRetentionDays", values["logRetentionDays"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryConfig:
+    """The container registry and the training images built into it."""
+    KEYS = {"frameworks": "frameworks", "registrySku": "registry_sku", "imageTag": "image_tag"}
+    frameworks: tuple[str, ...]
+    registry_sku: str
+    image_tag: str
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> RegistryConfig:
+        frameworks = values["frameworks"]
+        if not frameworks:
+            raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(IMAGES)}")
+        for framework in frameworks:
+            if framework not in IMAGES:
+                raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(IMAGES)} "
+                                                f"({SHARED_IMAGES})")
+        if len(set(frameworks)) != len(frameworks):
+            raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
+        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", values["imageTag"]):
+            raise ConfigError("imageTag", f"{values['imageTag']!r} is not a valid Docker tag (letters, digits, _ . -)")
+        return cls(frameworks=frameworks, registry_sku=_check_one_of("registrySku", values["registrySku"]),
+                   image_tag=values["imageTag"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class NfsConfig:
+    """backend batch: the NFS file server the nodes read the data from."""
+    KEYS = {"nfsKind": "kind", "nfsVmSize": "vm_size", "nfsDiskCount": "disk_count", "nfsDiskSizeGb": "disk_size_gb",
+            "dataLocalCache": "data_local_cache"}
+    kind: str  # vm | azure-files
+    vm_size: str
+    disk_count: int
+    disk_size_gb: int  # each data disk (vm), or the share's quota (azure-files)
+    data_local_cache: bool  # the nodes copy the data from NFS to their local disk before training
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> NfsConfig:
+        kind = _check_one_of("nfsKind", values["nfsKind"])
+        if values["nfsVmSize"] not in NFS_VM_SIZES:
+            raise ConfigError("nfsVmSize", f"unknown size {values['nfsVmSize']!r}; known sizes: "
+                                           f"{', '.join(NFS_VM_SIZES)}")
+        if values["dataLocalCache"] and kind == "azure-files":
+            raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after "
+                                                "the nodes start, so there is nothing to cache yet; use nfsKind: vm")
+        size, bounds = values["nfsDiskSizeGb"], NFS_DISK_SIZE_GB[kind]
+        if not bounds.low <= size <= bounds.high:
+            raise ConfigError("nfsDiskSizeGb", f"{size} GiB is outside {bounds} for nfsKind {kind}")
+        return cls(kind=kind, vm_size=values["nfsVmSize"], disk_count=_check_range("nfsDiskCount",
+                                                                                   values["nfsDiskCount"]),
+                   disk_size_gb=size, data_local_cache=values["dataLocalCache"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """The training job: what `pulumi up` launches and `python -m infra submit` submits."""
+    KEYS = {"trainingLaunchOnUp": "launch_on_up", "trainingFramework": "framework", "trainingArgs": "args",
+            "trainingRetries": "retries", "trainingMaxHours": "max_hours",
+            "trainingDataWaitMinutes": "data_wait_minutes"}
+    launch_on_up: bool
+    framework: str  # pytorch | tensorflow | keras
+    args: tuple[str, ...]  # extra `python -m training train` flags
+    retries: int
+    max_hours: int
+    data_wait_minutes: int
+
+    @property
+    def image(self) -> str:
+        """The image (one per framework) the training job runs in."""
+        return IMAGE_OF_LOOP[self.framework]
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any], registry: RegistryConfig) -> TrainingConfig:
+        retries = _check_range("trainingRetries", values["trainingRetries"])
+        max_hours = _check_range("trainingMaxHours", values["trainingMaxHours"])
+        data_wait = _check_range("trainingDataWaitMinutes", values["trainingDataWaitMinutes"])
+        framework = _check_one_of("trainingFramework", values["trainingFramework"])
+        if IMAGE_OF_LOOP[framework] not in registry.frameworks:
+            raise ConfigError("trainingFramework", f"{framework} runs in the {IMAGE_OF_LOOP[framework]} image, "
+                                                   f"which frameworks {list(registry.frameworks)} does not build; "
+                                                   "add it there")
+        return cls(launch_on_up=values["trainingLaunchOnUp"], framework=framework,
+                   args=parse_training_args(framework, values["trainingArgs"]), retries=retries, max_hours=max_hours,
+                   data_wait_minutes=data_wait)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AmlConfig:
+    """backend azureml: the workspace and its compute cluster."""
+    KEYS = {"amlDataMode": "data_mode", "amlIdleMinutes": "idle_minutes", "amlWorkspaceAccess": "workspace_access"}
+    data_mode: str  # download | mount
+    idle_minutes: int
+    workspace_access: str  # private | public
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> AmlConfig:
+        return cls(data_mode=_check_one_of("amlDataMode", values["amlDataMode"]),
+                   workspace_access=_check_one_of("amlWorkspaceAccess", values["amlWorkspaceAccess"]),
+                   idle_minutes=_check_range("amlIdleMinutes", values["amlIdleMinutes"]))
+
+
+SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageConfig, "monitoring": MonitoringConfig,
+            "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig}
+TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType")  # StackConfig's own fields
+# Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
+# Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`.
+KEYS = {**{key: _field_name(key) for key in TOP_KEYS},
+        **{key: f"{section}.{field}" for section, cls in SECTIONS.items() for key, field in cls.KEYS.items()}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackConfig:
+    stack: str
+    team: str
+    location: str
+    backend: str  # batch | azureml
+    deployer_principal_type: str  # User | ServicePrincipal: who runs `pulumi up`, for its own role assignments
+    network: NetworkConfig
+    nodes: NodesConfig
+    storage: StorageConfig
+    monitoring: MonitoringConfig
+    registry: RegistryConfig
+    nfs: NfsConfig
+    training: TrainingConfig
+    aml: AmlConfig
+    placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
+
+    @property
+    def launches_job_on_up(self) -> bool:
+        """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service. A
+        private Azure ML workspace answers only inside the VNet, and `pulumi up` runs outside it (plan says so)."""
+        if self.backend == "azureml" and self.aml.workspace_access == "private":
+            return False
+        return self.training.launch_on_up
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """Tags on every taggable resource: who owns it and what made it."""
+        return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
+
+
+# phase A: flat accessors kept until the backends move lands (issue 22)
+_FLAT = {"compute_subnet": "network.compute_subnet", "allowed_ip_ranges": "network.allowed_ip_ranges",
+         "gpu_sku": "nodes.gpu_sku", "min_nodes": "nodes.min_nodes", "max_nodes": "nodes.max_nodes",
+         "low_priority": "nodes.low_priority", "sku": "nodes.sku", "frameworks": "registry.frameworks",
+         "registry_sku": "registry.registry_sku", "image_tag": "registry.image_tag", "nfs_kind": "nfs.kind",
+         "nfs_vm_size": "nfs.vm_size", "nfs_disk_count": "nfs.disk_count", "nfs_disk_size_gb": "nfs.disk_size_gb",
+         "data_local_cache": "nfs.data_local_cache", "training_launch_on_up": "training.launch_on_up",
+         "training_framework": "training.framework", "training_args": "training.args",
+         "training_retries": "training.retries", "training_max_hours": "training.max_hours",
+         "training_data_wait_minutes": "training.data_wait_minutes", "training_image": "training.image",
+         "aml_data_mode": "aml.data_mode", "aml_idle_minutes": "aml.idle_minutes",
+         "aml_workspace_access": "aml.workspace_access"}
+for _flat, _path in _FLAT.items():
+    setattr(StackConfig, _flat, property(operator.attrgetter(_path)))
+
+
+def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
+    declared = yaml.safe_load(project_file.read_text())["config"]
+    return {
+        name: ConfigKey(name, spec["type"], spec.get("default"), spec.get("description", ""))
+        for name, spec in declared.items()
+    }
+
+
 def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
           placeholders_ok: bool = False) -> StackConfig:
-    """Defaults from the schema, overridden by `values` (unqualified keys), then validated. With
-    `placeholders_ok` (offline: plan, job verbs) the example stacks' placeholders pass, listed in `placeholders`."""
+    """Defaults from the schema, overridden by `values` (unqualified keys), then validated section by section.
+    With `placeholders_ok` (offline: plan, job verbs) the example stacks' placeholders pass, listed in
+    `placeholders`."""
     schema = schema if schema is not None else load_schema()
     for name in values:
         if name not in schema:
@@ -213,17 +487,13 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             hint = f"did you mean '{close[0]}'?" if close else "Pulumi.yaml declares every key the program reads"
             raise ConfigError(name, f"unknown key; {hint}")
     merged = {name: _coerce(key, values.get(name, key.default)) for name, key in schema.items()}
-    raw = {_field_name(name): value for name, value in merged.items()}
-    declared = {f.name for f in fields(StackConfig)} - {"stack", "placeholders"}
-    missing, unread = declared - set(raw), set(raw) - declared
+    missing, unread = set(KEYS) - set(merged), set(merged) - set(KEYS)
     if missing:
-        raise ConfigError(sorted(missing)[0], "not declared in Pulumi.yaml's config schema")
+        raise ConfigError(_field_name(sorted(missing)[0]), "not declared in Pulumi.yaml's config schema")
     if unread:  # a key Pulumi.yaml declares that the program would never read
-        raise ConfigError(sorted(unread)[0], "declared in Pulumi.yaml but not a StackConfig field")
+        raise ConfigError(_field_name(sorted(unread)[0]), "declared in Pulumi.yaml but not a StackConfig field")
 
-    backend = raw["backend"]
-    if backend not in BACKENDS:
-        raise ConfigError("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}")
+    backend = _check_one_of("backend", merged["backend"])
     for other, keys in BACKEND_ONLY_KEYS.items():
         for key in keys:
             # The engine gives every stack Pulumi.yaml's default for each key it leaves unset
@@ -232,153 +502,27 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             if other != backend and merged[key] != _coerce(schema[key], schema[key].default):
                 raise ConfigError(key, f"applies to backend {other} only, and this stack's backend is {backend}; "
                                        "remove it")
-    if raw["aml_data_mode"] not in AML_DATA_MODES:
-        raise ConfigError("amlDataMode", f"{raw['aml_data_mode']!r} is not one of {', '.join(AML_DATA_MODES)}")
-    if raw["aml_workspace_access"] not in AML_WORKSPACE_ACCESS:
-        raise ConfigError("amlWorkspaceAccess", f"{raw['aml_workspace_access']!r} is not one of "
-                                                f"{', '.join(AML_WORKSPACE_ACCESS)}")
-
-    team = raw["team"]
-    if not re.fullmatch(r"[a-z][a-z0-9]{1,11}", team):
-        raise ConfigError("team", f"{team!r} must be 2-12 lowercase letters or digits, starting with a letter "
-                                  "(it goes into storage account and registry names)")
-    if raw["location"] not in REGIONS:
-        close = difflib.get_close_matches(str(raw["location"]).lower().replace(" ", ""), sorted(REGIONS), n=1)
+    team = merged["team"]
+    low, high = RANGES["team"].low, RANGES["team"].high
+    if not re.fullmatch(rf"[a-z][a-z0-9]{{{low - 1},{high - 1}}}", team):
+        raise ConfigError("team", f"{team!r} must be {RANGES['team']} lowercase letters or digits, starting with a "
+                                  "letter (it goes into storage account and registry names)")
+    location = merged["location"]
+    if location not in REGIONS:
+        close = difflib.get_close_matches(str(location).lower().replace(" ", ""), sorted(REGIONS), n=1)
         hint = f"did you mean '{close[0]}'?" if close else "use a region name such as westeurope or eastus"
-        raise ConfigError("location", f"{raw['location']!r} is not an Azure region; {hint} "
+        raise ConfigError("location", f"{location!r} is not an Azure region; {hint} "
                                       "(`az account list-locations -o table` lists them)")
-
-    vnet = _network("addressSpace", raw["address_space"])
-    if not vnet.is_private:
-        raise ConfigError("addressSpace", f"{vnet} is not a private range; use one inside 10.0.0.0/8, "
-                                          "172.16.0.0/12 or 192.168.0.0/16")
-    if vnet.prefixlen > 24:
-        raise ConfigError("addressSpace", f"{vnet} is too small for two subnets; use /24 or larger")
-    reserved = tuple(_network("reservedAddressSpaces", cidr) for cidr in raw["reserved_address_spaces"])
-    for other in reserved:
-        if vnet.overlaps(other):
-            raise ConfigError("addressSpace", f"{vnet} overlaps reserved {other}; pick a range that no other "
-                                              "team, hub or on-premises network uses")
-    subnets = {}
-    for key in ("computeSubnet", "storageSubnet"):
-        subnet = _network(key, raw[_field_name(key)])
-        if not subnet.subnet_of(vnet):
-            raise ConfigError(key, f"{subnet} is not inside addressSpace {vnet}")
-        if subnet.prefixlen > SMALLEST_SUBNET_PREFIX:
-            raise ConfigError(key, f"{subnet} is smaller than Azure's smallest subnet, /{SMALLEST_SUBNET_PREFIX} "
-                                   f"(Azure reserves {AZURE_RESERVED_IPS_PER_SUBNET} addresses of each); use a "
-                                   f"/{SMALLEST_SUBNET_PREFIX} or larger")
-        subnets[key] = subnet
-    if subnets["computeSubnet"].overlaps(subnets["storageSubnet"]):
-        raise ConfigError("storageSubnet", f"{subnets['storageSubnet']} overlaps computeSubnet "
-                                           f"{subnets['computeSubnet']}; give each its own range")
-
-    allowed = raw["allowed_ip_ranges"]
-    # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
-    # upload the training scripts and no job can be submitted. Each entry is a bare address or a CIDR range; the
-    # firewalls get single addresses bare (storage refuses /31 and /32: security.firewall_ip_rules).
-    if not allowed:
-        raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet and "
-                                             "`pulumi up` cannot upload the scripts nor submit the job: add the "
-                                             "address `curl -s https://ifconfig.me` prints, as it prints it (a bare "
-                                             "IPv4 address; a CIDR range of /16 or smaller works too)")
-    if raw["deployer_principal_type"] not in DEPLOYER_PRINCIPAL_TYPES:
-        raise ConfigError("deployerPrincipalType", f"{raw['deployer_principal_type']!r} is not one of "
-                                                   f"{', '.join(DEPLOYER_PRINCIPAL_TYPES)} (User for `az login` as "
-                                                   "a person, ServicePrincipal for a service principal or managed "
-                                                   "identity running `pulumi up`)")
-    placeholders = []
-    for cidr in allowed:
-        try:
-            network = ipaddress.IPv4Network(cidr, strict=True)
-        except ValueError:
-            raise ConfigError("allowedIpRanges", f"{cidr!r} is not an IPv4 address, or a CIDR range with its host "
-                                                 "bits zero") from None
-        if network.subnet_of(PLACEHOLDER_RANGE):
-            fix = (f"allowedIpRanges: {cidr} is the example stack's placeholder (a documentation range): replace it "
-                   "with your deployers' egress IPs before `pulumi up`")
-            if not placeholders_ok:
-                raise ConfigError("allowedIpRanges", f"{cidr} is a placeholder (a documentation range); put your "
-                                                     "deployers' egress IPs there")
-            placeholders.append(fix)
-            continue
-        if not network.is_global or network.prefixlen < 16:
-            raise ConfigError("allowedIpRanges", f"{cidr} must be a public range of /16 or smaller "
-                                                 "(the VNet is allowed already; private ranges do not apply)")
-
-    sku_name = raw["gpu_sku"]
-    sku = CATALOG.get(sku_name)
-    if sku is None:
-        raise ConfigError("gpuSku", f"unknown size {sku_name!r}; known sizes: {', '.join(sorted(CATALOG))}")
-    if sku.retired:
-        raise ConfigError("gpuSku", f"{sku_name} was retired on {sku.retired_on}; use {sku.successor}")
-
-    min_nodes, max_nodes = raw["min_nodes"], raw["max_nodes"]
-    if min_nodes < 0:
-        raise ConfigError("minNodes", f"{min_nodes} is negative; use 0 to pay nothing while idle")
-    if not 1 <= max_nodes <= MAX_NODES_LIMIT:
-        raise ConfigError("maxNodes", f"{max_nodes} must be between 1 and {MAX_NODES_LIMIT}")
-    if min_nodes > max_nodes:
-        raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
-    if raw["low_priority"] and backend == "batch":
-        # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
-        # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
-        # Batch service principal's access to the subscription), which this project does not deploy.
-        raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
-                                         "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
-                                         "set lowPriority: false, or use backend azureml")
-    if max_nodes > 1 and not sku.infiniband:
-        ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
-        raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
-                                      f"Horovod needs RDMA: set maxNodes: 1 or use {ib_sizes}")
-    usable = subnets["computeSubnet"].num_addresses - AZURE_RESERVED_IPS_PER_SUBNET
-    if usable < max_nodes:
-        raise ConfigError("computeSubnet", f"{subnets['computeSubnet']} has {usable} usable addresses, fewer than "
-                                           f"maxNodes {max_nodes}; use a larger prefix")
-
-    for key, ((low, high), unit) in RANGES.items():
-        if not low <= raw[_field_name(key)] <= high:
-            raise ConfigError(key, f"{raw[_field_name(key)]} is outside {low}-{high}{unit}")
-
-    frameworks = raw["frameworks"]
-    if not frameworks:
-        raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(IMAGES)}")
-    for framework in frameworks:
-        if framework not in IMAGES:
-            raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(IMAGES)} "
-                                            f"({SHARED_IMAGES})")
-    if len(set(frameworks)) != len(frameworks):
-        raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
-    if raw["registry_sku"] not in REGISTRY_SKUS:
-        raise ConfigError("registrySku", f"{raw['registry_sku']!r} is not one of {', '.join(REGISTRY_SKUS)}")
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", raw["image_tag"]):
-        raise ConfigError("imageTag", f"{raw['image_tag']!r} is not a valid Docker tag (letters, digits, _ . -)")
-
-    if raw["nfs_kind"] not in NFS_KINDS:
-        raise ConfigError("nfsKind", f"{raw['nfs_kind']!r} is not one of {', '.join(NFS_KINDS)}")
-    if raw["nfs_vm_size"] not in NFS_VM_SIZES:
-        raise ConfigError("nfsVmSize", f"unknown size {raw['nfs_vm_size']!r}; known sizes: {', '.join(NFS_VM_SIZES)}")
-    if raw["data_local_cache"] and raw["nfs_kind"] == "azure-files":
-        raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after the "
-                                            "nodes start, so there is nothing to cache yet; use nfsKind: vm")
-    low, high = NFS_DISK_SIZE_GB[raw["nfs_kind"]]
-    if not low <= raw["nfs_disk_size_gb"] <= high:
-        raise ConfigError("nfsDiskSizeGb", f"{raw['nfs_disk_size_gb']} GiB is outside {low}-{high} for nfsKind "
-                                           f"{raw['nfs_kind']}")
-    framework = raw["training_framework"]
-    if framework not in IMAGE_OF_LOOP:
-        raise ConfigError("trainingFramework", f"{framework!r} is not one of {', '.join(IMAGE_OF_LOOP)}")
-    if IMAGE_OF_LOOP[framework] not in frameworks:
-        raise ConfigError("trainingFramework", f"{framework} runs in the {IMAGE_OF_LOOP[framework]} image, "
-                                               f"which frameworks {list(frameworks)} does not build; add it there")
-    training_args = parse_training_args(framework, raw["training_args"])
-
-    # Every schema key is a field of the same name (checked above); what validation turned into richer types
-    # (networks) or refined (training args) replaces the raw value. A new key needs its Pulumi.yaml entry and
-    # its StackConfig field, plus a line in RANGES or a check above if it has rules.
-    return StackConfig(stack=stack, **{**raw, "address_space": vnet, "compute_subnet": subnets["computeSubnet"],
-                                       "storage_subnet": subnets["storageSubnet"], "reserved_address_spaces": reserved,
-                                       "training_args": training_args, "placeholders": tuple(placeholders)})
+    deployer = _check_one_of("deployerPrincipalType", merged["deployerPrincipalType"],
+                             " (User for `az login` as a person, ServicePrincipal for a service principal or "
+                             "managed identity running `pulumi up`)")
+    network, placeholders = NetworkConfig.parse(merged, placeholders_ok)
+    registry = RegistryConfig.parse(merged)
+    return StackConfig(
+        stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
+        network=network, nodes=NodesConfig.parse(merged, backend, network), storage=StorageConfig.parse(merged),
+        monitoring=MonitoringConfig.parse(merged), registry=registry, nfs=NfsConfig.parse(merged),
+        training=TrainingConfig.parse(merged, registry), aml=AmlConfig.parse(merged), placeholders=placeholders)
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:

@@ -35,13 +35,13 @@ def test_components_own_their_children_and_name_them_after_themselves(ev):
 def test_network_vnet_subnets_nsgs_and_nat(ev):
     cfg = ev.config
     vnet = ev.one("azure-native:network:VirtualNetwork")
-    assert vnet.inputs["addressSpace"]["addressPrefixes"] == [str(cfg.address_space)]
+    assert vnet.inputs["addressSpace"]["addressPrefixes"] == [str(cfg.network.address_space)]
     assert vnet.inputs["location"] == cfg.location
     nat = ev.one("azure-native:network:NatGateway")
     nsgs = {r.state["id"]: r for r in ev.of_type("azure-native:network:NetworkSecurityGroup")}
     subnets = {s.name.rsplit("-", 1)[1]: s.inputs for s in ev.of_type("azure-native:network:Subnet")}
-    assert subnets["compute"]["addressPrefix"] == str(cfg.compute_subnet)
-    assert subnets["storage"]["addressPrefix"] == str(cfg.storage_subnet)
+    assert subnets["compute"]["addressPrefix"] == str(cfg.network.compute_subnet)
+    assert subnets["storage"]["addressPrefix"] == str(cfg.network.storage_subnet)
     for name, subnet in subnets.items():
         assert subnet["natGateway"]["id"] == nat.state["id"], f"{name} subnet has no NAT egress"
         assert "Microsoft.Storage" in [e["service"] for e in subnet["serviceEndpoints"]]
@@ -67,10 +67,10 @@ def test_storage_account_invariants(ev):
     subnet_ids = sorted(s.state["id"] for s in ev.of_type("azure-native:network:Subnet"))
     assert sorted(r["virtualNetworkResourceId"] for r in rules["virtualNetworkRules"]) == subnet_ids
     assert [r["iPAddressOrRange"] for r in rules.get("ipRules", [])] == list(
-        security.firewall_ip_rules(cfg.allowed_ip_ranges))
+        security.firewall_ip_rules(cfg.network.allowed_ip_ranges))
     assert p["encryption"]["requireInfrastructureEncryption"] is True
-    assert account.retain_on_delete == cfg.retain_outputs
-    assert ev.one("azure-native:resources:ResourceGroup").retain_on_delete == cfg.retain_outputs
+    assert account.retain_on_delete == cfg.storage.retain_outputs
+    assert ev.one("azure-native:resources:ResourceGroup").retain_on_delete == cfg.storage.retain_outputs
 
 
 def test_storage_containers_and_no_file_share(ev):
@@ -104,7 +104,7 @@ def test_sas_per_container_least_permission_https_bounded_expiry(ev):
     requests = {i.args["canonicalizedResource"].rsplit("/", 1)[1]: i.args for i in ev.invocations
                 if i.token == "azure-native:storage:listStorageAccountServiceSAS"}
     assert {c: r["permissions"] for c, r in requests.items()} == {"data": "rl", "scripts": "rl", "outputs": "cw"}
-    expected_expiry = (NOW.replace(minute=0, second=0) + timedelta(hours=ev.config.sas_expiry_hours))
+    expected_expiry = (NOW.replace(minute=0, second=0) + timedelta(hours=ev.config.storage.sas_expiry_hours))
     for container, request in requests.items():
         assert request["canonicalizedResource"] == f"/blob/{ev.outputs['storageAccountName']}/{container}"
         assert request["protocols"] == "https" and request["resource"] == "c"
@@ -133,7 +133,7 @@ def test_no_account_key_is_ever_read_or_exported(ev):
 def test_registry_admin_disabled_identity_pull_and_scoped_push(ev):
     cfg = ev.config
     acr = ev.one("azure-native:containerregistry:Registry")
-    assert acr.inputs["adminUserEnabled"] is False and acr.inputs["sku"]["name"] == cfg.registry_sku
+    assert acr.inputs["adminUserEnabled"] is False and acr.inputs["sku"]["name"] == cfg.registry.registry_sku
     identity = ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id")
     pull = ev.one("azure-native:authorization:RoleAssignment", "acr-pull")
     assert pull.inputs["principalId"] == identity.state["principalId"]
@@ -141,7 +141,7 @@ def test_registry_admin_disabled_identity_pull_and_scoped_push(ev):
     assert pull.inputs["scope"] == acr.state["id"]
     scope = ev.one("azure-native:containerregistry:ScopeMap")
     assert sorted(scope.inputs["actions"]) == sorted(
-        f"repositories/{fw}/content/{a}" for fw in cfg.frameworks for a in ("read", "write"))
+        f"repositories/{fw}/content/{a}" for fw in cfg.registry.frameworks for a in ("read", "write"))
     token = ev.one("azure-native:containerregistry:Token")
     assert token.inputs["scopeMapId"] == scope.state["id"] and token.inputs["status"] == "enabled"
     password = ev.one("pulumi-python:dynamic:Resource", "push-password")
@@ -152,12 +152,12 @@ def test_registry_admin_disabled_identity_pull_and_scoped_push(ev):
 def test_one_image_per_framework_pushed_with_the_token(ev):
     cfg = ev.config
     images = {i.name: i.inputs for i in ev.of_type("docker-build:index:Image")}
-    assert len(images) == len(cfg.frameworks)
+    assert len(images) == len(cfg.registry.frameworks)
     login = ev.outputs["registryLoginServer"]
-    for framework in cfg.frameworks:
+    for framework in cfg.registry.frameworks:
         image = next(v for k, v in images.items() if f"-{framework}-" in k)
         assert image["dockerfile"]["location"] == f"images/{framework}.Dockerfile"
-        assert image["tags"] == [f"{login}/{framework}:{cfg.image_tag}"]
+        assert image["tags"] == [f"{login}/{framework}:{cfg.registry.image_tag}"]
         assert image["push"] is True and image["buildOnPreview"] is False
         assert image["platforms"] == ["linux/amd64"]
         (reg,) = image["registries"]
@@ -174,7 +174,7 @@ def test_token_password_expiry_is_stable_within_a_month():
 
 def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
     workspace = ev.one("azure-native:operationalinsights:Workspace")
-    assert workspace.inputs["retentionInDays"] == ev.config.log_retention_days
+    assert workspace.inputs["retentionInDays"] == ev.config.monitoring.log_retention_days
     insights = ev.one("azure-native:applicationinsights:Component")
     assert insights.inputs["workspaceResourceId"] == workspace.state["id"]
     account_id = ev.one("azure-native:storage:StorageAccount").state["id"]
@@ -213,7 +213,8 @@ def test_stack_outputs(ev):
 def test_single_addresses_reach_every_firewall_bare(stack):
     """Storage refuses /31 and /32 (the usual single egress address): each firewall gets what it accepts."""
     given = ("20.50.1.7/32", "20.60.1.0/31", "20.70.0.0/24")
-    cfg = dataclasses.replace(config.from_stack_file(stack), allowed_ip_ranges=given)
+    base = config.from_stack_file(stack)
+    cfg = dataclasses.replace(base, network=dataclasses.replace(base.network, allowed_ip_ranges=given))
     ev = offline.evaluate(cfg, now=NOW)
     expected = ["20.50.1.7", "20.60.1.0", "20.60.1.1", "20.70.0.0/24"]
     account = ev.one("azure-native:storage:StorageAccount").inputs
