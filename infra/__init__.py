@@ -1,11 +1,12 @@
 """The deployer's side: the Pulumi program and `python -m infra`.
 
-  core/        pure logic the rest shares (config, GPU catalog, costs, Batch job spec, NFS user data, security
-               checks); imports no Pulumi component and no Azure client
-  components/  one Pulumi ComponentResource per module, and the TrainingJob dynamic resource
-  dataplane/   the seams to Azure's data planes (Batch jobs, the staging report blob), replaceable in tests
+  core/        pure logic the rest shares (config, GPU catalog, costs, NFS user data, security checks); imports
+               no Pulumi component and no Azure client
+  components/  one Pulumi ComponentResource per module for what every stack has (network, storage, registry...)
+  backends/    one package per backend (batch, azureml): its job spec, Pulumi component, job resource, data-plane
+               client and job verbs; what both share beside them
   cli/         `python -m infra`: plan and the job verbs
-  preview/     the program evaluated offline under Pulumi's mocks (plan, tests, rehearsal)
+  preview/     the program evaluated offline under Pulumi's mocks (plan, tests, rehearsal); Pulumi's private names
   policy/      the CrossGuard policy pack over core/security.py
 """
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Azure Batch's part, played on local nodes: a `BatchService` (infra/dataplane/batch.py) that runs the job and
+"""Azure Batch's part, played on local nodes: a `BatchService` (infra/backends/batch/service.py) that runs the job and
 task dicts `infra submit` and `pulumi up` send, by Batch's documented rules for a multi-instance task.
 
 Rules played (each from the page cited where it is applied):
@@ -43,7 +43,7 @@ from typing import Any
 
 from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, node_folders, task_folders
 from devtools.rehearsal.storage import Account
-from infra.dataplane.batch import JobNotFound
+from infra.backends.batch.service import JobNotFound
 
 TASK_STATES = ("active", "running", "completed")
 STATE_FILE = "batch-state.json"

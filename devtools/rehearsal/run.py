@@ -101,8 +101,10 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     from devtools.rehearsal.batch import RehearsalBatch
     from devtools.rehearsal.nodes import Pool
     from devtools.rehearsal.storage import Account, principal_of
-    from infra.cli import offline, operate
-    from infra.core import batch_spec, config
+    from infra.backends.batch import operate
+    from infra.preview import offline
+    from infra.backends.batch import spec as batch_spec
+    from infra.core import config
 
     cfg = config.from_stack_file(stack)
     if cfg.backend != "batch":
@@ -244,9 +246,9 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.nfs_server import NfsServer
     from devtools.rehearsal.storage import identities_by_client_id
-    from infra.cli import operate
-    from infra.core.batch_spec import DATASET, STAGED_MARKER
-    from infra.dataplane import staging
+    from infra.backends.batch import operate
+    from infra.backends.batch.spec import DATASET, STAGED_MARKER
+    from infra.backends import staging
 
     def deployers_gate(data_url: str, status_url: str):
         """infra submit's and `pulumi up`'s check, with the deployer's access to the declared containers."""
@@ -288,7 +290,7 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
 
 def _data_the_job_saw(export: Path, uploaded: int) -> str:
     """The job's --data folder (the export, as its nodes mount it) scanned as the trainer scans it."""
-    from infra.core.batch_spec import DATASET
+    from infra.backends.batch.spec import DATASET
     from training.data.folder import scan
 
     splits = {split: len(scan(export / DATASET, split)[1]) for split in ("train", "val")}
@@ -371,7 +373,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
-    from infra.core import batch_spec, config
+    from infra.backends.batch import spec as batch_spec
+    from infra.core import config
 
     def go(work: Path) -> Rehearsal:
         result = rehearse(args.stack, args.nodes, args.framework, args.args, work, args.processes_per_node)

@@ -48,7 +48,8 @@ def _plan(args: argparse.Namespace) -> int:
         return 2
     for placeholder in stack_config.placeholders:
         print(f"note: {placeholder}", file=sys.stderr)
-    from infra.cli import offline, plan
+    from infra.cli import plan
+    from infra.preview import offline
 
     text, secure = plan.render(offline.evaluate(stack_config))
     print(text)
@@ -97,8 +98,8 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
     """status/logs/download/cancel on a rehearsal's folder (`python -m infra rehearse`), through the same
     operate functions and BatchService seam as on a deployed stack."""
     from devtools.rehearsal.run import RecordedRehearsal, RehearsalRefused, default_work
-    from infra.cli import operate
-    from infra.core import batch_spec
+    from infra.backends.batch import operate
+    from infra.backends.batch import spec as batch_spec
 
     work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
     if args.command == "register-model":
@@ -128,9 +129,10 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
 
 def _aml_verb(args: argparse.Namespace, stack_config, aml_factory, staged) -> int:
     """The job verbs of a stack with backend azureml, through the AmlJobs seam."""
-    from infra.cli import operate, operate_aml
+    from infra.backends.azureml import operate as operate_aml
+    from infra.backends.batch import operate
     from infra.core import config
-    from infra.dataplane import aml_job
+    from infra.backends.azureml import job as aml_job
 
     outputs = operate.load_outputs(args.stack, args.outputs, required=operate_aml.REQUIRED_OUTPUTS)
     service = aml_factory(outputs)
@@ -158,8 +160,9 @@ def _aml_verb(args: argparse.Namespace, stack_config, aml_factory, staged) -> in
 
 
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
-    from infra.cli import operate
-    from infra.core import batch_spec, config
+    from infra.backends.batch import operate
+    from infra.backends.batch import spec as batch_spec
+    from infra.core import config
     from training.errors import UsageError
 
     if getattr(args, "rehearsal", None) is not None:
@@ -209,9 +212,10 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
 def _restage(args: argparse.Namespace) -> int:
     """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
     both reach `status`), then, with --follow, print its reports until it has served the request."""
-    from infra.cli import operate
-    from infra.core import batch_spec, config
-    from infra.dataplane import staging
+    from infra.backends.batch import operate
+    from infra.backends.batch import spec as batch_spec
+    from infra.core import config
+    from infra.backends import staging
     from training.errors import UsageError
 
     try:
@@ -249,13 +253,13 @@ def _restage(args: argparse.Namespace) -> int:
 
 
 def _azure_ml(outputs: dict):
-    from infra.dataplane.azureml import AzureMlJobs
+    from infra.backends.azureml.service import AzureMlJobs
 
     return AzureMlJobs(outputs["subscriptionId"], outputs["resourceGroupName"], outputs["amlWorkspaceName"])
 
 
 def _azure_batch(endpoint: str):
-    from infra.dataplane.batch import AzureBatch
+    from infra.backends.batch.service import AzureBatch
 
     return AzureBatch(endpoint)
 
@@ -269,11 +273,11 @@ def _rehearse(argv: list[str]) -> int:
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml) -> int:
     """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness` and
     `aml_factory(outputs) -> AmlJobs`: the tests pass their own; everyone else gets Azure Batch, the `data` and
-    `status` containers (infra/dataplane/staging.py) and Azure ML."""
-    from infra.dataplane.staging import RECHECK_MINUTES
+    `status` containers (infra/backends/staging.py) and Azure ML."""
+    from infra.backends.staging import RECHECK_MINUTES
 
     if staged is None:
-        from infra.dataplane.staging import data_ready as staged
+        from infra.backends.staging import data_ready as staged
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

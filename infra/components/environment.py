@@ -4,7 +4,7 @@ Order follows the data path: resource group -> monitoring -> network -> storage 
 images -> then the backend. batch (the reference architecture): NFS file server (staged from storage) ->
 Batch account and GPU pool (mounting NFS, pulling the images) -> the training job, launched once the pool
 exists (unless trainingLaunchOnUp is false). azureml (its successor): an Azure ML workspace, GPU compute
-cluster, datastore and environments (infra/components/azureml.py).
+cluster, datastore and environments (infra/backends/azureml/workspace.py).
 """
 from __future__ import annotations
 
@@ -15,19 +15,20 @@ import pulumi
 from pulumi_azure_native import authorization, resources
 
 from infra.components import roles
-from infra.components.aml_training_job import AmlTrainingJob, AmlTrainingJobArgs
-from infra.components.azureml import AzureMl, AzureMlArgs
+from infra.backends.azureml.training_job import AmlTrainingJob, AmlTrainingJobArgs
+from infra.backends.azureml.workspace import AzureMl, AzureMlArgs
 from infra.core import naming
-from infra.components.cluster import Cluster, ClusterArgs
+from infra.backends.batch.cluster import Cluster, ClusterArgs
 from infra.core.config import StackConfig
+from infra.components.identity import NodeIdentity, NodeIdentityArgs
 from infra.components.monitoring import Monitoring, MonitoringArgs
 from infra.components.network import Network, NetworkArgs
-from infra.components.nfs import NfsArgs, NfsServer
+from infra.components.nfs import NfsArgs, NfsNames, NfsServer
 from infra.components.registry import Registry, RegistryArgs
 from infra.components.storage import Storage, StorageArgs
-from infra.core.batch_spec import job_inputs
-from infra.dataplane.aml_job import aml_job_inputs
-from infra.components.training_job import TrainingJob, TrainingJobArgs
+from infra.backends.batch.spec import job_inputs
+from infra.backends.azureml.job import aml_job_inputs
+from infra.backends.batch.training_job import TrainingJob, TrainingJobArgs
 
 
 @dataclass
@@ -47,18 +48,29 @@ class Environment(pulumi.ComponentResource):
             f"{name}-rg", resource_group_name=naming.resource_group(cfg.team, cfg.stack), location=cfg.location,
             tags=cfg.tags,
             # The resource group holds the storage account: keep it too when outputs are retained.
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs))
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.storage.retain_outputs))
         rg = self.resource_group.name
-        self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg, rg), child)
-        self.network = Network(f"{name}-net", NetworkArgs(cfg, rg), child)
+        place = dict(resource_group_name=rg, location=cfg.location, tags=cfg.tags)
+        self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg.monitoring, **place), child)
+        self.network = Network(f"{name}-net", NetworkArgs(cfg.network, **place,
+                                                          key_vault_endpoint=cfg.backend == "azureml"), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
-            cfg, rg, subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id], now=now), child)
+            cfg.storage, **place, account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location),
+            subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],
+            allowed_ip_ranges=cfg.network.allowed_ip_ranges, now=now), child)
         self.monitoring.watch_storage("storage", self.storage.account.id)
-        self.registry = Registry(f"{name}-reg", RegistryArgs(cfg, rg, now=now), child)
+        # The GPU nodes' identity (Batch pool or Azure ML cluster): pulls the images, reads and writes storage.
+        # It was the Registry's child named f"{name}-reg-pull-id": aliased there, so `up` moves it, not replaces it.
+        self.node_identity = NodeIdentity(f"{name}-nodes", NodeIdentityArgs(
+            **place, previous_name=f"{name}-reg-pull-id",
+            previous_parent=pulumi.create_urn(f"{name}-reg", "dltrain:registry:Registry", parent=self)), child)
+        nodes = self.node_identity.identity
+        self.registry = Registry(f"{name}-reg", RegistryArgs(
+            cfg.registry, **place, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
+            pull_principal_id=nodes.principal_id, now=now), child)
         urls = self.storage.container_urls
         # The GPU nodes reach storage with their identity, so no SAS sits in job definitions: the scripts and
         # data to read, the outputs to write (Batch uploads output files with it; Azure ML reads datastores).
-        nodes = self.registry.pull_identity
         self.node_grants = [
             self.storage.grant("nodes-scripts", nodes.principal_id, "scripts", roles.BLOB_DATA_READER),
             self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
@@ -129,8 +141,8 @@ class Environment(pulumi.ComponentResource):
             "sas": pulumi.Output.secret(self.storage.sas),
             "registryLoginServer": self.registry.registry.login_server,
             "imageRefs": self.registry.image_refs,
-            "pullIdentityId": self.registry.pull_identity.id,
-            "pullIdentityClientId": self.registry.pull_identity.client_id,
+            "pullIdentityId": nodes.id,
+            "pullIdentityClientId": nodes.client_id,
             "logAnalyticsWorkspaceId": self.monitoring.workspace.id,
             "appInsightsId": self.monitoring.app_insights.id,
             "backend": cfg.backend,
@@ -142,7 +154,10 @@ class Environment(pulumi.ComponentResource):
         """The reference architecture's backend: the NFS server, the Batch pool and the training job."""
         child = pulumi.ResourceOptions(parent=self)
         self.nfs = NfsServer(f"{name}-nfs", NfsArgs(
-            cfg, rg, storage_subnet_id=self.network.storage_subnet.id,
+            cfg.nfs, rg, cfg.location, cfg.tags, export_to=str(cfg.network.compute_subnet),
+            names=NfsNames(vm=f"nfs-{cfg.team}-{cfg.stack}", host=f"nfs-{cfg.team}",
+                           account=naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location)),
+            storage_subnet_id=self.network.storage_subnet.id,
             compute_subnet_id=self.network.compute_subnet.id,
             container_urls={c: urls[c] for c in ("data", "scripts", "status")},
             container_ids={c: self.storage.containers[c].id for c in ("data", "scripts", "status")}),

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core.batch_spec import SCRIPTS_PREFIX
+from infra.backends.batch.spec import SCRIPTS_PREFIX
 
 # Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
 # writes (it can neither read back nor delete what other runs wrote).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.core.batch_spec import POOL_OS_DISK_GB
+from infra.backends.batch.spec import POOL_OS_DISK_GB
 from infra.core.config import StackConfig
 from infra.core.skus import NFS_VM_SIZES
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from infra import REPO_ROOT
-from infra.core.batch_spec import DATASET, SCRIPTS_PREFIX
+from infra.backends.batch.spec import DATASET, SCRIPTS_PREFIX
 from training.data.staged import EXIT_NO_DATA
 
 EXPORT_PATH = "/data"
@@ -30,7 +30,7 @@ SHARE = "data"
 RAID_DEVICE = "/dev/md/dltrain"  # a named array: mdadm.conf assembles it under this name after a reboot
 STAGE_UNIT = "dltrain-stage.service"
 STAGE_TIMER = "dltrain-stage.timer"
-STAGE_RECHECK_MINUTES = 15  # a staged container is listed again this often (infra/dataplane/staging.py says so)
+STAGE_RECHECK_MINUTES = 15  # a staged container is listed again this often (infra/backends/staging.py says so)
 # The stager's pins, the same file .venv and the training images install.
 _STAGER_LINES = (REPO_ROOT / "training" / "requirements-stage.txt").read_text().splitlines()
 STAGER_PACKAGES = " ".join(pin for pin in (line.split("#")[0].strip() for line in _STAGER_LINES) if pin)

@@ -3,7 +3,7 @@ import json
 
 from infra.cli.main import main
 from tests.data_path.conftest import cli, make_tree, tree
-from tests.infra.test_operate import OUTPUTS
+from tests.infra.backends.batch.test_operate import OUTPUTS
 
 
 def no_batch(endpoint):
@@ -34,12 +34,12 @@ def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, c
 
 
 def test_the_staging_report_is_read_from_the_status_container(azurite, container):
-    """infra/dataplane/staging.py against a real blob service: no report, then the report the NFS server writes
+    """infra/backends/staging.py against a real blob service: no report, then the report the NFS server writes
     (training/data/staged.py; tests/data_path/test_staged.py plays the server's whole life)."""
     from azure.storage.blob import ContainerClient
 
-    from infra.core import batch_spec
-    from infra.dataplane import staging
+    from infra.backends.batch import spec as batch_spec
+    from infra.backends import staging
     from training.data import staged
 
     url = azurite.container_url(container, "racwl")

@@ -1,4 +1,4 @@
-"""`stage --mark/--report` (the NFS server's staging unit) and the deployer's gate (infra/dataplane/staging.py)
+"""`stage --mark/--report` (the NFS server's staging unit) and the deployer's gate (infra/backends/staging.py)
 against a real blob service: a dataset uploaded after the stack exists is staged on the next run, an empty one
 never is, a change is restaged, and the gate refuses any copy that is not the container's listing now."""
 import json
@@ -7,8 +7,8 @@ import uuid
 import pytest
 from azure.storage.blob import ContainerClient
 
-from infra.core import batch_spec
-from infra.dataplane import staging
+from infra.backends.batch import spec as batch_spec
+from infra.backends import staging
 from tests.data_path.conftest import cli, make_tree
 from training.data import staged
 
@@ -144,7 +144,7 @@ def test_restage_is_refused_where_no_nfs_server_stages(tmp_path, capsys):
 
 
 def test_the_azure_files_jobs_stage_line_marks_only_a_non_empty_container(stack, tmp_path):
-    """With nfsKind azure-files the job stages `data` itself at its start (infra/core/batch_spec.py stage_data),
+    """With nfsKind azure-files the job stages `data` itself at its start (infra/backends/batch/spec.py stage_data),
     run here in bash as the task runs it: an empty container fails the job unmarked; data is staged and marked."""
     import os
     import shlex

@@ -11,7 +11,7 @@ import pytest
 from devtools.rehearsal.nfs_server import merged_cloud_config
 from infra.components import nfs
 from infra.core import nfs_user_data
-from infra.dataplane import staging
+from infra.backends import staging
 from training.data import staged
 from infra import REPO_ROOT
 

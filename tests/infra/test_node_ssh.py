@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from devtools.rehearsal.nodes import IMAGE_USERS
-from tests.infra import job_nodes
-from tests.infra.job_nodes import DEBS
+from tests.infra.backends.batch import job_nodes
+from tests.infra.backends.batch.job_nodes import DEBS
 from training.cluster import node_ssh
 from training.errors import UsageError
 

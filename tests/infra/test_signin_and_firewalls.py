@@ -12,15 +12,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from infra import REPO_ROOT
-from infra.components.aml_training_job import AmlTrainingJobProvider
-from infra.components.training_job import TrainingJobProvider
-from infra.core import batch_spec
-from infra.core.batch_spec import JobError
-from infra.dataplane.azureml import AzureMlJobs
+from infra.backends.azureml.training_job import AmlTrainingJobProvider
+from infra.backends.batch.training_job import TrainingJobProvider
+from infra.backends.batch import spec as batch_spec
+from infra.backends.batch.spec import JobError
+from infra.backends.azureml.service import AzureMlJobs
 from tests.infra.conftest import evaluation_for
-from tests.infra.fake_batch import FakeBatch
-from tests.infra.test_batch_spec import inputs
-from tests.infra.test_operate import OUTPUTS
+from tests.infra.backends.batch.fake_batch import FakeBatch
+from tests.infra.backends.batch.test_spec import inputs
+from tests.infra.backends.batch.test_operate import OUTPUTS
 from training.data import transfer
 from training.data.blob_reader import BlobHttpError
 
@@ -213,8 +213,8 @@ def test_azure_ml_experimental_warnings_are_not_printed(tmp_path):
 import json, tempfile
 from pathlib import Path
 from infra.core import config
-from infra.dataplane import aml_job
-from infra.dataplane.azureml import AzureMlJobs
+from infra.backends.azureml import job as aml_job
+from infra.backends.azureml.service import AzureMlJobs
 
 class NoToken:
     def get_token(self, *scopes, **kwargs):

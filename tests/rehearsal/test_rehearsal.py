@@ -10,7 +10,7 @@ import time
 import pytest
 
 from infra import REPO_ROOT
-from tests.infra import job_nodes
+from tests.infra.backends.batch import job_nodes
 
 WHY_NOT = job_nodes.unavailable()  # why this machine cannot host the rehearsal's nodes, or ''
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
@@ -162,7 +162,7 @@ def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
 
     from devtools.emulator import Azurite
     from devtools.rehearsal.storage import Account, principal_of
-    from infra.cli import offline
+    from infra.preview import offline
     from infra.core import config
 
     ev = offline.evaluate(config.from_stack_file("dev"))

@@ -1,5 +1,5 @@
 """What "staged" means, for `python -m training stage --mark` (the NFS server's staging unit, a job that stages
-its own data) and for the deployer's gate (infra/dataplane/staging.py).
+its own data) and for the deployer's gate (infra/backends/staging.py).
 
 A dataset is staged when DEST holds the container as it was listed, and the container was not empty. The
 listing is summed up as a fingerprint (every blob's name, size and ETag, in the service's listing order, which
@@ -38,7 +38,7 @@ WAITING, STAGING, STAGED = "waiting for data", "staging", "staged"
 
 
 def report_name(dataset: str) -> str:
-    """The report blob in the status container (infra/core/batch_spec.py: STAGED_BLOB)."""
+    """The report blob in the status container (infra/backends/batch/spec.py: STAGED_BLOB)."""
     return f"{dataset}{MARKER}"
 
 

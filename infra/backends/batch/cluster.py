@@ -22,7 +22,8 @@ import pulumi
 from pulumi_azure_native import authorization, batch
 
 from infra.components import roles
-from infra.core import batch_spec, naming, security
+from infra.backends.batch import spec as batch_spec
+from infra.core import naming, security
 from infra.core.config import StackConfig
 
 POOL = "gpu"

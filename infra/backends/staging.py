@@ -15,7 +15,7 @@ from __future__ import annotations
 import getpass
 from dataclasses import dataclass
 
-from infra.core.batch_spec import DATASET, STAGED_BLOB
+from infra.backends.batch.spec import DATASET, STAGED_BLOB
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 
 # How soon the staging unit sees a change by itself (it lists `data` this often; a restage request: a minute).

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from infra.core.batch_spec import JobError
-from infra.dataplane.batch import JobNotFound, call_translated, refused_line
+from infra.backends.batch.spec import JobError
+from infra.backends.batch.service import JobNotFound, call_translated, refused_line
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """Azure Batch's data plane at the wire, for the tests: `BatchEndpoint`, a local HTTPS server answering the REST
-calls that infra/dataplane/batch.py makes, and `FakeBatch`, the real `AzureBatch` with the real azure-batch
+calls that infra/backends/batch/service.py makes, and `FakeBatch`, the real `AzureBatch` with the real azure-batch
 `BatchClient` pointed at it. Every value our code reads from Batch is then what the SDK's own deserialization
 makes of a REST response, with the types the SDK really returns (a fake at our own seam once answered an int
 where the SDK's model was assumed to differ, and nothing could tell).
@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
-from infra.dataplane.batch import AzureBatch
+from infra.backends.batch.service import AzureBatch
 
 _CERT: tuple[str, str] | None = None
 _START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
@@ -229,7 +229,7 @@ class BatchEndpoint:
             if method == "GET":
                 found = re.fullmatch(r"bytes=(\d+)-", byte_range)
                 return 200, headers, data[int(found[1]):] if found else data
-        raise _Refusal(501, "NotImplemented", f"{method} {path}: not served by tests/infra/fake_batch.py")
+        raise _Refusal(501, "NotImplemented", f"{method} {path}: not served by tests/infra/backends/batch/fake_batch.py")
 
 
 class _Token:

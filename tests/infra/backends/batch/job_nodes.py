@@ -13,7 +13,7 @@ from pathlib import Path
 from devtools.rehearsal.batch import batch_env, task_folders
 from devtools.rehearsal.nodes import BATCH_ROOT, IMAGE_USERS, ImageUsers, Node, Pool
 from infra import REPO_ROOT
-from infra.core import batch_spec
+from infra.backends.batch import spec as batch_spec
 from infra.core.containers import runtime_files
 
 DEBS = REPO_ROOT / ".cache" / "debs" / "root"

@@ -1,5 +1,5 @@
 """Job operations on a stack with `backend: azureml`: submit, status, logs, download, cancel, register-model,
-through the `AmlJobs` seam (infra/dataplane/azureml.py). The job itself is built by infra/dataplane/aml_job.py."""
+through the `AmlJobs` seam (infra/backends/azureml/service.py). The job itself is built by infra/backends/azureml/job.py."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from infra.core.batch_spec import JobError
-from infra.dataplane import aml_job
-from infra.dataplane.azureml import TERMINAL, AmlJobs
-from infra.dataplane.batch import JobNotFound
+from infra.backends.batch.spec import JobError
+from infra.backends.azureml import job as aml_job
+from infra.backends.azureml.service import TERMINAL, AmlJobs
+from infra.backends.batch.service import JobNotFound
 
 REQUIRED_OUTPUTS = ("subscriptionId", "resourceGroupName", "amlWorkspaceName", "amlComputeName", "amlEnvironments",
                     "pullIdentityClientId")

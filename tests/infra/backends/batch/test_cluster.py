@@ -5,12 +5,13 @@ import dataclasses
 import pytest
 
 from infra import REPO_ROOT
-from infra.cli import offline
+from infra.preview import offline
 from infra.components import roles
 from infra.core import nfs_user_data
-from infra.core import batch_spec, config
-from infra.components.cluster import REPLACE_ON_CHANGES
-from infra.core.batch_spec import POOL_OS_DISK_GB
+from infra.backends.batch import spec as batch_spec
+from infra.core import config
+from infra.backends.batch.cluster import REPLACE_ON_CHANGES
+from infra.backends.batch.spec import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 
 POOL = "azure-native:batch:Pool"

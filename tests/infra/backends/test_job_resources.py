@@ -15,14 +15,14 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from infra.components.aml_training_job import AmlTrainingJobProvider
-from infra.components.training_job import TrainingJob, TrainingJobArgs, TrainingJobProvider, inputs_from
-from infra.core import batch_spec
-from infra.dataplane import staging
+from infra.backends.azureml.training_job import AmlTrainingJobProvider
+from infra.backends.batch.training_job import TrainingJob, TrainingJobArgs, TrainingJobProvider, inputs_from
+from infra.backends.batch import spec as batch_spec
+from infra.backends import staging
 from tests.infra.conftest import evaluation_for
-from tests.infra.fake_aml import FakeAmlJobs
-from tests.infra.fake_batch import FakeBatch
-from tests.infra.test_batch_spec import inputs as batch_inputs
+from tests.infra.backends.azureml.fake_aml import FakeAmlJobs
+from tests.infra.backends.batch.fake_batch import FakeBatch
+from tests.infra.backends.batch.test_spec import inputs as batch_inputs
 
 
 def wire(props: dict) -> dict:
@@ -75,7 +75,7 @@ class Engine:
 
 
 class Data:
-    """The seam infra/dataplane/staging.py answers through: whether a job may start now."""
+    """The seam infra/backends/staging.py answers through: whether a job may start now."""
 
     def __init__(self):
         self.line = "the `data` container is empty: upload the dataset first"
@@ -305,7 +305,7 @@ def test_a_storage_refusal_of_the_data_check_makes_up_wait_too(batch_job):
 def test_azure_ml_waits_for_access_the_same_way(aml_job):
     engine, aml, data, inputs = aml_job
     data.line = "staged"
-    from infra.dataplane.batch import ServiceRefused
+    from infra.backends.batch.service import ServiceRefused
 
     def refuse(job):
         raise ServiceRefused("Azure ML refused submitting the job (403 AuthorizationFailed): ...")

@@ -8,9 +8,10 @@ from datetime import timedelta
 import pytest
 
 from infra import REPO_ROOT
-from infra.cli import offline, plan
+from infra.cli import plan
+from infra.preview import offline
 from infra.components import roles
-from infra.components.azureml import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
+from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
 from infra.core.containers import AML_DATASTORES
 from infra.core import naming, security
 from tests.infra.conftest import NOW
@@ -191,8 +192,8 @@ def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
 
 
 def test_up_launches_the_job_from_the_same_outputs_submit_reads(aml_ev):
-    from infra.components.aml_training_job import inputs_from
-    from infra.dataplane import aml_job
+    from infra.backends.azureml.training_job import inputs_from
+    from infra.backends.azureml import job as aml_job
 
     job = next(r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs)
     assert job.inputs["workspace"] == aml_ev.outputs["amlWorkspaceName"]
@@ -202,13 +203,13 @@ def test_up_launches_the_job_from_the_same_outputs_submit_reads(aml_ev):
 
 
 def test_the_provider_submits_replaces_and_cancels_a_running_job_on_delete():
-    from infra.components.aml_training_job import AmlTrainingJobProvider, inputs_from
+    from infra.backends.azureml.training_job import AmlTrainingJobProvider, inputs_from
     from tests.infra.conftest import evaluation_for
-    from tests.infra.fake_aml import FakeAmlJobs
+    from tests.infra.backends.azureml.fake_aml import FakeAmlJobs
 
     props = next(r for r in evaluation_for("nlp").of_type("pulumi-python:dynamic:Resource")
                  if "workspace" in r.inputs).inputs
-    from infra.dataplane.staging import Readiness
+    from infra.backends.staging import Readiness
 
     aml = FakeAmlJobs()
     provider = AmlTrainingJobProvider(aml, lambda data_url, status_url: Readiness(True, "`data` holds 160 files"))
@@ -217,7 +218,7 @@ def test_the_provider_submits_replaces_and_cancels_a_running_job_on_delete():
     assert aml.calls == [("submit", created.id)] and outs["job_name"] == created.id
     submitted = aml.jobs[created.id]["job"]
     assert submitted.resources.instance_count == inputs_from(props).nodes
-    # Only what the training depends on replaces the job (once it has ended: tests/infra/test_job_resources.py);
+    # Only what the training depends on replaces the job (once it has ended: tests/infra/backends/test_job_resources.py);
     # the engine's floats are the same numbers.
     assert provider.diff(created.id, {**outs, "nodes": float(props["nodes"])}, props).changes is False
     aml.finish(created.id, {})
@@ -254,7 +255,7 @@ def test_a_public_workspace_is_open_by_declared_choice_and_up_launches_the_job(a
     assert workspace.inputs["publicNetworkAccess"] == "Enabled"
     assert workspace.inputs["tags"]["network-access"] == "public"
     assert [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs]
-    assert not security.resource_violations(f"{ML}:Workspace", workspace.inputs)
+    assert not [f for f in security.apply_checks([security.Subject(f"{ML}:Workspace", workspace.inputs)]) if f.message]
 
 
 def test_the_nodes_account_wide_grant_cannot_rewrite_the_stacks_own_containers(aml_ev):

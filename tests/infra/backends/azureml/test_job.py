@@ -4,9 +4,11 @@ import subprocess
 
 import pytest
 
-from infra.core import batch_spec, config
+from infra.backends.batch import spec as batch_spec
+
+from infra.core import config
 from infra.core.containers import AML_DATASTORES, runtime_files
-from infra.dataplane import aml_job
+from infra.backends.azureml import job as aml_job
 from tests.infra.conftest import evaluation_for
 
 

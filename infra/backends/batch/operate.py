@@ -2,7 +2,7 @@
 
 What a verb needs comes from the stack's outputs (`pulumi stack output --json --show-secrets`, or a file
 holding that JSON) and its config (Pulumi.<stack>.yaml). Batch is reached as the signed-in Azure AD user
-(DefaultAzureCredential) through `infra.dataplane.batch.BatchService`; results are downloaded from the `outputs`
+(DefaultAzureCredential) through `infra.backends.batch.service.BatchService`; results are downloaded from the `outputs`
 container with Azure AD as well (its SAS may only write). No verb touches an account key, and no job carries a
 SAS: the nodes reach storage with the pool's identity.
 """
@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from infra.core import batch_spec
-from infra.dataplane.batch import BatchService, JobNotFound
-from infra.core.batch_spec import JobError
+from infra.backends.batch import spec as batch_spec
+from infra.backends.batch.service import BatchService, JobNotFound
+from infra.backends.batch.spec import JobError
 
 REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
                     "pullIdentityClientId", "containerUrls")
@@ -55,8 +55,8 @@ def load_outputs(stack: str, outputs_file: Path | None,
 def require_staged(outputs: dict[str, Any], staged: Callable[[str, str], Any], nfs_report: bool, stack: str) -> str:
     """Refuse to submit while there is nothing to train on: the `data` container empty or, with `nfs_report`
     (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes).
-    `staged(data_url, status_url)` is infra.dataplane.staging.data_ready. Returns what is ready, in a line."""
-    from infra.dataplane.staging import not_ready_message
+    `staged(data_url, status_url)` is infra.backends.staging.data_ready. Returns what is ready, in a line."""
+    from infra.backends.staging import not_ready_message
 
     urls = outputs.get("containerUrls") or {}
     if not urls.get("data") or (nfs_report and not urls.get("status")):

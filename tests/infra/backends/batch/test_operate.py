@@ -1,5 +1,5 @@
 """The TrainingJob dynamic provider and the `python -m infra` job verbs, through the real AzureBatch and azure-batch
-client, against a local Batch REST endpoint (tests/infra/fake_batch.py)."""
+client, against a local Batch REST endpoint (tests/infra/backends/batch/fake_batch.py)."""
 import dataclasses
 import io
 import json
@@ -7,13 +7,14 @@ import logging
 
 import pytest
 
-from infra.cli import operate
-from infra.core import batch_spec, config
+from infra.backends.batch import operate
+from infra.backends.batch import spec as batch_spec
+from infra.core import config
 from infra.cli.main import main
-from infra.components.training_job import INPUT_FIELDS, TrainingJobProvider
-from infra.dataplane.staging import Readiness
-from tests.infra.fake_batch import FakeBatch
-from tests.infra.test_batch_spec import inputs
+from infra.backends.batch.training_job import INPUT_FIELDS, TrainingJobProvider
+from infra.backends.staging import Readiness
+from tests.infra.backends.batch.fake_batch import FakeBatch
+from tests.infra.backends.batch.test_spec import inputs
 
 OUTPUTS = {
     "batchAccountEndpoint": "badev.westeurope.batch.azure.com", "poolId": "gpu",
@@ -43,7 +44,7 @@ def props(**changes):
 
 
 def staged(data_url, status_url):
-    """infra.dataplane.staging.data_ready's answer when the NFS server has staged `data` as it is now."""
+    """infra.backends.staging.data_ready's answer when the NFS server has staged `data` as it is now."""
     assert data_url == OUTPUTS["containerUrls"]["data"] and status_url in (STATUS, "")
     return Readiness(True, "the NFS server staged 160 files")
 
@@ -202,7 +203,7 @@ class _RefusingCredential:
 
 
 def test_job_verbs_without_az_login_end_in_one_line(outputs_file, capsys):
-    from infra.dataplane.batch import AzureBatch
+    from infra.backends.batch.service import AzureBatch
 
     # The real Batch client, with a credential that cannot sign in: the first request fails as it would.
     factory = lambda endpoint: AzureBatch(endpoint, credential=_RefusingCredential())  # noqa: E731

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from infra.cli.main import main
-from infra.dataplane.azureml import model_path
-from infra.dataplane.staging import Readiness
+from infra.backends.azureml.service import model_path
+from infra.backends.staging import Readiness
 from tests.infra.conftest import evaluation_for
-from tests.infra.fake_aml import FakeAmlJobs
+from tests.infra.backends.azureml.fake_aml import FakeAmlJobs
 
 
 @pytest.fixture
@@ -19,7 +19,7 @@ def outputs_file(tmp_path):
 
 
 def data_in_container(data_url, status_url):
-    """infra.dataplane.staging.data_ready's answer for a non-empty `data` (an azureml stack has no NFS report)."""
+    """infra.backends.staging.data_ready's answer for a non-empty `data` (an azureml stack has no NFS report)."""
     assert status_url == ""
     return Readiness(True, "`data` holds 160 files")
 

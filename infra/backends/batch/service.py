@@ -1,9 +1,9 @@
 """The one seam to the Azure Batch data plane: `BatchService` (what we need of it) and `AzureBatch` (the real
 thing: azure-batch signed in with Azure AD, never a shared key). The TrainingJob dynamic resource and the
 `python -m infra` job verbs take a `BatchService`; the tests run `AzureBatch` itself, with the real azure-batch
-client, against a local Batch REST endpoint (tests/infra/fake_batch.py).
+client, against a local Batch REST endpoint (tests/infra/backends/batch/fake_batch.py).
 
-Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/core/batch_spec.py): what the
+Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/backends/batch/spec.py): what the
 SDK's models give with `as_dict()`.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from infra.core.batch_spec import END_WITH_TASKS, JobError
+from infra.backends.batch.spec import END_WITH_TASKS, JobError
 from training.errors import AccessRefused
 
 BATCH_SCOPE = "https://batch.core.windows.net/.default"
@@ -151,7 +151,7 @@ class AzureBatch:
         def read() -> bytes:
             # The length is the HEAD response's Content-Length header, which azure-batch 15.1.0 deserializes to an
             # int (https://learn.microsoft.com/rest/api/batchservice/file/get-properties-from-task); the tests
-            # read it through the SDK from a REST response (tests/infra/fake_batch.py).
+            # read it through the SDK from a REST response (tests/infra/backends/batch/fake_batch.py).
             size = self.client.get_task_file_properties(job_id, task_id, path).content_length
             if size <= offset:
                 return b""

@@ -4,7 +4,7 @@ One Batch job per training run, holding one multi-instance task: Batch allocates
 to it, runs the coordination command on every node (the job's own sshd inside the container, so mpirun can
 reach the other nodes), then the application command on the primary: `python -m training launch`, which
 starts Horovod over MPI with one process per GPU on every node. The dicts here have the Batch REST API's shape
-(camelCase); `infra/dataplane/batch.py` hands them to the SDK unchanged. Both the TrainingJob dynamic resource
+(camelCase); `infra/backends/batch/service.py` hands them to the SDK unchanged. Both the TrainingJob dynamic resource
 (`pulumi up`) and `python -m infra submit` build their jobs here, so both launch the same thing.
 
 Batch's rules this relies on:

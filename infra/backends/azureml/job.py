@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.core import batch_spec
+from infra.backends.batch import spec as batch_spec
 from infra.core.config import IMAGE_OF_LOOP, StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG

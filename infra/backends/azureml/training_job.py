@@ -1,10 +1,10 @@
 """AmlTrainingJob: the post-deploy training run of the azureml backend, as a Pulumi dynamic resource over
-Azure ML's jobs (infra/dataplane/azureml.py).
+Azure ML's jobs (infra/backends/azureml/service.py).
 
-create builds the job with azure-ai-ml's own classes (infra/dataplane/aml_job.py, as `python -m infra submit`
+create builds the job with azure-ai-ml's own classes (infra/backends/azureml/job.py, as `python -m infra submit`
 does) and submits it, once the `data` container (the job's `data` input) holds the dataset: while it is empty
 the resource holds no job (`job_name` ""), its `state` says so (a warning in `up`), and every later `up` tries
-again in place (infra/components/training_job.py does the same for Batch).
+again in place (infra/backends/batch/training_job.py does the same for Batch).
 
 A change of what the training depends on submits a new job, but never in place of a running one: while the
 old job has not reached a terminal state, diff refuses with one line naming it and how to go on (`python -m
@@ -23,11 +23,12 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.components.training_job import (as_compared, as_stored, launch_when_ready, running_job_refusal,
+from infra.backends.batch.training_job import (as_compared, as_stored, launch_when_ready, running_job_refusal,
                                             submitted_job, warn_unless_submitted)
-from infra.dataplane import aml_job, staging
-from infra.dataplane.azureml import TERMINAL, AmlJobs, AzureMlJobs
-from infra.dataplane.batch import JobNotFound
+from infra.backends import staging
+from infra.backends.azureml import job as aml_job
+from infra.backends.azureml.service import TERMINAL, AmlJobs, AzureMlJobs
+from infra.backends.batch.service import JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(aml_job.AmlJobInputs)]
 # A job asked to stop (https://learn.microsoft.com/rest/api/azureml/jobs/get#jobstatus): replacing it loses nothing.

@@ -12,9 +12,9 @@ from azure.batch import models
 
 from devtools.rehearsal.batch import batch_env, task_folders
 from devtools.rehearsal.nodes import BATCH_ROOT
-from infra.core import batch_spec
+from infra.backends.batch import spec as batch_spec
 from infra.core.containers import runtime_files
-from tests.infra import job_nodes
+from tests.infra.backends.batch import job_nodes
 
 SCRIPTS = "https://st.blob.core.windows.net/scripts"
 OUTPUTS = "https://st.blob.core.windows.net/outputs"
@@ -139,7 +139,7 @@ def test_local_cache_is_where_the_container_sees_it():
 
 
 def test_autoscale_formula_uses_dedicated_nodes_only():
-    formula = batch_spec.autoscale_formula(0, 8)  # sized from the jobs: tests/infra/test_cluster.py evaluates it
+    formula = batch_spec.autoscale_formula(0, 8)  # sized from the jobs: tests/infra/backends/batch/test_cluster.py evaluates it
     assert "$TargetDedicatedNodes = $target;" in formula and "$TargetLowPriorityNodes = 0;" in formula
 
 

@@ -1,7 +1,7 @@
 """TrainingJob: the post-deploy training run, as a Pulumi dynamic resource over the Batch data plane.
 
-create submits the job (infra/core/batch_spec.py builds it, as for `python -m infra submit`) once the data is
-ready (infra/dataplane/staging.py: `data` not empty and, with the NFS VM, staged as it is now). Until then it
+create submits the job (infra/backends/batch/spec.py builds it, as for `python -m infra submit`) once the data is
+ready (infra/backends/staging.py: `data` not empty and, with the NFS VM, staged as it is now). Until then it
 submits nothing, does not wait and does not fail `up`: the resource holds no job (`job_id` ""), its `state`
 says why (shown as a warning), and every later `up` updates it, submitting the job once the data is ready.
 
@@ -17,7 +17,7 @@ The engine calls diff(id, olds, news) with olds = the state's outputs and news =
 values in a preview), update(id, olds, news) likewise, create(news) and delete(id, outputs)
 (pulumi/pulumi: sdk/python/lib/pulumi/dynamic/__main__.py, pkg/resource/deploy/step_generator.go). The inputs
 hold no secret (storage is reached with the nodes' identity). Batch is reached through
-`infra.dataplane.batch.BatchService`, which the tests replace with a fake.
+`infra.backends.batch.service.BatchService`, which the tests replace with a fake.
 """
 from __future__ import annotations
 
@@ -28,9 +28,9 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.core import batch_spec
-from infra.dataplane import staging
-from infra.dataplane.batch import AzureBatch, BatchService, JobNotFound
+from infra.backends.batch import spec as batch_spec
+from infra.backends import staging
+from infra.backends.batch.service import AzureBatch, BatchService, JobNotFound
 from training.errors import AccessRefused
 
 INPUT_FIELDS = [f.name for f in fields(batch_spec.JobInputs)]
