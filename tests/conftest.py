@@ -3,6 +3,8 @@ tests can be imported (a bare `pytest` in any environment collects without error
 from importlib.util import find_spec
 from pathlib import Path
 
+from training import frameworks
+
 # tests folder -> (module it needs, the environment that has it)
 NEEDS = {
     "infra": ("pulumi", ".venv"),
@@ -10,8 +12,8 @@ NEEDS = {
     "images": ("pulumi", ".venv"),
     "rehearsal": ("pulumi", ".venv"),
     "frameworks": ("yaml", "any"),
-    "train_pytorch": ("torch", ".venv-torch"),
-    "train_tensorflow": ("tensorflow", ".venv-tf"),
+    # tests/train_IMAGE: the loops of each image of the frameworks table, in its environment
+    **{f"train_{image.name}": (image.package, image.venv) for image in frameworks.images()},
 }
 def _missing(module: str) -> bool:
     try:

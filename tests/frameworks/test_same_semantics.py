@@ -8,8 +8,9 @@ import subprocess
 import pytest
 
 from infra import REPO_ROOT
+from training import frameworks
 
-ENVS = {"pytorch": ".venv-torch", "tensorflow": ".venv-tf", "keras": ".venv-tf"}
+ENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # every framework of the table
 FLAGS = ["--num-classes", "4", "--image-size", "32", "--batch-size", "4", "--workers", "1", "--epochs", "0.5",
          "--log-every", "2", "--checkpoint-every", "3", "--warmup-steps", "2", "--base-lr", "0.05", "--no-export"]
 

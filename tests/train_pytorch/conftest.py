@@ -2,8 +2,9 @@
 import pytest
 
 from tests.training_env import TrainingEnv
+from training import frameworks
 
-TORCH = TrainingEnv(".venv-torch")
+TORCH = TrainingEnv(frameworks.get("pytorch").image.venv)
 PYTHON, HOROVODRUN, TORCHRUN = TORCH.python, TORCH.horovodrun, str(TORCH.bin_dir / "torchrun")
 env, training, horovod = TORCH.env, TORCH.training, TORCH.horovod
 # Small and fast on 2 cores: 32 px images, batch 4 per rank, 1 loader worker.

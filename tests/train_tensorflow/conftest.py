@@ -2,8 +2,9 @@
 import pytest
 
 from tests.training_env import TrainingEnv
+from training import frameworks
 
-TF = TrainingEnv(".venv-tf", {"TF_CPP_MIN_LOG_LEVEL": "3"})
+TF = TrainingEnv(frameworks.get("tensorflow").image.venv, {"TF_CPP_MIN_LOG_LEVEL": "3"})
 PYTHON, env, training = TF.python, TF.env, TF.training
 TINY = ["--image-size", "32", "--batch-size", "4", "--workers", "1", "--log-every", "2"]
 
