@@ -4,7 +4,7 @@ it cannot do), read by name wherever a framework matters: training's flags, refu
 environments and the tests (like torchtitan's train specs: one registration, one lookup by name).
 
 A new framework is one `Framework` row plus its loop module (a `main(cfg) -> int`); one that needs an image of its
-own adds an `Image` row, with its Dockerfile (images/NAME.Dockerfile) and requirements files.
+own adds an `Image` row, with its Dockerfile (images/<name>.Dockerfile) and requirements files.
 
 Stdlib only, and no loop is imported here: `python -m training --help`, the deployer's `.venv` and the Makefile
 (`python3 -m training.frameworks --make`) read the table without torch or TensorFlow installed.
@@ -22,7 +22,7 @@ from training.errors import UsageError
 
 @dataclass(frozen=True)
 class Image:
-    """A container image (images/NAME.Dockerfile, repository NAME in the stack's registry) and the local
+    """A container image (images/<name>.Dockerfile, repository <name> in the stack's registry) and the local
     environment that trains like it (built by `make setup`; the tests and the rehearsal run in it)."""
     name: str
     requirements: str  # what the image pip-installs (besides the stager's and Azure ML's pins)

