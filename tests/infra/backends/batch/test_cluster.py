@@ -121,7 +121,8 @@ def test_one_nfs_disk_needs_no_raid():
 
 
 def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys():
-    cfg = dataclasses.replace(config.from_stack_file("dev"), nfs_kind="azure-files", nfs_disk_size_gb=1024)
+    dev = config.from_stack_file("dev")
+    cfg = dataclasses.replace(dev, nfs=dataclasses.replace(dev.nfs, kind="azure-files", disk_size_gb=1024))
     ev = offline.evaluate(cfg, now=NOW)
     assert not ev.of_type("azure-native:compute:VirtualMachine")
     account = ev.one("azure-native:storage:StorageAccount", "nfs").inputs
@@ -162,7 +163,8 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
 
 
 def test_launch_on_up_false_deploys_the_pool_without_a_job():
-    cfg = dataclasses.replace(config.from_stack_file("dev"), training_launch_on_up=False)
+    dev = config.from_stack_file("dev")
+    cfg = dataclasses.replace(dev, training=dataclasses.replace(dev.training, launch_on_up=False))
     ev = offline.evaluate(cfg, now=NOW)
     assert ev.one(POOL)
     assert not [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs]
@@ -197,7 +199,8 @@ def test_the_os_disk_holds_the_images_and_the_pool_waits_for_them(ev):
 
 
 def test_a_keras_job_prefetches_the_tensorflow_image_only():
-    cfg = dataclasses.replace(config.from_stack_file("dev"), training_framework="keras")
+    dev = config.from_stack_file("dev")
+    cfg = dataclasses.replace(dev, training=dataclasses.replace(dev.training, framework="keras"))
     pool = offline.evaluate(cfg, now=NOW).one(POOL).inputs
     [name] = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"][
         "containerImageNames"]
@@ -224,7 +227,7 @@ def test_a_service_principal_deployer_is_granted_as_one_and_no_job_needs_no_gran
     grants = [g.inputs for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
               if g.inputs["principalId"] == "deployer"]
     assert len(grants) == 3 and {g["principalType"] for g in grants} == {"ServicePrincipal"}
-    cfg = dataclasses.replace(cfg, training_launch_on_up=False)
+    cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, launch_on_up=False))
     assert not [g for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
                 if g.inputs["principalId"] == "deployer"]
     with pytest.raises(config.ConfigError, match="deployerPrincipalType.*'Group' is not one of User, ServicePrincipal"):
