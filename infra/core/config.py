@@ -1,7 +1,10 @@
 """Typed, validated stack configuration.
 
 Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
-`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. The same `parse` serves the
+`StackConfig` or refuses them with a `ConfigError` that names the key and the fix. A `StackConfig` holds one
+frozen section per concern (network, nodes, storage, monitoring, registry, nfs, training, aml), each with its keys
+and its own validation beside them; a component takes only its section. Bounds and allowed values are written
+once, in RANGES and ALLOWED, which Pulumi.yaml's descriptions state (a test checks). The same `parse` serves the
 real program (`from_pulumi`: the values the engine hands over) and the offline `plan` and job verbs
 (`from_stack_file`: the same values, computed from the stack file by the engine's own merge in
 engine_config.py), so both see every default merged in, every value as a string, and refuse exactly the same
