@@ -237,7 +237,8 @@ def test_a_private_workspace_is_reached_from_the_vnet_only_and_up_launches_no_jo
     submit; no job resource, no deployer grant for it, and plan says how to submit."""
     from infra.cli import plan
 
-    cfg = dataclasses.replace(aml_ev.config, aml_workspace_access="private", training_launch_on_up=True)
+    cfg = dataclasses.replace(aml_ev.config, aml=dataclasses.replace(aml_ev.config.aml, workspace_access="private"),
+                              training=dataclasses.replace(aml_ev.config.training, launch_on_up=True))
     ev = offline.evaluate(cfg, now=NOW)
     workspace = ev.one(f"{ML}:Workspace")
     assert workspace.inputs["publicNetworkAccess"] == "Disabled" and "network-access" not in workspace.inputs["tags"]
@@ -249,7 +250,8 @@ def test_a_private_workspace_is_reached_from_the_vnet_only_and_up_launches_no_jo
 
 
 def test_a_public_workspace_is_open_by_declared_choice_and_up_launches_the_job(aml_ev):
-    cfg = dataclasses.replace(aml_ev.config, aml_workspace_access="public", training_launch_on_up=True)
+    cfg = dataclasses.replace(aml_ev.config, aml=dataclasses.replace(aml_ev.config.aml, workspace_access="public"),
+                              training=dataclasses.replace(aml_ev.config.training, launch_on_up=True))
     ev = offline.evaluate(cfg, now=NOW)
     workspace = ev.one(f"{ML}:Workspace")
     assert workspace.inputs["publicNetworkAccess"] == "Enabled"
