@@ -1,6 +1,7 @@
 """The training runtime: what the scripts container holds, the images carry, and every node runs
 (`python -m training COMMAND`).
 
+  frameworks.py the frameworks table: each one's loop module, image, environment and what it cannot do
   runner.py     one training run for every framework (plan, resume, reporting, checkpoints, summary)
   config.py     the train flags (one dataclass), schedule.py, checkpoint.py, metrics.py, report.py
   pytorch/      the PyTorch loop (Horovod or DDP), its data loader and ONNX export
