@@ -138,7 +138,7 @@ def test_pulumi_up_evaluates_every_stack_file_as_plan_does(stack):
     planned = offline.evaluate(config.from_stack_file(stack))
     assert {(r.type, r.name) for r in up.resources} == {(r.type, r.name) for r in planned.resources}
     assert set(up.outputs) == set(planned.outputs)
-    assert up.config.allowed_ip_ranges == (DEPLOYER_IP,)
+    assert up.config.network.allowed_ip_ranges == (DEPLOYER_IP,)
 
 
 def test_pulumi_up_refuses_the_example_placeholder_in_one_line():
@@ -161,7 +161,7 @@ def _minimal_stack(tmp_path, backend: str, framework: str) -> EngineConfig:
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "keras"])
 def test_every_default_is_valid_for_every_backend_and_framework(tmp_path, backend, framework):
     ev = offline.evaluate_program("min", _minimal_stack(tmp_path, backend, framework))
-    assert (ev.config.backend, ev.config.training_framework) == (backend, framework)
+    assert (ev.config.backend, ev.config.training.framework) == (backend, framework)
     assert ev.resources and ev.outputs["backend"] == backend
 
 
