@@ -7,13 +7,16 @@ from pathlib import Path
 import pytest
 
 from infra import REPO_ROOT
+from training import frameworks
 
 HADOLINT = Path(sys.executable).parent / "hadolint"
 DOCKERFILES = sorted((REPO_ROOT / "images").glob("*.Dockerfile"))
+# Each image of the frameworks table: its Dockerfile and the requirements file it installs.
+IMAGE_PINS = [(Path(image.dockerfile).name, image.requirements) for image in frameworks.images()]
 
 
 def test_there_is_one_dockerfile_per_framework():
-    assert [p.name for p in DOCKERFILES] == ["pytorch.Dockerfile", "tensorflow.Dockerfile"]
+    assert [p.name for p in DOCKERFILES] == sorted(dockerfile for dockerfile, _ in IMAGE_PINS)
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -22,10 +25,7 @@ def test_dockerfile_is_clean_under_hadolint(dockerfile):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("dockerfile,requirements", [
-    ("pytorch.Dockerfile", "training/requirements-torch.txt"),
-    ("tensorflow.Dockerfile", "training/requirements-tf-gpu.txt"),
-])
+@pytest.mark.parametrize("dockerfile,requirements", IMAGE_PINS)
 def test_images_install_the_pinned_requirements_and_build_horovod_with_nccl(dockerfile, requirements):
     text = (REPO_ROOT / "images" / dockerfile).read_text()
     # The stager's pins too: with nfsKind azure-files the job stages the data inside this image.
@@ -76,10 +76,7 @@ def image_python(text: str) -> tuple[str, int]:
     return version, glibc
 
 
-@pytest.mark.parametrize("dockerfile,requirements", [
-    ("pytorch.Dockerfile", "training/requirements-torch.txt"),
-    ("tensorflow.Dockerfile", "training/requirements-tf-gpu.txt"),
-])
+@pytest.mark.parametrize("dockerfile,requirements", IMAGE_PINS)
 def test_the_image_pins_resolve_for_the_images_own_python(dockerfile, requirements, tmp_path):
     """pip resolves (wheels only, no install) what the image installs, for its Python and glibc: a pin with no
     wheel for them (onnxruntime 1.31 for Ubuntu 22.04's Python 3.10) fails here instead of in `pulumi up`."""
