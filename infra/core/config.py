@@ -323,19 +323,19 @@ class RegistryConfig:
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RegistryConfig:
-        frameworks = values["frameworks"]
-        if not frameworks:
+        images = values["frameworks"]  # not `frameworks`: that name is the table's module here
+        if not images:
             raise ConfigError("frameworks", f"is empty; list at least one of {', '.join(IMAGES)}")
-        for framework in frameworks:
+        for framework in images:
             if framework not in IMAGES:
                 raise ConfigError("frameworks", f"unknown framework {framework!r}; choose from {', '.join(IMAGES)} "
                                                 f"({SHARED_IMAGES})")
-        if len(set(frameworks)) != len(frameworks):
-            raise ConfigError("frameworks", f"{list(frameworks)} lists a framework twice")
+        if len(set(images)) != len(images):
+            raise ConfigError("frameworks", f"{list(images)} lists a framework twice")
+        sku = _check_one_of("registrySku", values["registrySku"])
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", values["imageTag"]):
             raise ConfigError("imageTag", f"{values['imageTag']!r} is not a valid Docker tag (letters, digits, _ . -)")
-        return cls(frameworks=frameworks, registry_sku=_check_one_of("registrySku", values["registrySku"]),
-                   image_tag=values["imageTag"])
+        return cls(frameworks=images, registry_sku=sku, image_tag=values["imageTag"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -519,13 +519,16 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     deployer = _check_one_of("deployerPrincipalType", merged["deployerPrincipalType"],
                              " (User for `az login` as a person, ServicePrincipal for a service principal or "
                              "managed identity running `pulumi up`)")
+    # Section by section, in the order the keys were always checked (the first bad key is the one named).
     network, placeholders = NetworkConfig.parse(merged, placeholders_ok)
+    nodes = NodesConfig.parse(merged, backend, network)
+    storage, monitoring = StorageConfig.parse(merged), MonitoringConfig.parse(merged)
     registry = RegistryConfig.parse(merged)
-    return StackConfig(
-        stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
-        network=network, nodes=NodesConfig.parse(merged, backend, network), storage=StorageConfig.parse(merged),
-        monitoring=MonitoringConfig.parse(merged), registry=registry, nfs=NfsConfig.parse(merged),
-        training=TrainingConfig.parse(merged, registry), aml=AmlConfig.parse(merged), placeholders=placeholders)
+    nfs = NfsConfig.parse(merged)
+    training = TrainingConfig.parse(merged, registry)
+    return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
+                       network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
+                       nfs=nfs, training=training, aml=AmlConfig.parse(merged), placeholders=placeholders)
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
