@@ -9,53 +9,6 @@ from infra.backends.batch.spec import POOL_OS_DISK_GB
 from infra.core import cost, security
 from infra.preview.offline import Evaluation
 
-# Properties worth a reviewer's eye, per resource type (dotted paths into the inputs).
-KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
-    "azure-native:resources:ResourceGroup": ("resourceGroupName", "location"),
-    "azure-native:network:VirtualNetwork": ("addressSpace.addressPrefixes",),
-    "azure-native:network:Subnet": ("addressPrefix", "serviceEndpoints.service"),
-    "azure-native:network:NetworkSecurityGroup": ("securityRules.name",),
-    "azure-native:network:NatGateway": ("sku.name",),
-    "azure-native:network:PublicIPAddress": ("sku.name",),
-    "azure-native:storage:StorageAccount": ("accountName", "kind", "sku.name", "minimumTlsVersion",
-                                            "allowBlobPublicAccess", "networkRuleSet.defaultAction"),
-    "azure-native:storage:BlobContainer": ("containerName", "publicAccess"),
-    "azure-native:storage:FileShare": ("shareName", "shareQuota"),
-    "azure-native:containerregistry:Registry": ("registryName", "sku.name", "adminUserEnabled"),
-    "azure-native:containerregistry:ScopeMap": ("actions",),
-    "azure-native:authorization:RoleAssignment": ("principalType",),
-    "azure-native:operationalinsights:Workspace": ("retentionInDays",),
-    "azure-native:monitor:DiagnosticSetting": ("logs.category",),
-    "docker-build:index:Image": ("dockerfile.location", "tags", "push", "buildOnPreview"),
-    "azure-native:network:NetworkInterface": ("ipConfigurations.privateIPAllocationMethod",),
-    "azure-native:compute:VirtualMachine": ("vmName", "hardwareProfile.vmSize", "storageProfile.dataDisks.diskSizeGB",
-                                            "osProfile.linuxConfiguration.disablePasswordAuthentication"),
-    "azure-native:storage:Blob": ("blobName",),
-    "azure-native:batch:BatchAccount": ("accountName", "allowedAuthenticationModes",
-                                        "networkProfile.accountAccess.defaultAction"),
-    "azure-native:batch:Pool": ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
-                                "networkConfiguration.publicIPAddressConfiguration.provision",
-                                "mountConfiguration.nfsMountConfiguration.source",
-                                "deploymentConfiguration.virtualMachineConfiguration.imageReference.offer",
-                                "deploymentConfiguration.virtualMachineConfiguration.osDisk.diskSizeGB",
-                                "deploymentConfiguration.virtualMachineConfiguration.containerConfiguration"
-                                ".containerImageNames"),
-    "azure-native:keyvault:Vault": ("vaultName", "properties.enableRbacAuthorization",
-                                    "properties.networkAcls.defaultAction"),
-    "azure-native:machinelearningservices:Workspace": ("workspaceName", "publicNetworkAccess",
-                                                       "systemDatastoresAuthMode"),
-    "azure-native:machinelearningservices:Compute": ("computeName", "properties.properties.vmSize",
-                                                     "properties.properties.vmPriority",
-                                                     "properties.properties.scaleSettings.maxNodeCount",
-                                                     "properties.properties.scaleSettings.nodeIdleTimeBeforeScaleDown",
-                                                     "properties.properties.enableNodePublicIp"),
-    "azure-native:machinelearningservices:Datastore": ("name", "properties.containerName",
-                                                       "properties.credentials.credentialsType"),
-    "azure-native:machinelearningservices:EnvironmentVersion": ("properties.image",),
-    "azure-native:network:PrivateEndpoint": ("privateLinkServiceConnections.groupIds",),
-    # Dynamic resources: the training job's inputs, the name generation (the ACR token password has none).
-    "pulumi-python:dynamic:Resource": ("framework", "nodes", "gpu_sku", "retries", "generation"),
-}
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
 
 
@@ -87,7 +40,8 @@ def _tree(evaluation: Evaluation) -> list[str]:
     lines: list[str] = []
 
     def show(resource, prefix: str, connector: str, continuation: str) -> None:
-        props = " ".join(f"{path}={_format(value)}" for path in KEY_PROPERTIES.get(resource.type, ())
+        shown = security.RESOURCE_TYPES[resource.type].shown if resource.type in security.RESOURCE_TYPES else ()
+        props = " ".join(f"{path}={_format(value)}" for path in shown
                          if (value := _get(resource.inputs, path)) is not None)
         lines.append(f"{prefix}{connector}{resource.type}  {resource.name}" + (f"  {props}" if props else ""))
         kids = sorted(children[resource.urn], key=lambda r: (r.custom, r.type, r.name))
@@ -111,39 +65,34 @@ def _tree(evaluation: Evaluation) -> list[str]:
     return lines
 
 
-def _verdict(name: str, applicable: list, failures: list[str]) -> tuple[str, str, str]:
-    if not applicable:
-        return "n/a", name, "no resource of this type in the stack"
-    if failures:
-        return "FAIL", name, "; ".join(failures)
-    return "PASS", name, f"{len(applicable)} resource(s)"
+def _subjects(evaluation: Evaluation) -> list[security.Subject]:
+    """The Azure resources as the checks see them, each with the subnets its VNet rules name (resolved by ID)."""
+    subnets = {r.state.get("id"): r.inputs for r in evaluation.of_type(security.SUBNET)}
+    return [security.Subject(r.type, r.inputs, r.name,
+                             tuple(subnets[i] for i in security.vnet_rule_subnet_ids(r.type, r.inputs) if i in subnets))
+            for r in evaluation.resources if r.custom]
 
 
-def _resource_verdicts(evaluation: Evaluation, checks: list) -> list[tuple[str, str, str]]:
+def _check_verdicts(evaluation: Evaluation, checks: list) -> list[tuple[str, str, str]]:
+    findings = security.apply_checks(_subjects(evaluation), checks)
     results = []
     for check in checks:
-        applicable = [r for r in evaluation.resources if r.custom and check.applies_to(r.type)
-                      and (check is not security.TAG_CHECK or "tags" in r.inputs)]
-        results.append(_verdict(check.name, applicable,
-                                [f"{r.name}: {message}" for r in applicable if (message := check.validate(r.inputs))]))
+        applicable = [f for f in findings if f.check is check]
+        failures = [f"{f.subject.name}: {f.message}" for f in applicable if f.message]
+        results.append(("n/a", check.name, "no resource of this type in the stack") if not applicable
+                       else ("FAIL", check.name, "; ".join(failures)) if failures
+                       else ("PASS", check.name, f"{len(applicable)} resource(s)"))
     return results
 
 
 def service_verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     """(verdict, check name, detail) for every rule Azure enforces at the service that the types do not carry."""
-    results = _resource_verdicts(evaluation, security.SERVICE_CHECKS)
-    check = security.VNET_RULE_CHECK
-    subnets = {r.state.get("id"): r.inputs for r in evaluation.of_type(security.SUBNET)}
-    applicable = [r for r in evaluation.resources if r.custom and check.applies_to(r.type)]
-    failures = [f"{r.name}: {message}" for r in applicable
-                if (message := check.validate(r.type, [subnets[i] for i in security.vnet_rule_subnet_ids(r.type, r.inputs)
-                                                       if i in subnets]))]
-    return results + [_verdict(check.name, applicable, failures)]
+    return _check_verdicts(evaluation, [*security.SERVICE_CHECKS, security.VNET_RULE_CHECK])
 
 
 def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     """(verdict, check name, detail) for every security check; verdict is PASS, FAIL or n/a."""
-    results = _resource_verdicts(evaluation, [*security.RESOURCE_CHECKS, security.TAG_CHECK])
+    results = _check_verdicts(evaluation, [*security.RESOURCE_CHECKS, security.TAG_CHECK])
     sas_requests = [i.args for i in evaluation.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
     sas_failures = [message for args in sas_requests if (message := security.check_sas_request(args))]
     results.append(("FAIL" if sas_failures else "PASS", "sas-least-privilege",

@@ -1,4 +1,9 @@
-"""The security invariants as pure validators: one place, used by the tests, `plan` and the policy pack.
+"""Every resource type the program declares, each in one entry with its checks, and the one loop applying them.
+
+`RESOURCE_TYPES` (at the end) holds, per type: what `plan` prints of it, the input that carries its own name (the
+offline mocks keep that name, as azure-native does), its security checks, its service rules and where its VNet
+rules sit. A new Azure resource is one entry there. `apply_checks` is the one loop over resources and checks:
+the tests, `plan` and the policy pack all call it.
 
 A resource check takes a resource's properties as the Pulumi engine passes them (camelCase keys, enum
 values as strings) and returns None when they comply, or one line saying what is wrong. SAS requests are
@@ -31,15 +36,15 @@ KEY_RETURNING_FUNCTIONS = {
 
 @dataclass(frozen=True)
 class Check:
+    """One rule on one resource's properties; the resource types it applies to are those whose entry in
+    RESOURCE_TYPES lists it (TAG_CHECK: every Azure type)."""
+
     name: str
     description: str
-    resource_type: str
     validate: Callable[[Props], str | None]
 
-    def applies_to(self, resource_type: str) -> bool:
-        if self.resource_type.endswith("*"):
-            return resource_type.startswith(self.resource_type[:-1])
-        return resource_type == self.resource_type
+    def message(self, subject: Subject) -> str | None:
+        return self.validate(subject.props)
 
 
 def _storage_https(props: Props) -> str | None:
@@ -190,43 +195,8 @@ def _team_tag(props: Props) -> str | None:
     return None
 
 
-RESOURCE_CHECKS: list[Check] = [
-    Check("storage-https-only", "Storage accounts accept HTTPS only.",
-          "azure-native:storage:StorageAccount", _storage_https),
-    Check("storage-min-tls-1-2", "Storage accounts refuse TLS below 1.2.",
-          "azure-native:storage:StorageAccount", _storage_tls),
-    Check("storage-no-public-blob-access", "No blob can be made public.",
-          "azure-native:storage:StorageAccount", _storage_no_public_blob),
-    Check("storage-network-default-deny", "Storage firewall denies by default and admits the VNet.",
-          "azure-native:storage:StorageAccount", _storage_default_deny),
-    Check("storage-infrastructure-encryption", "Storage is encrypted twice (service + infrastructure).",
-          "azure-native:storage:StorageAccount", _storage_infra_encryption),
-    Check("blob-container-private", "Blob containers allow no anonymous access.",
-          "azure-native:storage:BlobContainer", _container_private),
-    Check("registry-admin-user-disabled", "Container registries have the admin user disabled.",
-          "azure-native:containerregistry:Registry", _registry_admin_disabled),
-    Check("nsg-denies-internet-inbound", "NSGs deny, and never allow, inbound traffic from the Internet.",
-          "azure-native:network:NetworkSecurityGroup", _nsg_denies_internet),
-    Check("nic-no-public-ip", "Network interfaces (NFS server, nodes) have no public IP.",
-          "azure-native:network:NetworkInterface", _nic_no_public_ip),
-    Check("vm-no-password-login", "VMs allow no password login (keys or Entra ID only).",
-          "azure-native:compute:VirtualMachine", _vm_no_password),
-    Check("batch-account-aad-only", "The Batch account takes Azure AD only and admits listed IPs only.",
-          "azure-native:batch:BatchAccount", _batch_account_locked),
-    Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.",
-          "azure-native:batch:Pool", _pool_private),
-    Check("aml-workspace-access", "The Azure ML workspace is reached from the VNet only unless the stack opens it "
-          "(amlWorkspaceAccess: public), and holds no storage keys.",
-          "azure-native:machinelearningservices:Workspace", _aml_workspace_access),
-    Check("aml-compute-private", "Azure ML GPU nodes join the compute subnet, get no public IP and no SSH.",
-          "azure-native:machinelearningservices:Compute", _aml_compute_private),
-    Check("aml-datastore-no-secret", "Azure ML datastores hold no key or SAS (identity access).",
-          "azure-native:machinelearningservices:Datastore", _aml_datastore_no_secret),
-    Check("key-vault-locked", "Key Vaults use Azure RBAC, purge protection and a deny-by-default firewall.",
-          "azure-native:keyvault:Vault", _key_vault_locked),
-]
 # Applies to every Azure resource type; checked on whatever carries a `tags` input.
-TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", "azure-native:*", _team_tag)
+TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", _team_tag)
 
 
 # --- Service rules: values the provider's types accept and Azure refuses at the service ---------------------------
@@ -299,16 +269,6 @@ def _batch_ip_rules(props: Props) -> str | None:
     return None
 
 
-SERVICE_CHECKS: list[Check] = [
-    Check("storage-firewall-ip-rules", "Storage IP rules are public IPv4 addresses or ranges, no /31 or /32.",
-          "azure-native:storage:StorageAccount", _storage_ip_rules),
-    Check("key-vault-firewall-ip-rules", "Key Vault IP rules are public IPv4 addresses or ranges.",
-          "azure-native:keyvault:Vault", _key_vault_ip_rules),
-    Check("batch-firewall-ip-rules", "Batch account IP rules are IPv4 addresses or ranges.",
-          "azure-native:batch:BatchAccount", _batch_ip_rules),
-]
-
-
 SUBNET = "azure-native:network:Subnet"
 
 
@@ -321,22 +281,9 @@ class VnetRules:
     endpoints: tuple[str, ...]  # any of these on the subnet satisfies the service
 
 
-VNET_RULES: dict[str, VnetRules] = {
-    # https://learn.microsoft.com/azure/storage/common/storage-network-security-virtual-networks: a VNet rule
-    # needs the Microsoft.Storage (or Microsoft.Storage.Global) service endpoint on the subnet.
-    "azure-native:storage:StorageAccount": VnetRules(("networkRuleSet", "virtualNetworkRules"),
-                                                     "virtualNetworkResourceId",
-                                                     ("Microsoft.Storage", "Microsoft.Storage.Global")),
-    # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints: the subnet needs the
-    # Microsoft.KeyVault endpoint, else ARM answers SubnetsHaveNoServiceEndpointsConfigured.
-    "azure-native:keyvault:Vault": VnetRules(("properties", "networkAcls", "virtualNetworkRules"), "id",
-                                             ("Microsoft.KeyVault",)),
-}
-
-
 def vnet_rule_subnet_ids(resource_type: str, props: Props) -> list[str]:
     """The subnet IDs a resource's VNet rules name (those known: a preview may not know them yet)."""
-    spec = VNET_RULES.get(resource_type)
+    spec = vnet_rules(resource_type)
     if spec is None:
         return []
     rules: Any = props
@@ -348,7 +295,7 @@ def vnet_rule_subnet_ids(resource_type: str, props: Props) -> list[str]:
 def check_vnet_rule_endpoints(resource_type: str, subnets: Iterable[Props]) -> str | None:
     """`subnets`: the properties of the subnets the resource's VNet rules name, as the caller resolved them
     (plan: by ID; the policy pack: the subnets the rules' property depends on)."""
-    spec = VNET_RULES.get(resource_type)
+    spec = vnet_rules(resource_type)
     if spec is None:
         return None
     for subnet in subnets:
@@ -368,8 +315,8 @@ class SubnetCheck:
     description: str
     validate: Callable[[str, Iterable[Props]], str | None]
 
-    def applies_to(self, resource_type: str) -> bool:
-        return resource_type in VNET_RULES
+    def message(self, subject: Subject) -> str | None:
+        return self.validate(subject.type, subject.subnets)
 
 
 VNET_RULE_CHECK = SubnetCheck("vnet-rule-service-endpoints",
@@ -377,18 +324,159 @@ VNET_RULE_CHECK = SubnetCheck("vnet-rule-service-endpoints",
                               check_vnet_rule_endpoints)
 
 
+@dataclass(frozen=True)
+class ResourceType:
+    """A resource type the program declares, in one place: what `plan` prints of it, the input naming it, its checks."""
+
+    token: str
+    shown: tuple[str, ...] = ()  # dotted paths into the inputs that `plan` prints beside each resource
+    own_name: str = ""  # the input that carries the resource's own name, where the program sets one
+    checks: tuple[Check, ...] = ()  # the security invariants
+    service_rules: tuple[Check, ...] = ()  # values the types accept and Azure refuses at the service
+    vnet_rules: VnetRules | None = None
+
+
+STORAGE_ACCOUNT = "azure-native:storage:StorageAccount"
+VAULT = "azure-native:keyvault:Vault"
+BATCH_ACCOUNT = "azure-native:batch:BatchAccount"
+_ML = "azure-native:machinelearningservices"
+_VM_CONFIG = "deploymentConfiguration.virtualMachineConfiguration"
+_AML_NODES = "properties.properties"
+
+RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
+    ResourceType("azure-native:resources:ResourceGroup", ("resourceGroupName", "location"), "resourceGroupName"),
+    ResourceType(STORAGE_ACCOUNT, ("accountName", "kind", "sku.name", "minimumTlsVersion", "allowBlobPublicAccess",
+                                   "networkRuleSet.defaultAction"), "accountName", checks=(
+        Check("storage-https-only", "Storage accounts accept HTTPS only.", _storage_https),
+        Check("storage-min-tls-1-2", "Storage accounts refuse TLS below 1.2.", _storage_tls),
+        Check("storage-no-public-blob-access", "No blob can be made public.", _storage_no_public_blob),
+        Check("storage-network-default-deny", "Storage firewall denies by default and admits the VNet.",
+              _storage_default_deny),
+        Check("storage-infrastructure-encryption", "Storage is encrypted twice (service + infrastructure).",
+              _storage_infra_encryption)),
+        service_rules=(Check("storage-firewall-ip-rules",
+                             "Storage IP rules are public IPv4 addresses or ranges, no /31 or /32.", _storage_ip_rules),),
+        # https://learn.microsoft.com/azure/storage/common/storage-network-security-virtual-networks: a VNet rule
+        # needs the Microsoft.Storage (or Microsoft.Storage.Global) service endpoint on the subnet.
+        vnet_rules=VnetRules(("networkRuleSet", "virtualNetworkRules"), "virtualNetworkResourceId",
+                             ("Microsoft.Storage", "Microsoft.Storage.Global"))),
+    ResourceType("azure-native:storage:BlobContainer", ("containerName", "publicAccess"), "containerName", checks=(
+        Check("blob-container-private", "Blob containers allow no anonymous access.", _container_private),)),
+    ResourceType("azure-native:storage:FileShare", ("shareName", "shareQuota"), "shareName"),
+    ResourceType("azure-native:storage:Blob", ("blobName",)),
+    ResourceType("azure-native:containerregistry:Registry", ("registryName", "sku.name", "adminUserEnabled"),
+                 "registryName", checks=(
+        Check("registry-admin-user-disabled", "Container registries have the admin user disabled.",
+              _registry_admin_disabled),)),
+    ResourceType("azure-native:containerregistry:ScopeMap", ("actions",), "scopeMapName"),
+    ResourceType("azure-native:containerregistry:Token", own_name="tokenName"),
+    ResourceType("azure-native:network:VirtualNetwork", ("addressSpace.addressPrefixes",)),
+    ResourceType(SUBNET, ("addressPrefix", "serviceEndpoints.service")),
+    ResourceType("azure-native:network:NetworkSecurityGroup", ("securityRules.name",), checks=(
+        Check("nsg-denies-internet-inbound", "NSGs deny, and never allow, inbound traffic from the Internet.",
+              _nsg_denies_internet),)),
+    ResourceType("azure-native:network:NatGateway", ("sku.name",)),
+    ResourceType("azure-native:network:PublicIPAddress", ("sku.name",)),
+    ResourceType("azure-native:network:NetworkInterface", ("ipConfigurations.privateIPAllocationMethod",), checks=(
+        Check("nic-no-public-ip", "Network interfaces (NFS server, nodes) have no public IP.", _nic_no_public_ip),)),
+    ResourceType("azure-native:network:PrivateEndpoint", ("privateLinkServiceConnections.groupIds",)),
+    ResourceType("azure-native:authorization:RoleAssignment", ("principalType",), "roleAssignmentName"),
+    ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
+    ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
+    ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),
+    ResourceType("azure-native:compute:VirtualMachine", ("vmName", "hardwareProfile.vmSize",
+                                                         "storageProfile.dataDisks.diskSizeGB",
+                                                         "osProfile.linuxConfiguration.disablePasswordAuthentication"),
+                 "vmName", checks=(
+        Check("vm-no-password-login", "VMs allow no password login (keys or Entra ID only).", _vm_no_password),)),
+    ResourceType(BATCH_ACCOUNT, ("accountName", "allowedAuthenticationModes", "networkProfile.accountAccess.defaultAction"),
+                 "accountName", checks=(
+        Check("batch-account-aad-only", "The Batch account takes Azure AD only and admits listed IPs only.",
+              _batch_account_locked),),
+        service_rules=(Check("batch-firewall-ip-rules", "Batch account IP rules are IPv4 addresses or ranges.",
+                             _batch_ip_rules),)),
+    ResourceType("azure-native:batch:Pool", ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
+                                             "networkConfiguration.publicIPAddressConfiguration.provision",
+                                             "mountConfiguration.nfsMountConfiguration.source",
+                                             f"{_VM_CONFIG}.imageReference.offer", f"{_VM_CONFIG}.osDisk.diskSizeGB",
+                                             f"{_VM_CONFIG}.containerConfiguration.containerImageNames"),
+                 "poolName", checks=(
+        Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.", _pool_private),)),
+    ResourceType(f"{_ML}:Workspace", ("workspaceName", "publicNetworkAccess", "systemDatastoresAuthMode"),
+                 "workspaceName", checks=(
+        Check("aml-workspace-access", "The Azure ML workspace is reached from the VNet only unless the stack opens it "
+              "(amlWorkspaceAccess: public), and holds no storage keys.", _aml_workspace_access),)),
+    ResourceType(f"{_ML}:Compute", ("computeName", f"{_AML_NODES}.vmSize", f"{_AML_NODES}.vmPriority",
+                                    f"{_AML_NODES}.scaleSettings.maxNodeCount",
+                                    f"{_AML_NODES}.scaleSettings.nodeIdleTimeBeforeScaleDown",
+                                    f"{_AML_NODES}.enableNodePublicIp"), "computeName", checks=(
+        Check("aml-compute-private", "Azure ML GPU nodes join the compute subnet, get no public IP and no SSH.",
+              _aml_compute_private),)),
+    ResourceType(f"{_ML}:Datastore", ("name", "properties.containerName", "properties.credentials.credentialsType"),
+                 "name", checks=(
+        Check("aml-datastore-no-secret", "Azure ML datastores hold no key or SAS (identity access).",
+              _aml_datastore_no_secret),)),
+    ResourceType(f"{_ML}:EnvironmentContainer", own_name="name"),
+    ResourceType(f"{_ML}:EnvironmentVersion", ("properties.image",), "version"),
+    ResourceType(VAULT, ("vaultName", "properties.enableRbacAuthorization", "properties.networkAcls.defaultAction"),
+                 "vaultName", checks=(
+        Check("key-vault-locked", "Key Vaults use Azure RBAC, purge protection and a deny-by-default firewall.",
+              _key_vault_locked),),
+        service_rules=(Check("key-vault-firewall-ip-rules", "Key Vault IP rules are public IPv4 addresses or ranges.",
+                             _key_vault_ip_rules),),
+        # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints: the subnet needs the
+        # Microsoft.KeyVault endpoint, else ARM answers SubnetsHaveNoServiceEndpointsConfigured.
+        vnet_rules=VnetRules(("properties", "networkAcls", "virtualNetworkRules"), "id", ("Microsoft.KeyVault",))),
+    # Dynamic resources: the training job's inputs, the name generation (the ACR token password has none).
+    ResourceType("pulumi-python:dynamic:Resource", ("framework", "nodes", "gpu_sku", "retries", "generation")),
+]}
+
+# The order `plan` reports them in.
+RESOURCE_CHECKS: list[Check] = [check for t in RESOURCE_TYPES.values() for check in t.checks]
+SERVICE_CHECKS: list[Check] = [check for token in (STORAGE_ACCOUNT, VAULT, BATCH_ACCOUNT)
+                               for check in RESOURCE_TYPES[token].service_rules]
 # Every check that looks at one resource: the security invariants, the service rules, the tag.
 PER_RESOURCE_CHECKS: list[Check] = [*RESOURCE_CHECKS, *SERVICE_CHECKS, TAG_CHECK]
 
 
-def resource_violations(resource_type: str, props: Props) -> list[tuple[Check, str]]:
-    found = []
-    for check in PER_RESOURCE_CHECKS:
-        if check.applies_to(resource_type):
-            message = check.validate(props)
-            if message:
-                found.append((check, message))
-    return found
+def vnet_rules(resource_type: str) -> VnetRules | None:
+    entry = RESOURCE_TYPES.get(resource_type)
+    return entry.vnet_rules if entry else None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One declared resource as the checks see it."""
+
+    type: str
+    props: Props
+    name: str = ""  # how the caller names it in a finding (plan: the resource's name; the pack: its URN)
+    subnets: tuple[Props, ...] = ()  # the subnets its VNet rules name, as the caller resolved them
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: Check | SubnetCheck
+    subject: Subject
+    message: str | None  # None: the subject complies
+
+
+def _applies(check: Check | SubnetCheck, subject: Subject) -> bool:
+    if isinstance(check, SubnetCheck):
+        return vnet_rules(subject.type) is not None
+    if check is TAG_CHECK:  # every Azure type; a resource without a `tags` input has nothing to check
+        return subject.type.startswith("azure-native:") and "tags" in subject.props
+    entry = RESOURCE_TYPES.get(subject.type)
+    return entry is not None and check in (*entry.checks, *entry.service_rules)
+
+
+def apply_checks(subjects: Iterable[Subject],
+                 checks: Iterable[Check | SubnetCheck] = (*PER_RESOURCE_CHECKS, VNET_RULE_CHECK)) -> list[Finding]:
+    """Every (check, subject) pair where the check applies, check by check in the order given: the one loop the
+    tests, `plan` and the policy pack apply the checks with."""
+    subjects = list(subjects)
+    return [Finding(check, subject, check.message(subject))
+            for check in checks for subject in subjects if _applies(check, subject)]
 
 
 def check_sas_request(args: Props, now: datetime | None = None) -> str | None:

@@ -1,21 +1,21 @@
-"""CrossGuard policies made from the pure checks in infra/core/security.py (no PolicyPack here: constructing
-one starts a gRPC server and blocks, so the tests import this module, and __main__.py builds the pack)."""
+"""CrossGuard policies made from the pure checks in infra/core/security.py, applied by its one loop
+(`apply_checks`) as `plan` and the tests apply them (no PolicyPack here: constructing one starts a gRPC server
+and blocks, so the tests import this module, and __main__.py builds the pack)."""
 from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
 from infra.core import security
-from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check
+from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check, Subject, apply_checks
 
 PACK_NAME = "dltrain-security"
 
 
 def _policy(check: Check) -> ResourceValidationPolicy:
     def validate(args, report_violation) -> None:
-        if check.applies_to(args.resource_type):
-            message = check.validate(args.props)
-            if message:
-                report_violation(message)
+        for finding in apply_checks([Subject(args.resource_type, args.props, args.urn)], [check]):
+            if finding.message:
+                report_violation(finding.message)
 
     return ResourceValidationPolicy(name=check.name, description=check.description, validate=validate,
                                     enforcement_level=EnforcementLevel.MANDATORY)
@@ -26,7 +26,7 @@ def _named_subnets(resource, resources) -> list:
     rules' property depends on, which a preview knows before any ID exists."""
     by_id = {r.props.get("id"): r for r in resources
              if r.resource_type == security.SUBNET and isinstance(r.props.get("id"), str)}
-    prop = security.VNET_RULES[resource.resource_type].path[0]
+    prop = security.vnet_rules(resource.resource_type).path[0]
     named = {d.urn: d for d in (resource.property_dependencies or {}).get(prop, []) if d.resource_type == security.SUBNET}
     for subnet_id in security.vnet_rule_subnet_ids(resource.resource_type, resource.props):
         if subnet_id in by_id:
@@ -36,12 +36,11 @@ def _named_subnets(resource, resources) -> list:
 
 def _vnet_rule_policy() -> StackValidationPolicy:
     def validate(args, report_violation) -> None:
-        for resource in args.resources:
-            if VNET_RULE_CHECK.applies_to(resource.resource_type):
-                subnets = _named_subnets(resource, args.resources)
-                message = VNET_RULE_CHECK.validate(resource.resource_type, [s.props for s in subnets])
-                if message:
-                    report_violation(message, resource.urn)
+        subjects = [Subject(r.resource_type, r.props, r.urn, tuple(s.props for s in _named_subnets(r, args.resources)))
+                    for r in args.resources if security.vnet_rules(r.resource_type)]
+        for finding in apply_checks(subjects, [VNET_RULE_CHECK]):
+            if finding.message:
+                report_violation(finding.message, finding.subject.name)
 
     return StackValidationPolicy(name=VNET_RULE_CHECK.name, description=VNET_RULE_CHECK.description,
                                  validate=validate, enforcement_level=EnforcementLevel.MANDATORY)

@@ -20,13 +20,12 @@ from datetime import datetime
 from typing import Any
 
 import pulumi
-from pulumi.runtime import mocks, settings
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from infra import REPO_ROOT
+from infra.core import security
 from infra.core.config import PROJECT, StackConfig
 from infra.core.engine_config import EngineConfig
+from infra.preview import pulumi_private
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 MOCK_SAS_SIGNATURE = "sig=MOCK"
@@ -73,28 +72,6 @@ class Evaluation:
         return found[0]
 
 
-# The input that carries a resource's own name, where the program sets one.
-OWN_NAME_KEYS = {
-    "azure-native:resources:ResourceGroup": "resourceGroupName",
-    "azure-native:storage:StorageAccount": "accountName",
-    "azure-native:storage:BlobContainer": "containerName",
-    "azure-native:storage:FileShare": "shareName",
-    "azure-native:containerregistry:Registry": "registryName",
-    "azure-native:containerregistry:ScopeMap": "scopeMapName",
-    "azure-native:containerregistry:Token": "tokenName",
-    "azure-native:authorization:RoleAssignment": "roleAssignmentName",
-    "azure-native:batch:BatchAccount": "accountName",
-    "azure-native:batch:Pool": "poolName",
-    "azure-native:compute:VirtualMachine": "vmName",
-    "azure-native:keyvault:Vault": "vaultName",
-    "azure-native:machinelearningservices:Workspace": "workspaceName",
-    "azure-native:machinelearningservices:Compute": "computeName",
-    "azure-native:machinelearningservices:Datastore": "name",
-    "azure-native:machinelearningservices:EnvironmentContainer": "name",
-    "azure-native:machinelearningservices:EnvironmentVersion": "version",
-}
-
-
 def _arm_id(typ: str, name: str) -> str:
     # azure-native:network:Subnet -> .../providers/Microsoft.Network/subnet/<name>, close enough for wiring.
     _, module, kind = (typ.split(":") + ["", ""])[:3]
@@ -112,7 +89,8 @@ class AzureMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
         # A resource named explicitly keeps that name; others get an autoname, as azure-native gives.
-        explicit = inputs.get(OWN_NAME_KEYS.get(args.typ, ""))
+        known = security.RESOURCE_TYPES.get(args.typ)
+        explicit = inputs.get(known.own_name) if known and known.own_name else None
         name = explicit or f"{args.name}{hashlib.sha256(args.name.encode()).hexdigest()[:6]}"
         state = {**inputs, "name": name}
         if args.typ.startswith("azure-native:"):
@@ -174,33 +152,24 @@ class AzureMocks(pulumi.runtime.Mocks):
         return {}
 
 
-class RecordingMonitor(mocks.MockMonitor):
-    """The mock monitor, also remembering each resource's parent, so the tree can be shown."""
-
-    def __init__(self, azure_mocks: AzureMocks):
-        super().__init__(azure_mocks)
-        self.declared: list[DeclaredResource] = []
-
-    def RegisterResource(self, request):
-        response = super().RegisterResource(request)
-        if request.type != "pulumi:pulumi:Stack":
-            registration = self.resources[response.urn]
-            inputs = pulumi.runtime.rpc.deserialize_properties(request.object)
-            self.declared.append(DeclaredResource(
-                urn=response.urn, type=request.type, name=request.name, parent_urn=request.parent,
-                custom=request.custom, inputs=_plain(inputs), state=_plain(registration.state),
-                retain_on_delete=bool(request.retainOnDelete),
-                replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
-                additional_secret_outputs=list(request.additionalSecretOutputs),
-                dependencies=list(request.dependencies), delete_before_replace=bool(request.deleteBeforeReplace)))
-        return response
+def _declared(urn: str, request: Any, inputs: dict[str, Any], state: dict[str, Any]) -> DeclaredResource:
+    """A RegisterResource request (the resource monitor's wire protocol, pulumi/pulumi proto/pulumi/resource.proto)
+    as a record: with its parent, so the tree can be shown, and what the mocks answered."""
+    return DeclaredResource(
+        urn=urn, type=request.type, name=request.name, parent_urn=request.parent,
+        custom=request.custom, inputs=_plain(inputs), state=_plain(state),
+        retain_on_delete=bool(request.retainOnDelete),
+        replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
+        additional_secret_outputs=list(request.additionalSecretOutputs),
+        dependencies=list(request.dependencies), delete_before_replace=bool(request.deleteBeforeReplace))
 
 
 def _plain(value: Any) -> Any:
     """Drop Pulumi's secret wrappers and resource references so values can be compared and printed."""
     if isinstance(value, dict):
-        if value.get(pulumi.runtime.rpc._special_sig_key) == pulumi.runtime.rpc._special_secret_sig:
-            return _plain(value.get("value"))
+        secret, plain = pulumi_private.secret_value(value)
+        if secret:
+            return _plain(plain)
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -244,11 +213,7 @@ def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
 
 def _evaluate(stack: str, program: Callable[[], Any], config_of: Callable[[], StackConfig]) -> Evaluation:
     azure_mocks = AzureMocks()
-    monitor = RecordingMonitor(azure_mocks)
-    settings.ROOT.set(None)  # a fresh root stack per evaluation: it collects this program's exports
-    mocks.set_mocks(azure_mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
-    settings.SETTINGS.rpc_manager.clear()
-    settings.SETTINGS.outputs.clear()
+    declared: list[DeclaredResource] = []
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
     evaluated: list[StackConfig] = []
@@ -256,11 +221,12 @@ def _evaluate(stack: str, program: Callable[[], Any], config_of: Callable[[], St
     async def run():
         program()
         evaluated.append(config_of())
-        for key, value in settings.get_root_resource().outputs.items():
+        for key, value in pulumi_private.stack_outputs().items():
             output = pulumi.Output.from_input(value)
             resolved[key] = await output.future(with_unknowns=True)
             if await output.is_secret():
                 secret.add(key)
 
-    _sync_await(run_pulumi_func(run))
-    return Evaluation(evaluated[0], monitor.declared, azure_mocks.invocations, resolved, secret)
+    pulumi_private.run_under_mocks(azure_mocks, lambda *registered: declared.append(_declared(*registered)),
+                                   PROJECT, stack, run)
+    return Evaluation(evaluated[0], declared, azure_mocks.invocations, resolved, secret)

@@ -37,6 +37,11 @@ def _vault_ip(value):
     return {**GOOD_VAULT, "properties": {**GOOD_VAULT["properties"], "networkAcls": {
         "defaultAction": "Deny", "ipRules": [{"value": value}]}}}
 
+def violations(resource_type, props):
+    """(check, message) for each check one resource fails, through the loop plan and the policy pack use."""
+    return [(f.check, f.message) for f in security.apply_checks([security.Subject(resource_type, props)]) if f.message]
+
+
 # (resource type, properties, the check that must fail)
 BAD_RESOURCES = [
     (ACCOUNT, {**GOOD_ACCOUNT, "enableHttpsTrafficOnly": False}, "storage-https-only"),
@@ -70,7 +75,7 @@ BAD_RESOURCES = [
 
 @pytest.mark.parametrize("resource_type,props,check", BAD_RESOURCES, ids=[c for _, _, c in BAD_RESOURCES])
 def test_each_check_refuses_what_it_guards(resource_type, props, check):
-    assert check in [c.name for c, _ in security.resource_violations(resource_type, props)]
+    assert check in [c.name for c, _ in violations(resource_type, props)]
 
 
 @pytest.mark.parametrize("resource_type,props", [
@@ -81,7 +86,7 @@ def test_each_check_refuses_what_it_guards(resource_type, props, check):
     ("azure-native:network:NetworkInterface", {"ipConfigurations": [{"name": "ip"}]}),
 ])
 def test_compliant_resources_pass(resource_type, props):
-    assert security.resource_violations(resource_type, props) == []
+    assert violations(resource_type, props) == []
 
 
 class _Args:
@@ -113,11 +118,11 @@ def test_firewall_ip_rules_give_single_addresses_bare_and_split_a_31():
     assert security.firewall_ip_rules(["20.50.1.7", "20.50.1.7/32"]) == ("20.50.1.7",)  # one rule, not two
     props = {**GOOD_ACCOUNT, "networkRuleSet": {**GOOD_ACCOUNT["networkRuleSet"], "ipRules": [
         {"iPAddressOrRange": rule} for rule in security.firewall_ip_rules(["20.50.1.7/32", "20.60.1.0/31"])]}}
-    assert security.resource_violations(ACCOUNT, props) == []
+    assert violations(ACCOUNT, props) == []
 
 
 def test_a_32_is_refused_with_the_bare_address_to_give_instead():
-    message = security.resource_violations(ACCOUNT, _storage_ip("20.50.1.6/31"))[0][1]
+    message = violations(ACCOUNT, _storage_ip("20.50.1.6/31"))[0][1]
     assert message.startswith("networkRuleSet.ipRules: 20.50.1.6/31: /31 and /32 ranges are refused")
     assert message.endswith("20.50.1.6, 20.50.1.7")
 

@@ -257,7 +257,7 @@ def test_a_public_workspace_is_open_by_declared_choice_and_up_launches_the_job(a
     assert workspace.inputs["publicNetworkAccess"] == "Enabled"
     assert workspace.inputs["tags"]["network-access"] == "public"
     assert [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs]
-    assert not security.resource_violations(f"{ML}:Workspace", workspace.inputs)
+    assert not [f for f in security.apply_checks([security.Subject(f"{ML}:Workspace", workspace.inputs)]) if f.message]
 
 
 def test_the_nodes_account_wide_grant_cannot_rewrite_the_stacks_own_containers(aml_ev):
