@@ -43,7 +43,7 @@ from typing import Any
 
 from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, node_folders, task_folders
 from devtools.rehearsal.storage import Account
-from infra.backends.batch.service import JobNotFound
+from infra.backends.shared import JobNotFound
 
 TASK_STATES = ("active", "running", "completed")
 STATE_FILE = "batch-state.json"

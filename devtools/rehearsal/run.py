@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
+from infra.backends.shared import JobError, StackOutputs, now_utc, require_staged
 from training import frameworks
 
 VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
@@ -108,13 +109,14 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
 
     cfg = config.from_stack_file(stack)
     if cfg.backend != "batch":
-        raise batch_spec.JobError(f"--stack {stack}: the rehearsal plays the Batch backend, and this stack's backend "
+        raise JobError(f"--stack {stack}: the rehearsal plays the Batch backend, and this stack's backend "
                                   f"is {cfg.backend} (its job is checked by azure-ai-ml's own schema in the tests)")
     ev = offline.evaluate(cfg)
     framework = framework or cfg.training_framework
     args = config.parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS,
                                       key="--args")
-    inputs = batch_spec.job_inputs(cfg, ev.outputs, framework, nodes, args, processes_per_node)
+    inputs = batch_spec.job_inputs(cfg, StackOutputs.from_json(ev.outputs), framework, nodes, args,
+                                  processes_per_node)
     pool_spec = ev.one("azure-native:batch:Pool").inputs
     mount = pool_spec["mountConfiguration"][0]
     mount_name = next(iter(mount.values()))["relativeMountPath"]
@@ -138,7 +140,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
 
         identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
         service = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
-        job = operate.submit(service, inputs, operate.now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
+        job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
         if fault:
             fault(service, pool, job)
         if follow:
@@ -154,7 +156,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         outputs_url = account.as_deployer("outputs", "rl")
         try:
             _say(operate.download(outputs_url, job, dest))
-        except batch_spec.JobError as err:
+        except JobError as err:
             _say(f"download: {err}")
         summary_path = dest / job / "run" / "summary.json"
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
@@ -246,7 +248,6 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.nfs_server import NfsServer
     from devtools.rehearsal.storage import identities_by_client_id
-    from infra.backends.batch import operate
     from infra.backends.batch.spec import DATASET, STAGED_MARKER
     from infra.backends import staging
 
@@ -264,9 +265,9 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
         urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
         _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
         try:
-            operate.require_staged(ev.outputs, deployers_gate, True, ev.config.stack)
+            require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
             raise RuntimeError("the submit gate let a job through onto an empty dataset")
-        except operate.JobError as refused:
+        except JobError as refused:
             _say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
         python = node_env["PATH"].split(":")[0] + "/python"
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -282,7 +283,7 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     count = sum(1 for p in (export / DATASET).rglob("*") if p.is_file() and not p.name.startswith("."))
     marker = (export / DATASET / STAGED_MARKER).exists()
     # The gate `infra submit` and `pulumi up` apply before submitting: the unit's report against `data` now.
-    line = operate.require_staged(ev.outputs, deployers_gate, True, ev.config.stack)
+    line = require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
     _say(f"nfs: {count} of {uploaded} files in the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}); "
          f"the submit gate passes: {line}")
     return uploaded
@@ -373,7 +374,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
-    from infra.backends.batch import spec as batch_spec
     from infra.core import config
 
     def go(work: Path) -> Rehearsal:
@@ -387,7 +387,7 @@ def main(argv: list[str]) -> int:
         work = (args.work or default_work(args.stack)).resolve()
         prepare_work(work)
         result = go(work)
-    except (config.ConfigError, batch_spec.JobError, RehearsalUnavailable, RehearsalRefused) as err:
+    except (config.ConfigError, JobError, RehearsalUnavailable, RehearsalRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except StagingFailed as err:

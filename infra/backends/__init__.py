@@ -1,0 +1,72 @@
+"""The backends, peers behind one protocol: `backend(name)` is how the program, `plan`, the cost estimate and the
+job verbs reach the stack's backend (its `backend` key), instead of branching on the name (SkyPilot's
+sky/backends/backend.py: the CLI never branches on the backend it drives; torchtitan's protocols/train_spec.py: one
+registry, one lookup by name).
+
+  batch/     the reference architecture: NFS server, Batch account and InfiniBand GPU pool, a multi-instance task
+  azureml/   its successor: an Azure ML workspace, compute cluster and command job
+  shared.py  what both use: job errors, the typed stack outputs, the NCCL environment, the job inputs' checks
+  job_resource.py, staging.py  what both job resources use: launch once the data is ready, never replace a running job
+
+A backend module imports Pulumi and Azure clients only inside its methods, so that importing the registry (and a
+backend's pure job spec) stays light.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from infra.backends.shared import StackOutputs
+    from infra.components.environment import Environment
+    from infra.core.config import StackConfig
+
+
+class Backend(Protocol):
+    name: str  # the stack's `backend` key
+    required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
+    refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
+
+    def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
+        """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the
+        environment built so far); returns its own stack outputs (StackOutputs fields)."""
+
+    def job_inputs(self, cfg: StackConfig, outputs: StackOutputs, framework: str | None = None,
+                   nodes: int | None = None, train_args: tuple[str, ...] | None = None) -> Any:
+        """The job's inputs from typed stack outputs, as `up` and `infra submit` build them."""
+
+    def run_verb(self, args: argparse.Namespace, cfg: StackConfig, outputs: StackOutputs,
+                 connect: Callable[[StackOutputs], Any], staged: Callable[[str, str], Any]) -> int:
+        """submit, status, logs, download, cancel (register-model where it applies) through the service that
+        `connect(outputs)` gives."""
+
+    def restage_refusal(self, cfg: StackConfig) -> str | None:
+        """Why `infra restage` does not apply to this stack, or None."""
+
+    def launch_lines(self, cfg: StackConfig) -> list[str]:
+        """plan's first lines on the training job: whether and how `up` launches it."""
+
+    def ready_when(self, cfg: StackConfig) -> str:
+        """plan: when a job may start, as far as the data goes."""
+
+    def before_up(self, cfg: StackConfig) -> list[str]:
+        """plan: what a subscription needs before `up` (quota, roles, reachability)."""
+
+    def fixed_costs(self, cfg: StackConfig) -> dict[str, float]:
+        """Its always-on items, USD per hour."""
+
+    def node_extra(self, cfg: StackConfig) -> tuple[float, str]:
+        """What each node bills beside its VM (USD per hour), and how plan says so ("" when nothing)."""
+
+
+# Imported after the protocol: the backend modules import nothing heavy at the top (see above).
+from infra.backends.azureml.backend import AzureMlBackend  # noqa: E402
+from infra.backends.batch.backend import BatchBackend  # noqa: E402
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (BatchBackend(), AzureMlBackend())}
+
+
+def backend(name: str) -> Backend:
+    """The backend a stack's `backend` key names (the config has refused any other)."""
+    return BACKENDS[name]

@@ -99,7 +99,7 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
     operate functions and BatchService seam as on a deployed stack."""
     from devtools.rehearsal.run import RecordedRehearsal, RehearsalRefused, default_work
     from infra.backends.batch import operate
-    from infra.backends.batch import spec as batch_spec
+    from infra.backends.shared import JobError, resolve_job
 
     work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
     if args.command == "register-model":
@@ -109,7 +109,7 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
         return 1
     try:
         with RecordedRehearsal(work.resolve(), args.stack) as rehearsal:
-            job = operate.resolve_job(rehearsal.service, args.stack, args.job)
+            job = resolve_job(rehearsal.service, args.stack, args.job)
             if args.command == "download":
                 print(operate.download(rehearsal.outputs_url(), job, args.dest))
                 print(f"outputs of {job} in {args.dest / job}")
@@ -121,90 +121,34 @@ def _rehearsal_verb(args: argparse.Namespace) -> int:
                 operate.cancel(rehearsal.service, job)
                 print(f"asked the rehearsal to cancel {job}; `python -m infra status --stack {args.stack} "
                       "--rehearsal` shows when it has stopped")
-    except (RehearsalRefused, batch_spec.JobError) as err:
+    except (RehearsalRefused, JobError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
 
 
-def _aml_verb(args: argparse.Namespace, stack_config, aml_factory, staged) -> int:
-    """The job verbs of a stack with backend azureml, through the AmlJobs seam."""
-    from infra.backends.azureml import operate as operate_aml
-    from infra.backends.batch import operate
-    from infra.core import config
-    from infra.backends.azureml import job as aml_job
-
-    outputs = operate.load_outputs(args.stack, args.outputs, required=operate_aml.REQUIRED_OUTPUTS)
-    service = aml_factory(outputs)
-    if args.command == "submit":
-        train_args = None if args.args is None else config.parse_training_args(
-            args.framework or stack_config.training_framework, args.args, key="--args")
-        inputs = aml_job.aml_job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
-        if not args.skip_data_check:  # the job's `data` input is the whole `data` container
-            operate.require_staged(outputs, staged, False, args.stack)
-        operate_aml.submit(service, inputs, operate.now_utc(), sys.stdout)
-        return 0
-    job = operate.resolve_job(service, args.stack, args.job, key="name")
-    if args.command == "status":
-        print("\n".join(operate_aml.status(service, job)))
-    elif args.command == "logs":
-        operate_aml.logs(service, job, args.follow, sys.stdout)
-    elif args.command == "download":
-        print(f"outputs of {job} in {operate_aml.download(service, job, args.dest)}")
-    elif args.command == "register-model":
-        operate_aml.register_model(service, job, args.dest, args.name or f"resnet50-{args.stack}", sys.stdout)
-    elif args.command == "cancel":
-        operate_aml.cancel(service, job)
-        print(f"cancelled {job}")
-    return 0
-
-
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
-    from infra.backends.batch import operate
-    from infra.backends.batch import spec as batch_spec
+    from infra.backends import backend
+    from infra.backends.shared import JobError, load_outputs
     from infra.core import config
     from training.errors import UsageError
 
     if getattr(args, "rehearsal", None) is not None:
         return _rehearsal_verb(args)
+    # How each backend's service is reached from the stack outputs (the tests pass their own factories).
+    connect = {"batch": lambda outputs: batch_factory(outputs.batch_account_endpoint),
+               "azureml": aml_factory or _azure_ml}
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
-        if stack_config.backend == "azureml":
-            return _aml_verb(args, stack_config, aml_factory or _azure_ml, staged)
-        if args.command == "register-model":
-            raise batch_spec.JobError("register-model needs backend azureml (its model registry); a Batch job's "
-                                      "model is run/model.onnx in what `python -m infra download` fetches")
-        outputs = operate.load_outputs(args.stack, args.outputs)
-        if args.command == "download":
-            job = args.job
-            if not job:
-                job = operate.resolve_job(batch_factory(outputs["batchAccountEndpoint"]), args.stack, None)
-            print(operate.download(outputs["containerUrls"]["outputs"], job, args.dest))
-            print(f"outputs of {job} in {args.dest / job}")
-            return 0
-        service = batch_factory(outputs["batchAccountEndpoint"])
-        if args.command == "submit":
-            # The stack config's refusals of trainingArgs, with the training command line's own parser.
-            train_args = None if args.args is None else config.parse_training_args(
-                args.framework or stack_config.training_framework, args.args, key="--args")
-            inputs = batch_spec.job_inputs(stack_config, outputs, args.framework, args.nodes, train_args)
-            if not args.skip_data_check:
-                operate.require_staged(outputs, staged, stack_config.nfs_kind == "vm", args.stack)
-            operate.submit(service, inputs, operate.now_utc(), sys.stdout)
-            return 0
-        job = operate.resolve_job(service, args.stack, args.job)
-        if args.command == "status":
-            print("\n".join(operate.status(service, job).lines()))
-        elif args.command == "logs":
-            operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
-        elif args.command == "cancel":
-            operate.cancel(service, job)
-            print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
-        return 0
+        chosen = backend(stack_config.backend)
+        if args.command in chosen.refused_verbs:  # before the outputs are read
+            raise JobError(chosen.refused_verbs[args.command])
+        outputs = load_outputs(args.stack, args.outputs, chosen.required_outputs)
+        return chosen.run_verb(args, stack_config, outputs, connect[chosen.name], staged)
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (batch_spec.JobError, UsageError) as err:
+    except (JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
 
@@ -212,21 +156,19 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
 def _restage(args: argparse.Namespace) -> int:
     """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
     both reach `status`), then, with --follow, print its reports until it has served the request."""
-    from infra.backends.batch import operate
-    from infra.backends.batch import spec as batch_spec
+    from infra.backends import backend, staging
+    from infra.backends.shared import JobError, load_outputs
     from infra.core import config
-    from infra.backends import staging
     from training.errors import UsageError
 
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
-        if stack_config.backend != "batch" or stack_config.nfs_kind != "vm":
-            raise batch_spec.JobError(
-                f"--stack {args.stack}: restage applies to nfsKind vm (an NFS server that stages `data`); "
-                + ("a job reads `data` itself with backend azureml" if stack_config.backend != "batch"
-                   else "with nfsKind azure-files each job stages `data` at its start, only what changed"))
-        outputs = operate.load_outputs(args.stack, args.outputs, required=("containerUrls",))
-        status_url = outputs["containerUrls"]["status"]
+        refusal = backend(stack_config.backend).restage_refusal(stack_config)
+        if refusal:
+            raise JobError(f"--stack {args.stack}: restage applies to nfsKind vm (an NFS server that stages `data`); "
+                           + refusal)
+        outputs = load_outputs(args.stack, args.outputs, ("container_urls",))
+        status_url = outputs.container_urls["status"]
         staging.request_restage(status_url)
         print(f"asked the NFS server of stack {args.stack} to stage `data` again; its staging unit reads the "
               "request within a minute")
@@ -244,7 +186,7 @@ def _restage(args: argparse.Namespace) -> int:
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except (batch_spec.JobError, UsageError) as err:
+    except (JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     if not args.follow:
@@ -252,10 +194,10 @@ def _restage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _azure_ml(outputs: dict):
+def _azure_ml(outputs):
     from infra.backends.azureml.service import AzureMlJobs
 
-    return AzureMlJobs(outputs["subscriptionId"], outputs["resourceGroupName"], outputs["amlWorkspaceName"])
+    return AzureMlJobs(outputs.subscription_id, outputs.resource_group_name, outputs.aml_workspace_name)
 
 
 def _azure_batch(endpoint: str):

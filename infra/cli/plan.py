@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from infra.backends.batch.spec import POOL_OS_DISK_GB
+from infra.backends import backend
 from infra.core import cost, security
 from infra.preview.offline import Evaluation
 
@@ -108,31 +108,7 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
 
 def before_up(cfg) -> list[str]:
     """What a real subscription needs that the program cannot do for itself."""
-    sku = cfg.sku
-    vcpus = f"{cfg.max_nodes * sku.vcpus} vCPUs ({cfg.max_nodes} node(s) x {sku.vcpus})"
-    if cfg.backend == "azureml":
-        return [*cfg.placeholders,
-                # https://learn.microsoft.com/azure/machine-learning/how-to-manage-quotas: Azure ML compute quota
-                # is per VM family and region, dedicated and low-priority separately.
-                f"Azure ML {'low-priority' if cfg.low_priority else 'dedicated'} core quota for the {sku.name} "
-                f"family in {cfg.location}: {vcpus}; request it in the portal (Azure Machine Learning > Quotas) "
-                "or the cluster stays at 0 nodes.",
-                ("The workspace accepts the VNet only (amlWorkspaceAccess: private; an IP allow list needs a "
-                 "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion, a peered "
-                 "network)." if cfg.aml_workspace_access == "private" else
-                 "The workspace is open to the Internet by this stack's choice (amlWorkspaceAccess: public): every "
-                 "call needs an Azure AD identity with a role on it; storage and Key Vault still admit only the "
-                 "VNet and allowedIpRanges."),
-                "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
-                "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
-    return [*cfg.placeholders,
-            # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
-            # dedicated core quota per VM family is often 0 for GPU families.
-            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {vcpus}. A new Batch "
-            "account often has 0 for GPU families: after the account exists, request it (portal: Batch account > "
-            "Quotas > Request quota increase), or the pool stays at 0 nodes with a quota error in its resize errors.",
-            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
-            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+    return [*cfg.placeholders, *backend(cfg.backend).before_up(cfg)]
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:
@@ -162,42 +138,13 @@ def _scope(scope: str) -> str:
 
 
 def _job_lines(cfg) -> list[str]:
-    if cfg.backend == "azureml":
-        from infra.backends.azureml.job import aml_job_inputs
-
-        inputs = aml_job_inputs(cfg, {"amlEnvironments": {f: "" for f in cfg.frameworks}, "amlComputeName": "gpu",
-                                      "pullIdentityClientId": ""})
-        if cfg.launches_job_on_up:
-            job = [f"  launched on `pulumi up` as an Azure ML command job: {cfg.training_framework} "
-                   f"({inputs.distribution}) on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, data by "
-                   f"{cfg.aml_data_mode}"]
-        elif cfg.training_launch_on_up:  # a private workspace: `up` runs outside the VNet and cannot reach it
-            job = ["  not launched on `pulumi up`: the workspace is reached from the VNet only (amlWorkspaceAccess: "
-                   f"private); from a machine in the VNet (VPN gateway, Bastion, peered network): `python -m infra "
-                   f"submit --stack {cfg.stack}`; or set amlWorkspaceAccess: public (Azure AD only) to launch on up"]
-        else:
-            job = [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
-                   f"{cfg.stack}`"]
-        return job + _up_and_the_job(cfg) + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
-    job = ([f"  launched on `pulumi up`: {cfg.training_framework} on {cfg.max_nodes} node(s) x {cfg.sku.gpus} GPUs, "
-            f"retried up to {cfg.training_retries} times with --resume auto"] if cfg.training_launch_on_up
-           else ["  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
-                 f"{cfg.stack}`"])
-    return job + _up_and_the_job(cfg) + [f"  train flags: {' '.join(cfg.training_args) or '(defaults)'}"]
+    return (backend(cfg.backend).launch_lines(cfg) + _up_and_the_job(cfg)
+            + [f"  train flags: {' '.join(cfg.training.args) or '(defaults)'}"])
 
 
 def _up_and_the_job(cfg) -> list[str]:
-    """What `up` does to the job (infra/backends/batch/training_job.py, aml_training_job.py), and the data order."""
-    if cfg.backend == "batch" and cfg.nfs_kind == "vm":
-        from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
-
-        ready = ("once the NFS server reports `data` staged as it is now (it checks every minute while waiting, "
-                 f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
-                 "at once)")
-    elif cfg.backend == "batch":
-        ready = "once `data` holds the dataset (the job stages what changed at its start)"
-    else:
-        ready = "once `data` holds the dataset (the job's `data` input)"
+    """What `up` does to the job (infra/backends/*/training_job.py), and the data order."""
+    ready = backend(cfg.backend).ready_when(cfg)
     if not cfg.launches_job_on_up:
         return [f"  first deploy: `pulumi up`, then upload the dataset to `data`; `infra submit` submits {ready}"]
     return [f"  first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
@@ -221,7 +168,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
-              + (f" (with its {POOL_OS_DISK_GB} GiB premium OS disk)" if cfg.backend == "batch" else "")
+              + backend(cfg.backend).node_extra(cfg)[1]
               + (" (dedicated list price: low-priority nodes bill less)" if cfg.low_priority else "")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.backends.batch.spec import POOL_OS_DISK_GB
+from infra.backends import backend
 from infra.core.config import StackConfig
 from infra.core.skus import NFS_VM_SIZES
 
@@ -58,16 +58,9 @@ def estimate(config: StackConfig) -> CostEstimate:
         "egress public IP": PUBLIC_IP_PER_HOUR,
         f"container registry ({config.registry_sku})": REGISTRY_PER_HOUR[config.registry_sku],
     }
-    if config.backend == "azureml":
-        fixed.update({
-            "Azure ML workspace private endpoint": PRIVATE_ENDPOINT_PER_HOUR,
-            "Azure ML workspace, Key Vault": 0.0,  # no hourly charge: the compute bills, Key Vault per operation
-        })
-    else:
-        fixed.update({**nfs_per_hour(config), "Batch account": 0.0})  # Batch itself is free: only its nodes bill
+    chosen = backend(config.backend)
+    fixed.update(chosen.fixed_costs(config))
     # Low-priority AML nodes bill less than the dedicated list price (the discount varies by region and is not in
     # the catalog): the dedicated price is the estimate's upper bound.
-    node_price = config.sku.price_per_hour
-    if config.backend == "batch":  # the pool's premium OS disk bills with each node (Azure ML sizes its own: not priced)
-        node_price += premium_disk_per_hour(POOL_OS_DISK_GB)
+    node_price = config.sku.price_per_hour + chosen.node_extra(config)[0]
     return CostEstimate(fixed, node_price, config.min_nodes, config.max_nodes)

@@ -15,8 +15,9 @@ from infra import REPO_ROOT
 from infra.backends.azureml.training_job import AmlTrainingJobProvider
 from infra.backends.batch.training_job import TrainingJobProvider
 from infra.backends.batch import spec as batch_spec
-from infra.backends.batch.spec import JobError
+from infra.backends.shared import JobError
 from infra.backends.azureml.service import AzureMlJobs
+from infra.backends.shared import StackOutputs
 from tests.infra.conftest import evaluation_for
 from tests.infra.backends.batch.fake_batch import FakeBatch
 from tests.infra.backends.batch.test_spec import inputs
@@ -215,13 +216,14 @@ from pathlib import Path
 from infra.core import config
 from infra.backends.azureml import job as aml_job
 from infra.backends.azureml.service import AzureMlJobs
+from infra.backends.shared import StackOutputs
 
 class NoToken:
     def get_token(self, *scopes, **kwargs):
         raise RuntimeError("no request leaves this test")
 
 outputs = json.loads(Path({str(tmp_path / 'outputs.json')!r}).read_text())
-inputs = aml_job.aml_job_inputs(config.from_stack_file("nlp"), outputs)
+inputs = aml_job.aml_job_inputs(config.from_stack_file("nlp"), StackOutputs.from_json(outputs))
 service = AzureMlJobs("00000000-0000-0000-0000-000000000000", "rg", "ws", credential=NoToken())
 with tempfile.TemporaryDirectory() as tmp:
     try:

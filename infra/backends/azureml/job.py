@@ -22,10 +22,8 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from infra.backends.batch import spec as batch_spec
-from infra.core.config import IMAGE_OF_LOOP, StackConfig
+from infra.backends.shared import StackOutputs, job_shape, training_environment
+from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG
 
@@ -62,23 +60,15 @@ class AmlJobInputs:
         return "horovod"
 
 
-def aml_job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
+def aml_job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                    train_args: tuple[str, ...] | None = None) -> AmlJobInputs:
     """From the stack config and outputs, with the same overrides and refusals as the Batch job's inputs."""
-    framework = framework or cfg.training_framework
-    image = IMAGE_OF_LOOP[framework]
-    if image not in outputs["amlEnvironments"]:
-        raise batch_spec.JobError(f"--framework {framework}: the stack has no {image} environment (frameworks: "
-                                  f"{', '.join(outputs['amlEnvironments'])}); add it to frameworks and `pulumi up`")
-    nodes = cfg.max_nodes if nodes is None else nodes
-    if not 1 <= nodes <= cfg.max_nodes:
-        raise batch_spec.JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the cluster grows to "
-                                  f"maxNodes={cfg.max_nodes} at most)")
+    shape = job_shape(cfg, outputs.aml_environments, "environment", "cluster", framework, nodes, train_args)
     return AmlJobInputs(
-        stack=cfg.stack, framework=framework, nodes=nodes, gpu_sku=cfg.gpu_sku,
-        environment=outputs["amlEnvironments"][image], compute=outputs["amlComputeName"],
-        data_mode=cfg.aml_data_mode, train_args=cfg.training_args if train_args is None else train_args,
-        max_hours=cfg.training_max_hours, identity_client_id=outputs["pullIdentityClientId"])
+        stack=cfg.stack, framework=shape.framework, nodes=shape.nodes, gpu_sku=cfg.nodes.gpu_sku,
+        environment=shape.image, compute=outputs.aml_compute_name, data_mode=cfg.aml.data_mode,
+        train_args=shape.train_args, max_hours=cfg.training.max_hours,
+        identity_client_id=outputs.pull_identity_client_id)
 
 
 def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
@@ -95,10 +85,7 @@ def command_line(inputs: AmlJobInputs) -> str:
 
 
 def environment_variables(inputs: AmlJobInputs) -> dict[str, str]:
-    sku = CATALOG[inputs.gpu_sku]
-    env = ({**batch_spec.NCCL_IB_ENV, "NCCL_TOPO_FILE": sku.nccl_topo_file} if sku.infiniband
-           else {"NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"})
-    env["PYTHONUNBUFFERED"] = "1"
+    env = training_environment(CATALOG[inputs.gpu_sku])
     if inputs.distribution == "ddp":
         env["LOCAL_WORLD_SIZE"] = str(inputs.gpus)
     return {k: v for k, v in sorted(env.items()) if v}

@@ -8,13 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from infra.backends.batch.spec import JobError
 from infra.backends.azureml import job as aml_job
 from infra.backends.azureml.service import TERMINAL, AmlJobs
-from infra.backends.batch.service import JobNotFound
+from infra.backends.shared import JobError, JobNotFound, submitted_lines
 
-REQUIRED_OUTPUTS = ("subscriptionId", "resourceGroupName", "amlWorkspaceName", "amlComputeName", "amlEnvironments",
-                    "pullIdentityClientId")
 SUMMARY_TAGS = ("framework", "world_size", "steps", "img_per_sec", "top1", "final_loss")
 
 
@@ -24,8 +21,7 @@ def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: T
         service.submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
     print(f"submitted {name}: {inputs.framework} ({inputs.distribution}) on {inputs.nodes} node(s) x {inputs.gpus} "
           "GPUs", file=out)
-    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {name} --follow", file=out)
-    print(f"  results:  python -m infra download --stack {inputs.stack} --job {name}", file=out)
+    print("\n".join(submitted_lines(name, inputs.stack)), file=out)
     return name
 
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from infra.backends.batch.spec import JobError
-from infra.backends.batch.service import JobNotFound, call_translated, refused_line
+from infra.backends.shared import JobError, call_translated, refused_line
 
 T = TypeVar("T")
 

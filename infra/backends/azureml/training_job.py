@@ -23,12 +23,12 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.backends.batch.training_job import (as_compared, as_stored, launch_when_ready, running_job_refusal,
-                                            submitted_job, warn_unless_submitted)
-from infra.backends import staging
+from infra.backends import job_resource, staging
 from infra.backends.azureml import job as aml_job
 from infra.backends.azureml.service import TERMINAL, AmlJobs, AzureMlJobs
-from infra.backends.batch.service import JobNotFound
+from infra.backends.job_resource import (as_compared, as_stored, launch_when_ready, running_job_refusal,
+                                         submitted_job, warn_unless_submitted)
+from infra.backends.shared import JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(aml_job.AmlJobInputs)]
 # A job asked to stop (https://learn.microsoft.com/rest/api/azureml/jobs/get#jobstatus): replacing it loses nothing.
@@ -37,11 +37,7 @@ WORKSPACE_FIELDS = ("subscription_id", "resource_group", "workspace")
 
 
 def inputs_from(props: dict[str, Any]) -> aml_job.AmlJobInputs:
-    values = {name: props[name] for name in INPUT_FIELDS if name in props}
-    values["train_args"] = tuple(values.get("train_args") or ())
-    for name in ("nodes", "max_hours"):
-        values[name] = int(values[name])  # the engine sends numbers as floats
-    return aml_job.AmlJobInputs(**values)
+    return job_resource.inputs_from(aml_job.AmlJobInputs, props, ("nodes", "max_hours"))
 
 
 class AmlTrainingJobProvider(ResourceProvider):

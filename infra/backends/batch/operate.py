@@ -8,67 +8,19 @@ SAS: the nodes reach storage with the pool's identity.
 """
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from infra.backends.batch import spec as batch_spec
-from infra.backends.batch.service import BatchService, JobNotFound
-from infra.backends.batch.spec import JobError
+from infra.backends.batch.service import BatchService
+from infra.backends.shared import JobError, JobNotFound, submitted_lines
 
-REQUIRED_OUTPUTS = ("batchAccountEndpoint", "poolId", "imageRefs", "registryLoginServer", "pullIdentityId",
-                    "pullIdentityClientId", "containerUrls")
 FOLLOW_INTERVAL_S = 5.0
 DONE = "completed"
-
-
-def load_outputs(stack: str, outputs_file: Path | None,
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-                 required: tuple[str, ...] = REQUIRED_OUTPUTS) -> dict[str, Any]:
-    if outputs_file:
-        try:
-            outputs = json.loads(outputs_file.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
-    else:
-        try:
-            result = run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
-                         capture_output=True, text=True)
-        except FileNotFoundError:
-            raise JobError("the Pulumi CLI is not installed; install it, or pass --outputs FILE with the JSON of "
-                           f"`pulumi stack output --json --show-secrets --stack {stack}`") from None
-        if result.returncode != 0:
-            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-            raise JobError(f"cannot read the outputs of stack {stack!r} ({last}); is it deployed (`pulumi up`)?")
-        outputs = json.loads(result.stdout or "{}")
-    missing = [key for key in required if key not in outputs]
-    if missing:
-        raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
-    return outputs
-
-
-def require_staged(outputs: dict[str, Any], staged: Callable[[str, str], Any], nfs_report: bool, stack: str) -> str:
-    """Refuse to submit while there is nothing to train on: the `data` container empty or, with `nfs_report`
-    (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes).
-    `staged(data_url, status_url)` is infra.backends.staging.data_ready. Returns what is ready, in a line."""
-    from infra.backends.staging import not_ready_message
-
-    urls = outputs.get("containerUrls") or {}
-    if not urls.get("data") or (nfs_report and not urls.get("status")):
-        raise JobError("stack outputs lack the `data` or `status` container: run `pulumi up` with this version of "
-                       "the project")
-    ready = staged(urls["data"], urls["status"] if nfs_report else "")
-    if not ready.ready:
-        then = (f"submit again once it is (`python -m infra restage --stack {stack}` asks the NFS server to stage "
-                "at once; --skip-data-check lets the job wait, holding its nodes)" if nfs_report
-                else "submit again once it is (--skip-data-check submits anyway)")
-        raise JobError(not_ready_message(ready, then))
-    return ready.line
 
 
 def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "") -> str:
@@ -78,20 +30,8 @@ def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, o
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
     per_node = f"{inputs.slots} process(es)" if inputs.processes_per_node else f"{inputs.sku.gpus} GPUs"
     print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {per_node}", file=out)
-    print(f"  follow:   python -m infra logs --stack {inputs.stack} --job {job} --follow{verb_flags}", file=out)
-    print(f"  results:  python -m infra download --stack {inputs.stack} --job {job}{verb_flags}", file=out)
+    print("\n".join(submitted_lines(job, inputs.stack, verb_flags)), file=out)
     return job
-
-
-def resolve_job(service: BatchService, stack: str, job: str | None, key: str = "id") -> str:
-    """The job named, or the stack's newest one (`key`: where its name is in what list_jobs returns: Batch's
-    "id", Azure ML's "name")."""
-    if job:
-        return job
-    jobs = service.list_jobs(f"train-{stack}-")
-    if not jobs:
-        raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
-    return jobs[0][key]
 
 
 @dataclass(frozen=True)
@@ -170,8 +110,4 @@ def cancel(service: BatchService, job: str) -> None:
         service.terminate(job)
     except JobNotFound:
         raise JobError(f"job {job} not found") from None
-
-
-def now_utc() -> datetime:
-    return datetime.now(timezone.utc)
 

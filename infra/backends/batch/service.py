@@ -12,53 +12,14 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from infra.backends.batch.spec import END_WITH_TASKS, JobError
-from training.errors import AccessRefused
+from infra.backends.batch.spec import END_WITH_TASKS
+from infra.backends.shared import JobError, JobNotFound, call_translated, refused_line
 
 BATCH_SCOPE = "https://batch.core.windows.net/.default"
 # Fail in about a minute, not the SDK's default of 300 s per attempt and 10 retries, when the account cannot be
 # reached at all (azure-core's transport and RetryPolicy options, which every client accepts).
 CLIENT_OPTIONS = {"connection_timeout": 20, "read_timeout": 60, "retry_total": 3}
 T = TypeVar("T")
-
-
-class JobNotFound(Exception):
-    """The job does not exist (never submitted, or deleted)."""
-
-
-class ServiceRefused(JobError, AccessRefused):
-    """A 403 from Batch or Azure ML: a JobError for the verbs, an AccessRefused for the job resources (which wait
-    for a role `up` has just granted instead of failing)."""
-
-
-def refused_line(err: Exception, service: str, what: str, causes: str) -> JobError | None:
-    """One line for a 403 from an Azure data plane (`service` refused `what` because of `causes`), or None."""
-    from azure.core.exceptions import HttpResponseError
-
-    from training.data.transfer import FIREWALL_FIX
-
-    if not isinstance(err, HttpResponseError) or err.status_code != 403:
-        return None
-    code = getattr(getattr(err, "error", None), "code", None) or "Forbidden"
-    return ServiceRefused(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
-
-
-def call_translated(call: Callable[[], T], what: str, job: str | None, refused: Callable[[Exception, str], Any]) -> T:
-    """`call()`, with a 404 as JobNotFound (when `job` names the job it is about) and a 403 as the one line that
-    `refused(err, what)` makes of it; anything else as raised."""
-    from azure.core.exceptions import ResourceNotFoundError
-
-    try:
-        return call()
-    except ResourceNotFoundError:
-        if job is None:
-            raise
-        raise JobNotFound(f"job {job} not found") from None
-    except Exception as err:  # noqa: BLE001 - only a 403 is translated
-        line = refused(err, what)
-        if line is None:
-            raise
-        raise line from None
 
 
 def batch_refused(err: Exception, what: str) -> JobError | None:

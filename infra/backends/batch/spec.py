@@ -37,9 +37,8 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Any
-
-from infra.core.config import IMAGE_OF_LOOP, StackConfig
+from infra.backends.shared import StackOutputs, job_shape, training_environment
+from infra.core.config import StackConfig
 from infra.core.skus import CATALOG, GpuSku
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
@@ -53,18 +52,6 @@ SCRIPTS_PREFIX = "training/"
 DATA_WAIT_EXIT_CODE = 3  # the data was not staged within the deadline
 POLL_S = 60
 
-# NCCL and UCX over InfiniBand on the HPC image (ND A100 v4 / H100 v5): relaxed PCI ordering for the
-# NICs, the size's topology file (skus.py), and TCP bootstrap on the Ethernet interface.
-NCCL_IB_ENV = {
-    "NCCL_IB_DISABLE": "0",
-    "NCCL_IB_PCI_RELAXED_ORDERING": "1",
-    "UCX_IB_PCI_RELAXED_ORDERING": "on",
-    "NCCL_SOCKET_IFNAME": "eth0",
-    "UCX_NET_DEVICES": "mlx5_ib0:1",
-    "NCCL_DEBUG": "WARN",
-    "OMPI_MCA_pml": "ucx",
-    "OMPI_MCA_btl": "^openib,smcuda",
-}
 # Every container shares the host network (MPI and NCCL address nodes by their IPs) and IPC.
 CONTAINER_RUN_OPTIONS = "--network=host --ipc=host --ulimit memlock=-1 --ulimit stack=67108864"
 # Only on InfiniBand sizes: the RDMA devices and the HPC image's topology files (docker refuses a missing
@@ -203,10 +190,7 @@ def application_command(inputs: JobInputs, job: str) -> str:
 
 
 def environment(inputs: JobInputs) -> list[dict[str, str]]:
-    sku = inputs.sku
-    env = {**NCCL_IB_ENV, "NCCL_TOPO_FILE": sku.nccl_topo_file} if sku.infiniband else {
-        "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"}
-    env["PYTHONUNBUFFERED"] = "1"
+    env = training_environment(inputs.sku)
     env["AZURE_CLIENT_ID"] = inputs.node_identity_client_id  # DefaultAzureCredential picks the pool's identity
     return [{"name": k, "value": v} for k, v in sorted(env.items()) if v]
 
@@ -310,28 +294,16 @@ def start_task_command(local_cache: bool, data_wait_minutes: int) -> str:
                    f"rsync -a {nfs_path(DATASET)} {cache}/")
 
 
-class JobError(Exception):
-    """A job that cannot be built or operated as asked; `str()` is the one line for the user."""
-
-
-def job_inputs(cfg: StackConfig, outputs: dict[str, Any], framework: str | None = None, nodes: int | None = None,
+def job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                train_args: tuple[str, ...] | None = None, processes_per_node: int = 0) -> JobInputs:
     """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
-    framework = framework or cfg.training_framework
-    image = IMAGE_OF_LOOP[framework]
-    if image not in outputs["imageRefs"]:
-        raise JobError(f"--framework {framework}: the stack has no {image} image (frameworks: "
-                       f"{', '.join(outputs['imageRefs'])}); add it to frameworks and `pulumi up`")
-    nodes = cfg.max_nodes if nodes is None else nodes
-    if not 1 <= nodes <= cfg.max_nodes:
-        raise JobError(f"--nodes {nodes}: give 1 to {cfg.max_nodes} (the pool grows to maxNodes={cfg.max_nodes} "
-                       "at most)")
-    urls = outputs["containerUrls"]
+    shape = job_shape(cfg, outputs.image_refs, "image", "pool", framework, nodes, train_args)
+    urls = outputs.container_urls
     return JobInputs(
-        stack=cfg.stack, pool_id=outputs["poolId"], nodes=nodes, gpu_sku=cfg.gpu_sku, framework=framework,
-        image=outputs["imageRefs"][image], registry_server=outputs["registryLoginServer"],
-        node_identity_id=outputs["pullIdentityId"], node_identity_client_id=outputs["pullIdentityClientId"],
-        train_args=cfg.training_args if train_args is None else train_args, retries=cfg.training_retries,
-        max_hours=cfg.training_max_hours, data_wait_minutes=cfg.training_data_wait_minutes,
-        local_cache=cfg.data_local_cache, scripts_url=urls["scripts"], outputs_url=urls["outputs"],
-        data_url=urls["data"] if cfg.nfs_kind == "azure-files" else "", processes_per_node=processes_per_node)
+        stack=cfg.stack, pool_id=outputs.pool_id, nodes=shape.nodes, gpu_sku=cfg.nodes.gpu_sku,
+        framework=shape.framework, image=shape.image, registry_server=outputs.registry_login_server,
+        node_identity_id=outputs.pull_identity_id, node_identity_client_id=outputs.pull_identity_client_id,
+        train_args=shape.train_args, retries=cfg.training.retries, max_hours=cfg.training.max_hours,
+        data_wait_minutes=cfg.training.data_wait_minutes, local_cache=cfg.nfs.data_local_cache,
+        scripts_url=urls["scripts"], outputs_url=urls["outputs"],
+        data_url=urls["data"] if cfg.nfs.kind == "azure-files" else "", processes_per_node=processes_per_node)

@@ -28,20 +28,18 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
+from infra.backends import job_resource, staging
 from infra.backends.batch import spec as batch_spec
-from infra.backends import staging
-from infra.backends.batch.service import AzureBatch, BatchService, JobNotFound
-from training.errors import AccessRefused
+from infra.backends.batch.service import AzureBatch, BatchService
+from infra.backends.job_resource import (as_compared, as_stored, launch_when_ready, running_job_refusal,
+                                         submitted_job, warn_unless_submitted)
+from infra.backends.shared import JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(batch_spec.JobInputs)]
 
 
 def inputs_from(props: dict[str, Any]) -> batch_spec.JobInputs:
-    values = {name: props[name] for name in INPUT_FIELDS if name in props}
-    values["train_args"] = tuple(values.get("train_args") or ())
-    for name in ("nodes", "retries", "max_hours", "data_wait_minutes"):
-        values[name] = int(values[name])  # the engine sends numbers as floats
-    return batch_spec.JobInputs(**values)
+    return job_resource.inputs_from(batch_spec.JobInputs, props, ("nodes", "retries", "max_hours", "data_wait_minutes"))
 
 
 # Batch job states (https://learn.microsoft.com/rest/api/batchservice/job/get#jobstate) in which the job no
@@ -104,53 +102,6 @@ class TrainingJobProvider(ResourceProvider):
             self._batch(props).delete(job)
 
 
-def launch_when_ready(props: dict[str, Any], key: str, staged: Callable[[str, str], staging.Readiness],
-                      status_url: str, submit: Callable[[], str]) -> dict[str, Any]:
-    """The job resources' outputs after an attempt to launch: `submit()` (which returns the job's name) once the
-    data is ready, else `key` "" and the state saying why: the data (staging.py's gate) or access (a 403)."""
-    try:
-        if props.get("data_container_url"):
-            ready = staged(props["data_container_url"], status_url)
-            if not ready.ready:
-                then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {props['stack']}`)"
-                return {**props, key: "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}
-        job = submit()
-    except AccessRefused as err:
-        return {**props, key: "", "state": waiting_for_access(err)}
-    return {**props, key: job, "state": f"submitted {job}"}
-
-
-def waiting_for_access(err: AccessRefused) -> str:
-    """The job resources' state when a data plane refused `up` (403). The same `up` has just granted the deployer
-    its data-plane roles (environment.py), and "role assignment changes can take up to 30 minutes to take
-    effect" (https://learn.microsoft.com/azure/role-based-access-control/troubleshooting): so nothing is
-    submitted, `up` does not fail, and the next `up` tries again."""
-    return (f"waiting for access: {err}. If this `pulumi up` has just granted your roles, they can take up to 30 "
-            "minutes to take effect: run `pulumi up` again later")
-
-
-def submitted_job(props: dict[str, Any], key: str, id_: str) -> str:
-    """The job a resource's outputs hold: "" when none was submitted (the data was not ready); the resource ID
-    for state written before the key existed."""
-    return id_ if props.get(key) is None else props[key]
-
-
-def running_job_refusal(job: str, state: str, stack: str, changed: list[str]) -> str:
-    return (f"the training job {job} is {state}: this `pulumi up` would replace it ({', '.join(changed)} changed) "
-            "and its training would start again from scratch in a new run folder; keep it running and run `up` "
-            f"after it has completed, or stop it first: `python -m infra cancel --stack {stack} --job {job}`, "
-            "then `pulumi up`")
-
-
-def as_compared(value: Any) -> Any:
-    """A value as the engine may hand it back (floats for integers, lists for tuples), for diffs."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
-        return tuple(value)
-    return value
-
-
 @dataclass
 class TrainingJobArgs:
     batch_endpoint: pulumi.Input[str]
@@ -176,12 +127,3 @@ class TrainingJob(pulumi.dynamic.Resource):
         warn_unless_submitted(self, self.state)
 
 
-def warn_unless_submitted(resource: pulumi.Resource, state: pulumi.Output[str]) -> None:
-    """The provider runs in its own process and cannot write to `up`'s output: the program says it, once the
-    resource's state is known (not in a preview)."""
-    state.apply(lambda text: pulumi.log.warn(f"no training job submitted, {text}", resource=resource)
-                if text and not text.startswith("submitted") else None)
-
-
-def as_stored(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value  # the engine stores lists

@@ -305,7 +305,7 @@ def test_a_storage_refusal_of_the_data_check_makes_up_wait_too(batch_job):
 def test_azure_ml_waits_for_access_the_same_way(aml_job):
     engine, aml, data, inputs = aml_job
     data.line = "staged"
-    from infra.backends.batch.service import ServiceRefused
+    from infra.backends.shared import ServiceRefused
 
     def refuse(job):
         raise ServiceRefused("Azure ML refused submitting the job (403 AuthorizationFailed): ...")

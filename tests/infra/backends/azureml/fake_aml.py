@@ -1,7 +1,7 @@
 """The one fake of Azure ML's jobs and models, at the AmlJobs seam (infra/backends/azureml/service.py)."""
 import json
 
-from infra.backends.batch.service import JobNotFound
+from infra.backends.shared import JobNotFound
 
 
 class FakeAmlJobs:

@@ -4,8 +4,7 @@ import subprocess
 
 import pytest
 
-from infra.backends.batch import spec as batch_spec
-
+from infra.backends.shared import JobError, StackOutputs
 from infra.core import config
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.backends.azureml import job as aml_job
@@ -15,7 +14,7 @@ from tests.infra.conftest import evaluation_for
 
 def stack_inputs(**overrides):
     cfg = config.from_stack_file("nlp")
-    return aml_job.aml_job_inputs(cfg, evaluation_for("nlp").outputs, **overrides)
+    return aml_job.aml_job_inputs(cfg, StackOutputs.from_json(evaluation_for("nlp").outputs), **overrides)
 
 
 def built(tmp_path, inputs):
@@ -62,7 +61,7 @@ def test_ddp_is_a_pytorch_distribution_with_the_local_world_size_set(tmp_path):
 def test_mount_mode_reads_the_data_in_place(tmp_path):
     cfg = config.parse("nlp", {**config.read_stack_file("nlp", config.REPO_ROOT), "amlDataMode": "mount"},
                        placeholders_ok=True)
-    inputs = aml_job.aml_job_inputs(cfg, evaluation_for("nlp").outputs)
+    inputs = aml_job.aml_job_inputs(cfg, StackOutputs.from_json(evaluation_for("nlp").outputs))
     _, loaded, _ = built(tmp_path, inputs)
     assert loaded.inputs["data"].mode == "ro_mount"
 
@@ -82,5 +81,5 @@ def test_no_user_text_reaches_the_shell(tmp_path):
     ({"nodes": 5}, "--nodes 5: give 1 to 4"),
 ])
 def test_a_job_the_stack_cannot_run_is_refused_in_one_line(overrides, message):
-    with pytest.raises(batch_spec.JobError, match=message):
+    with pytest.raises(JobError, match=message):
         stack_inputs(**overrides)

@@ -11,6 +11,7 @@ from infra import REPO_ROOT
 from infra.cli import plan
 from infra.preview import offline
 from infra.components import roles
+from infra.backends.shared import StackOutputs
 from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
 from infra.core.containers import AML_DATASTORES
 from infra.core import naming, security
@@ -198,7 +199,7 @@ def test_up_launches_the_job_from_the_same_outputs_submit_reads(aml_ev):
     job = next(r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs)
     assert job.inputs["workspace"] == aml_ev.outputs["amlWorkspaceName"]
     assert job.inputs["subscription_id"] == aml_ev.outputs["subscriptionId"]
-    assert inputs_from(job.inputs) == aml_job.aml_job_inputs(aml_ev.config, aml_ev.outputs)
+    assert inputs_from(job.inputs) == aml_job.aml_job_inputs(aml_ev.config, StackOutputs.from_json(aml_ev.outputs))
     assert aml_ev.outputs["trainingJobId"] == aml_job.job_name(inputs_from(job.inputs))
 
 

@@ -11,6 +11,7 @@ from infra.core import nfs_user_data
 from infra.backends.batch import spec as batch_spec
 from infra.core import config
 from infra.backends.batch.cluster import REPLACE_ON_CHANGES
+from infra.backends.shared import StackOutputs
 from infra.backends.batch.spec import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 
@@ -183,7 +184,7 @@ def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
 def test_up_and_submit_build_the_same_job_from_the_same_outputs(ev):
     """One mapping from stack config to job inputs: `pulumi up`'s job is what `infra submit` would send."""
     job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
-    expected = dataclasses.asdict(batch_spec.job_inputs(ev.config, ev.outputs))
+    expected = dataclasses.asdict(batch_spec.job_inputs(ev.config, StackOutputs.from_json(ev.outputs)))
     expected["train_args"] = list(expected["train_args"])
     assert {name: job.inputs[name] for name in expected} == expected
 

@@ -11,6 +11,7 @@ from infra.backends.batch import operate
 from infra.backends.batch import spec as batch_spec
 from infra.core import config
 from infra.cli.main import main
+from infra.backends.shared import StackOutputs, load_outputs, now_utc
 from infra.backends.batch.training_job import INPUT_FIELDS, TrainingJobProvider
 from infra.backends.staging import Readiness
 from tests.infra.backends.batch.fake_batch import FakeBatch
@@ -135,9 +136,9 @@ def test_submit_refuses_bad_requests_with_one_line(outputs_file, batch, capsys, 
 
 
 def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, batch, capsys):
-    spec = batch_spec.job_inputs(config.from_stack_file("dev"), OUTPUTS)
-    old = operate.submit(batch, spec, operate.now_utc().replace(year=2025), io.StringIO())
-    new = operate.submit(batch, spec, operate.now_utc(), io.StringIO())
+    spec = batch_spec.job_inputs(config.from_stack_file("dev"), StackOutputs.from_json(OUTPUTS))
+    old = operate.submit(batch, spec, now_utc().replace(year=2025), io.StringIO())
+    new = operate.submit(batch, spec, now_utc(), io.StringIO())
     batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "requeueCount": 0,
                                          "startTime": "2026-11-21T12:00:10.5Z", "endTime": "2026-11-21T12:30:00Z"}
     batch.tasks[new]["nodeInfo"] = {"nodeId": "tvmps_0001"}
@@ -188,7 +189,7 @@ def test_outputs_come_from_the_pulumi_cli_when_no_file_is_given():
 
         return subprocess.CompletedProcess(command, 0, json.dumps(OUTPUTS), "")
 
-    assert operate.load_outputs("dev", None, run=fake_run) == OUTPUTS
+    assert load_outputs("dev", None, (), run=fake_run) == StackOutputs.from_json(OUTPUTS)
     assert seen == [["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", "dev"]]
 
 

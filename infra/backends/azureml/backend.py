@@ -1,0 +1,157 @@
+"""The Azure ML backend: what the program, plan, the cost estimate and the job verbs ask of it
+(infra/backends/__init__.py: Backend). Pulumi, azure-ai-ml and the Azure clients are imported inside the methods."""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from infra.backends.shared import StackOutputs
+
+if TYPE_CHECKING:
+    from infra.backends.azureml import job as aml_job
+
+
+class AzureMlBackend:
+    name = "azureml"
+    required_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name",
+                        "aml_environments", "pull_identity_client_id")
+    refused_verbs: dict[str, str] = {}
+
+    def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
+        """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
+        import pulumi
+        from pulumi_azure_native import authorization
+
+        from infra.backends.azureml.training_job import AmlTrainingJob, AmlTrainingJobArgs
+        from infra.backends.azureml.workspace import AzureMl, AzureMlArgs
+        from infra.components import roles
+
+        nodes = env.node_identity.identity
+        # Identity-based system datastores: Azure ML reads a job's code snapshot and writes its logs and MLflow
+        # artifacts in the workspace's own containers (which the workspace names) with the compute's
+        # identity, and azure-ai-ml uploads the snapshot with the caller's: both need Storage Blob Data
+        # Contributor on the account ("Scenarios for role assignments" in
+        # https://learn.microsoft.com/azure/machine-learning/how-to-disable-local-auth-storage).
+        # On the account, but never writing the stack's own containers: the training code that runs as this
+        # identity may not rewrite the dataset, the scripts or the staging reports (outputs it writes by
+        # its own grant). Which containers Azure ML itself uses is not listed in its docs, so the condition
+        # names ours rather than theirs.
+        env.node_grants.append(env.storage.grant(
+            "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR,
+            condition=roles.blob_writes_except(("data", "scripts", "status"))))
+        if cfg.launches_job_on_up:
+            env.deployer_grants.append(env.storage.grant(
+                "deployer-workspace", env.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
+                principal_type=cfg.deployer_principal_type,
+                description=f"{roles.DEPLOYER}`pulumi up` uploads the launched Azure ML job's code snapshot to the "
+                            "workspace's storage (identity-based datastores)"))
+        env.azureml = AzureMl(f"{name}-ml", AzureMlArgs(
+            cfg, rg, vnet_id=env.network.vnet.id, compute_subnet_id=env.network.compute_subnet.id,
+            storage_subnet_id=env.network.storage_subnet.id, storage_account_id=env.storage.account.id,
+            storage_account_name=env.storage.account.name, registry_id=env.registry.registry.id,
+            app_insights_id=env.monitoring.app_insights.id, nodes_identity_id=nodes.id,
+            image_refs=env.registry.image_refs, depends_on=[env.registry.acr_pull, *env.node_grants], now=env.now),
+            pulumi.ResourceOptions(parent=env))
+        env.monitoring.watch_azureml("azureml", env.azureml.workspace.id)
+        subscription = authorization.get_client_config_output(
+            opts=pulumi.InvokeOutputOptions(parent=env)).subscription_id
+        if cfg.launches_job_on_up:  # not with a private workspace: `up` cannot reach it (plan says so)
+            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+            stack_outputs = pulumi.Output.all(
+                aml_environments=env.azureml.environments, aml_compute_name=env.azureml.compute.name,
+                pull_identity_client_id=nodes.client_id)
+            env.job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
+                subscription_id=subscription, resource_group=rg, workspace=env.azureml.workspace.name,
+                inputs=stack_outputs.apply(lambda outputs: self.job_inputs(cfg, StackOutputs(**outputs))),
+                data_container_url=env.storage.container_urls["data"]),
+                pulumi.ResourceOptions(parent=env, depends_on=[env.azureml, *env.deployer_grants]))
+        return {
+            "training_job_id": env.job.job_name if env.job else "",
+            "aml_workspace_name": env.azureml.workspace.name,
+            "aml_compute_name": env.azureml.compute.name,
+            "aml_datastores": {c: store.name for c, store in env.azureml.datastores.items()},
+            "aml_environments": env.azureml.environments,
+        }
+
+    def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
+                   train_args: tuple[str, ...] | None = None) -> aml_job.AmlJobInputs:
+        from infra.backends.azureml import job as aml_job
+
+        return aml_job.aml_job_inputs(cfg, outputs, framework, nodes, train_args)
+
+    def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
+        from infra.backends.azureml import operate as operate_aml
+        from infra.backends.shared import now_utc, require_staged, resolve_job
+        from infra.core import config
+
+        service = connect(outputs)
+        if args.command == "submit":
+            train_args = None if args.args is None else config.parse_training_args(
+                args.framework or cfg.training.framework, args.args, key="--args")
+            inputs = self.job_inputs(cfg, outputs, args.framework, args.nodes, train_args)
+            if not args.skip_data_check:  # the job's `data` input is the whole `data` container
+                require_staged(outputs, staged, False, args.stack)
+            operate_aml.submit(service, inputs, now_utc(), sys.stdout)
+            return 0
+        job = resolve_job(service, args.stack, args.job, key="name")
+        if args.command == "status":
+            print("\n".join(operate_aml.status(service, job)))
+        elif args.command == "logs":
+            operate_aml.logs(service, job, args.follow, sys.stdout)
+        elif args.command == "download":
+            print(f"outputs of {job} in {operate_aml.download(service, job, args.dest)}")
+        elif args.command == "register-model":
+            operate_aml.register_model(service, job, args.dest, args.name or f"resnet50-{args.stack}", sys.stdout)
+        elif args.command == "cancel":
+            operate_aml.cancel(service, job)
+            print(f"cancelled {job}")
+        return 0
+
+    def restage_refusal(self, cfg) -> str | None:
+        return "a job reads `data` itself with backend azureml"
+
+    def launch_lines(self, cfg) -> list[str]:
+        if cfg.launches_job_on_up:
+            inputs = self.job_inputs(cfg, StackOutputs(  # what plan shows needs no deployed stack's outputs
+                aml_environments={f: "" for f in cfg.registry.frameworks}, aml_compute_name="gpu"))
+            return [f"  launched on `pulumi up` as an Azure ML command job: {cfg.training.framework} "
+                    f"({inputs.distribution}) on {cfg.nodes.max_nodes} node(s) x {cfg.nodes.sku.gpus} GPUs, data by "
+                    f"{cfg.aml.data_mode}"]
+        if cfg.training.launch_on_up:  # a private workspace: `up` runs outside the VNet and cannot reach it
+            return ["  not launched on `pulumi up`: the workspace is reached from the VNet only (amlWorkspaceAccess: "
+                    f"private); from a machine in the VNet (VPN gateway, Bastion, peered network): `python -m infra "
+                    f"submit --stack {cfg.stack}`; or set amlWorkspaceAccess: public (Azure AD only) to launch on up"]
+        return [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                f"{cfg.stack}`"]
+
+    def ready_when(self, cfg) -> str:
+        return "once `data` holds the dataset (the job's `data` input)"
+
+    def before_up(self, cfg) -> list[str]:
+        sku = cfg.nodes.sku
+        vcpus = f"{cfg.nodes.max_nodes * sku.vcpus} vCPUs ({cfg.nodes.max_nodes} node(s) x {sku.vcpus})"
+        return [
+            # https://learn.microsoft.com/azure/machine-learning/how-to-manage-quotas: Azure ML compute quota
+            # is per VM family and region, dedicated and low-priority separately.
+            f"Azure ML {'low-priority' if cfg.nodes.low_priority else 'dedicated'} core quota for the {sku.name} "
+            f"family in {cfg.location}: {vcpus}; request it in the portal (Azure Machine Learning > Quotas) "
+            "or the cluster stays at 0 nodes.",
+            ("The workspace accepts the VNet only (amlWorkspaceAccess: private; an IP allow list needs a "
+             "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion, a peered "
+             "network)." if cfg.aml.workspace_access == "private" else
+             "The workspace is open to the Internet by this stack's choice (amlWorkspaceAccess: public): every "
+             "call needs an Azure AD identity with a role on it; storage and Key Vault still admit only the "
+             "VNet and allowedIpRanges."),
+            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
+            "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
+
+    def fixed_costs(self, cfg) -> dict[str, float]:
+        from infra.core import cost
+
+        return {
+            "Azure ML workspace private endpoint": cost.PRIVATE_ENDPOINT_PER_HOUR,
+            "Azure ML workspace, Key Vault": 0.0,  # no hourly charge: the compute bills, Key Vault per operation
+        }
+
+    def node_extra(self, cfg) -> tuple[float, str]:
+        return 0.0, ""  # Azure ML sizes the nodes' OS disk itself: not priced

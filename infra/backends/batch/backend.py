@@ -1,0 +1,169 @@
+"""The Batch backend (the reference architecture): what the program, plan, the cost estimate and the job verbs ask
+of it (infra/backends/__init__.py: Backend). Pulumi and the Azure clients are imported inside the methods."""
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from infra.backends.shared import StackOutputs
+
+if TYPE_CHECKING:
+    from infra.backends.batch import spec as batch_spec
+
+
+class BatchBackend:
+    name = "batch"
+    required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
+                        "pull_identity_id", "pull_identity_client_id", "container_urls")
+    refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
+                                       "model is run/model.onnx in what `python -m infra download` fetches"}
+
+    def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
+        """The NFS server, the Batch account and pool, and the training job (unless trainingLaunchOnUp is false)."""
+        import pulumi
+
+        from infra.backends.batch.cluster import Cluster, ClusterArgs
+        from infra.backends.batch.training_job import TrainingJob, TrainingJobArgs
+        from infra.components import roles
+        from infra.components.nfs import NfsArgs, NfsNames, NfsServer
+        from infra.core import naming
+
+        child = pulumi.ResourceOptions(parent=env)
+        urls = env.storage.container_urls
+        nodes = env.node_identity.identity
+        env.nfs = NfsServer(f"{name}-nfs", NfsArgs(
+            cfg.nfs, rg, cfg.location, cfg.tags, export_to=str(cfg.network.compute_subnet),
+            names=NfsNames(vm=f"nfs-{cfg.team}-{cfg.stack}", host=f"nfs-{cfg.team}",
+                           account=naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location)),
+            storage_subnet_id=env.network.storage_subnet.id,
+            compute_subnet_id=env.network.compute_subnet.id,
+            container_urls={c: urls[c] for c in ("data", "scripts", "status")},
+            container_ids={c: env.storage.containers[c].id for c in ("data", "scripts", "status")}),
+            pulumi.ResourceOptions(parent=env, depends_on=env.storage.scripts))
+        env.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            cfg, rg, compute_subnet_id=env.network.compute_subnet.id,
+            registry_server=env.registry.registry.login_server, image_names=env.registry.image_names,
+            pull_identity_id=nodes.id, nfs_source=env.nfs.mount_source,
+            nfs_options=env.nfs.mount_options,
+            # The nodes prefetch the launched job's image when they start: it must be pushed by then.
+            depends_on=[env.registry.acr_pull, env.nfs, *env.registry.images.values()]), child)
+        env.monitoring.watch_batch("batch", env.cluster.account.id)
+        if cfg.training.launch_on_up:
+            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
+            status = urls["status"] if cfg.nfs.kind == "vm" else ""
+            # The deployer's grants for that: list `data` and read the staging report (the data check before the
+            # job is submitted), submit (and on destroy delete) the job.
+            env.deployer_grants.append(env.storage.grant(
+                "deployer-data", env.deployer, "data", roles.BLOB_DATA_READER,
+                principal_type=cfg.deployer_principal_type,
+                description=f"{roles.DEPLOYER}`pulumi up` checks that `data` holds the dataset before it submits "
+                            "the training job"))
+            if status:
+                env.deployer_grants.append(env.storage.grant(
+                    "deployer-status", env.deployer, "status", roles.BLOB_DATA_READER,
+                    principal_type=cfg.deployer_principal_type,
+                    description=f"{roles.DEPLOYER}`pulumi up` reads the NFS server's staging report before it "
+                                "submits the training job"))
+            env.deployer_grants.append(env.cluster.grant(
+                "deployer-jobs", env.deployer, roles.BATCH_JOB_SUBMITTER, principal_type=cfg.deployer_principal_type,
+                description=f"{roles.DEPLOYER}`pulumi up` submits the training job (and `destroy` deletes it)"))
+            # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
+            stack_outputs = pulumi.Output.all(
+                pool_id=env.cluster.pool.name, image_refs=env.registry.image_refs,
+                registry_login_server=env.registry.registry.login_server, pull_identity_id=nodes.id,
+                pull_identity_client_id=nodes.client_id, container_urls=urls)
+            env.job = TrainingJob(f"{name}-job", TrainingJobArgs(
+                batch_endpoint=env.cluster.endpoint, data_status_url=status, data_container_url=urls["data"],
+                inputs=stack_outputs.apply(lambda outputs: self.job_inputs(cfg, StackOutputs(**outputs)))),
+                pulumi.ResourceOptions(parent=env, depends_on=[env.cluster.pool, *env.storage.scripts,
+                                                               *env.node_grants, *env.deployer_grants]))
+        return {
+            "nfs_kind": cfg.nfs.kind,
+            "nfs_mount_source": env.nfs.mount_source,
+            "batch_account_name": env.cluster.account.name,
+            "batch_account_endpoint": env.cluster.endpoint,
+            "pool_id": env.cluster.pool.name,
+            "training_job_id": env.job.job_id if env.job else "",
+        }
+
+    def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
+                   train_args: tuple[str, ...] | None = None) -> batch_spec.JobInputs:
+        from infra.backends.batch import spec as batch_spec
+
+        return batch_spec.job_inputs(cfg, outputs, framework, nodes, train_args)
+
+    def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
+        from infra.backends.batch import operate
+        from infra.backends.shared import now_utc, require_staged, resolve_job
+        from infra.core import config
+
+        if args.command == "download":
+            job = args.job or resolve_job(connect(outputs), args.stack, None)
+            print(operate.download(outputs.container_urls["outputs"], job, args.dest))
+            print(f"outputs of {job} in {args.dest / job}")
+            return 0
+        service = connect(outputs)
+        if args.command == "submit":
+            # The stack config's refusals of trainingArgs, with the training command line's own parser.
+            train_args = None if args.args is None else config.parse_training_args(
+                args.framework or cfg.training.framework, args.args, key="--args")
+            inputs = self.job_inputs(cfg, outputs, args.framework, args.nodes, train_args)
+            if not args.skip_data_check:
+                require_staged(outputs, staged, cfg.nfs.kind == "vm", args.stack)
+            operate.submit(service, inputs, now_utc(), sys.stdout)
+            return 0
+        job = resolve_job(service, args.stack, args.job)
+        if args.command == "status":
+            print("\n".join(operate.status(service, job).lines()))
+        elif args.command == "logs":
+            operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
+        elif args.command == "cancel":
+            operate.cancel(service, job)
+            print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
+        return 0
+
+    def restage_refusal(self, cfg) -> str | None:
+        if cfg.nfs.kind == "vm":
+            return None
+        return "with nfsKind azure-files each job stages `data` at its start, only what changed"
+
+    def launch_lines(self, cfg) -> list[str]:
+        if cfg.training.launch_on_up:
+            return [f"  launched on `pulumi up`: {cfg.training.framework} on {cfg.nodes.max_nodes} node(s) x "
+                    f"{cfg.nodes.sku.gpus} GPUs, retried up to {cfg.training.retries} times with --resume auto"]
+        return [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
+                f"{cfg.stack}`"]
+
+    def ready_when(self, cfg) -> str:
+        if cfg.nfs.kind == "vm":
+            from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
+
+            return ("once the NFS server reports `data` staged as it is now (it checks every minute while waiting, "
+                    f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
+                    "at once)")
+        return "once `data` holds the dataset (the job stages what changed at its start)"
+
+    def before_up(self, cfg) -> list[str]:
+        sku = cfg.nodes.sku
+        vcpus = f"{cfg.nodes.max_nodes * sku.vcpus} vCPUs ({cfg.nodes.max_nodes} node(s) x {sku.vcpus})"
+        return [
+            # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
+            # dedicated core quota per VM family is often 0 for GPU families.
+            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {vcpus}. A new Batch "
+            "account often has 0 for GPU families: after the account exists, request it (portal: Batch account > "
+            "Quotas > Request quota increase), or the pool stays at 0 nodes with a quota error in its resize errors.",
+            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
+            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+
+    def fixed_costs(self, cfg) -> dict[str, float]:
+        from infra.core import cost
+
+        return {**cost.nfs_per_hour(cfg), "Batch account": 0.0}  # Batch itself is free: only its nodes bill
+
+    def node_extra(self, cfg) -> tuple[float, str]:
+        from infra.backends.batch import spec as batch_spec
+        from infra.core import cost
+
+        # The pool's premium OS disk bills with each node.
+        return (cost.premium_disk_per_hour(batch_spec.POOL_OS_DISK_GB),
+                f" (with its {batch_spec.POOL_OS_DISK_GB} GiB premium OS disk)")

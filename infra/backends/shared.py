@@ -1,0 +1,233 @@
+"""What both backends share, pure (no Pulumi, no Azure client at import): the job errors, the typed stack outputs
+the verbs and the job resources read, the NCCL/InfiniBand environment, the checks every job's inputs pass, the
+translation of a data plane's 403/404 into one line, and the helpers of the job verbs."""
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from infra.core.config import IMAGE_OF_LOOP, StackConfig
+from infra.core.skus import GpuSku
+from training.errors import AccessRefused
+
+T = TypeVar("T")
+
+
+class JobError(Exception):
+    """A job that cannot be built or operated as asked; `str()` is the one line for the user."""
+
+
+class JobNotFound(Exception):
+    """The job does not exist (never submitted, or deleted)."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+@dataclass(frozen=True)
+class StackOutputs:
+    """The stack's outputs: what environment.py exports and `pulumi stack output --json` gives back. The export
+    names are the fields' names in camelCase (`pool_id` -> `poolId`), the public contract of `pulumi stack output`:
+    this class is the one place that names them (`exports`, `from_json`)."""
+
+    subscription_id: str = ""
+    resource_group_name: str = ""
+    vnet_id: str = ""
+    compute_subnet_id: str = ""
+    storage_subnet_id: str = ""
+    storage_account_name: str = ""
+    container_urls: Mapping[str, str] = field(default_factory=dict)  # container -> URL (no SAS)
+    sas: Any = None  # container -> SAS: a secret output
+    registry_login_server: str = ""
+    image_refs: Mapping[str, str] = field(default_factory=dict)  # image name -> registry/name:tag@digest
+    pull_identity_id: str = ""  # the nodes' user-assigned identity
+    pull_identity_client_id: str = ""
+    log_analytics_workspace_id: str = ""
+    app_insights_id: str = ""
+    backend: str = ""
+    training_job_id: str = ""  # the job `pulumi up` launched ("" when none)
+    # backend batch
+    nfs_kind: str = ""
+    nfs_mount_source: str = ""
+    batch_account_name: str = ""
+    batch_account_endpoint: str = ""
+    pool_id: str = ""
+    # backend azureml
+    aml_workspace_name: str = ""
+    aml_compute_name: str = ""
+    aml_datastores: Mapping[str, str] = field(default_factory=dict)
+    aml_environments: Mapping[str, str] = field(default_factory=dict)  # image name -> environment name:version
+
+    @classmethod
+    def from_json(cls, values: Mapping[str, Any]) -> StackOutputs:
+        """From `pulumi stack output --json`'s object (names it does not know are left out)."""
+        known = {_camel(f.name): f.name for f in fields(cls)}
+        return cls(**{known[key]: value for key, value in values.items() if key in known})
+
+    def exports(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The fields `names`, in that order, by their export names (what environment.py exports)."""
+        return {_camel(name): getattr(self, name) for name in names}
+
+    @staticmethod
+    def require(names: tuple[str, ...], values: Mapping[str, Any]) -> None:
+        """Refuse outputs written by an older version of the project: `names` (fields) absent from `values`."""
+        missing = [_camel(name) for name in names if _camel(name) not in values]
+        if missing:
+            raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
+
+
+def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...],
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> StackOutputs:
+    """The deployed stack's outputs (`pulumi stack output --json --show-secrets`, or a file holding that JSON),
+    refused unless they hold the `required` fields."""
+    if outputs_file:
+        try:
+            values = json.loads(outputs_file.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
+    else:
+        try:
+            result = run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
+                         capture_output=True, text=True)
+        except FileNotFoundError:
+            raise JobError("the Pulumi CLI is not installed; install it, or pass --outputs FILE with the JSON of "
+                           f"`pulumi stack output --json --show-secrets --stack {stack}`") from None
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise JobError(f"cannot read the outputs of stack {stack!r} ({last}); is it deployed (`pulumi up`)?")
+        values = json.loads(result.stdout or "{}")
+    StackOutputs.require(required, values)
+    return StackOutputs.from_json(values)
+
+
+# NCCL and UCX over InfiniBand on the HPC image (ND A100 v4 / H100 v5): relaxed PCI ordering for the
+# NICs, the size's topology file (skus.py), and TCP bootstrap on the Ethernet interface.
+NCCL_IB_ENV = {
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+    "UCX_IB_PCI_RELAXED_ORDERING": "on",
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "UCX_NET_DEVICES": "mlx5_ib0:1",
+    "NCCL_DEBUG": "WARN",
+    "OMPI_MCA_pml": "ucx",
+    "OMPI_MCA_btl": "^openib,smcuda",
+}
+
+
+def training_environment(sku: GpuSku) -> dict[str, str]:
+    """The environment every training process gets on either backend: NCCL over InfiniBand where the size has it
+    (with its topology file), NCCL without it elsewhere; unbuffered output for the logs."""
+    env = {**NCCL_IB_ENV, "NCCL_TOPO_FILE": sku.nccl_topo_file} if sku.infiniband else {
+        "NCCL_IB_DISABLE": "1", "NCCL_DEBUG": "WARN"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What every job's inputs take from the config and the overrides of `infra submit`, checked."""
+
+    framework: str
+    image: str  # the framework's image (Batch) or environment (Azure ML) from the stack outputs
+    nodes: int
+    train_args: tuple[str, ...]
+
+
+def job_shape(cfg: StackConfig, images: Mapping[str, str], images_are: str, nodes_grow: str,
+              framework: str | None = None, nodes: int | None = None,
+              train_args: tuple[str, ...] | None = None) -> JobShape:
+    """The one mapping from config (and overrides) to what a job runs: `images` (image name -> the backend's
+    reference, called `images_are` in the refusal), and the nodes, at most what `nodes_grow` (the pool, the
+    cluster) grows to."""
+    framework = framework or cfg.training.framework
+    image = IMAGE_OF_LOOP[framework]
+    if image not in images:
+        raise JobError(f"--framework {framework}: the stack has no {image} {images_are} (frameworks: "
+                       f"{', '.join(images)}); add it to frameworks and `pulumi up`")
+    most = cfg.nodes.max_nodes
+    nodes = most if nodes is None else nodes
+    if not 1 <= nodes <= most:
+        raise JobError(f"--nodes {nodes}: give 1 to {most} (the {nodes_grow} grows to maxNodes={most} at most)")
+    return JobShape(framework, images[image], nodes, cfg.training.args if train_args is None else train_args)
+
+
+class ServiceRefused(JobError, AccessRefused):
+    """A 403 from Batch or Azure ML: a JobError for the verbs, an AccessRefused for the job resources (which wait
+    for a role `up` has just granted instead of failing)."""
+
+
+def refused_line(err: Exception, service: str, what: str, causes: str) -> JobError | None:
+    """One line for a 403 from an Azure data plane (`service` refused `what` because of `causes`), or None."""
+    from azure.core.exceptions import HttpResponseError
+
+    from training.data.transfer import FIREWALL_FIX
+
+    if not isinstance(err, HttpResponseError) or err.status_code != 403:
+        return None
+    code = getattr(getattr(err, "error", None), "code", None) or "Forbidden"
+    return ServiceRefused(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
+
+
+def call_translated(call: Callable[[], T], what: str, job: str | None, refused: Callable[[Exception, str], Any]) -> T:
+    """`call()`, with a 404 as JobNotFound (when `job` names the job it is about) and a 403 as the one line that
+    `refused(err, what)` makes of it; anything else as raised."""
+    from azure.core.exceptions import ResourceNotFoundError
+
+    try:
+        return call()
+    except ResourceNotFoundError:
+        if job is None:
+            raise
+        raise JobNotFound(f"job {job} not found") from None
+    except Exception as err:  # noqa: BLE001 - only a 403 is translated
+        line = refused(err, what)
+        if line is None:
+            raise
+        raise line from None
+
+
+def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs_report: bool, stack: str) -> str:
+    """Refuse to submit while there is nothing to train on: the `data` container empty or, with `nfs_report`
+    (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes).
+    `staged(data_url, status_url)` is infra.backends.staging.data_ready. Returns what is ready, in a line."""
+    from infra.backends.staging import not_ready_message
+
+    urls = outputs.container_urls or {}
+    if not urls.get("data") or (nfs_report and not urls.get("status")):
+        raise JobError("stack outputs lack the `data` or `status` container: run `pulumi up` with this version of "
+                       "the project")
+    ready = staged(urls["data"], urls["status"] if nfs_report else "")
+    if not ready.ready:
+        then = (f"submit again once it is (`python -m infra restage --stack {stack}` asks the NFS server to stage "
+                "at once; --skip-data-check lets the job wait, holding its nodes)" if nfs_report
+                else "submit again once it is (--skip-data-check submits anyway)")
+        raise JobError(not_ready_message(ready, then))
+    return ready.line
+
+
+def resolve_job(service: Any, stack: str, job: str | None, key: str = "id") -> str:
+    """The job named, or the stack's newest one (`key`: where its name is in what list_jobs returns: Batch's
+    "id", Azure ML's "name")."""
+    if job:
+        return job
+    jobs = service.list_jobs(f"train-{stack}-")
+    if not jobs:
+        raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
+    return jobs[0][key]
+
+
+def submitted_lines(job: str, stack: str, verb_flags: str = "") -> list[str]:
+    """What to run next after a submit, on either backend."""
+    return [f"  follow:   python -m infra logs --stack {stack} --job {job} --follow{verb_flags}",
+            f"  results:  python -m infra download --stack {stack} --job {job}{verb_flags}"]
+
+
+def now_utc() -> datetime:
+    return datetime.now(timezone.utc)
