@@ -9,8 +9,10 @@ from dataclasses import fields
 from typing import Any, TypeVar
 
 import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
 from infra.backends import staging
+from infra.backends.shared import JobNotFound
 from training.errors import AccessRefused
 
 I = TypeVar("I")
@@ -80,5 +82,73 @@ def warn_unless_submitted(resource: pulumi.Resource, state: pulumi.Output[str]) 
                 if text and not text.startswith("submitted") else None)
 
 
+def stored_inputs(inputs: pulumi.Output, names: list[str]) -> dict[str, pulumi.Output]:
+    """A job's inputs (an Output of its dataclass) as the resource's properties, one per field, as stored."""
+    return {name: inputs.apply(lambda value, name=name: as_stored(getattr(value, name))) for name in names}
+
+
 def as_stored(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value  # the engine stores lists
+
+
+class JobResourceProvider(ResourceProvider):
+    """The life both job resources share: create submits once the data is ready (else holds no job and says
+    why), update tries again while nothing was submitted, diff replaces a submitted job whose inputs changed but
+    refuses while it still runs. A backend says how it submits, how it reads a job's state, which states have
+    ended, and how delete ends a job."""
+
+    key: str  # the output naming the submitted job ("" while none)
+    compared: tuple[str, ...]  # the properties whose change replaces the job
+
+    def __init__(self, service: Any = None,
+                 staged: Callable[[str, str], staging.Readiness] = staging.data_ready):
+        self._service = service
+        self._staged = staged
+
+    def _submit(self, props: dict[str, Any]) -> str:
+        """Submit the job; its name."""
+        raise NotImplementedError
+
+    def _state(self, props: dict[str, Any], job: str) -> str:
+        """The job's state; raises JobNotFound."""
+        raise NotImplementedError
+
+    def _ended(self, state: str) -> bool:
+        """Whether a job in `state` no longer trains (replacing it loses nothing)."""
+        raise NotImplementedError
+
+    def _status_url(self, props: dict[str, Any]) -> str:
+        """The `status` container to read the NFS server's staging report from ("" for `data` itself)."""
+        return ""
+
+    def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
+        """Submit the job if the data is ready; the outputs either way (`key` "" and why, when not)."""
+        return launch_when_ready(props, self.key, self._staged, self._status_url(props), lambda: self._submit(props))
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        outs = self._launch(props)
+        return CreateResult(id_=outs[self.key] or f"train-{props['stack']}-not-submitted", outs=outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        job = submitted_job(olds, self.key, _id)
+        if not job:
+            # Nothing submitted yet (the data was not ready): every `up` tries again, in place.
+            return DiffResult(changes=True, replaces=[], delete_before_replace=False)
+        changed = [name for name in self.compared if as_compared(olds.get(name)) != as_compared(news.get(name))]
+        if changed:
+            self._refuse_if_running(job, olds, changed)
+        # Create the new job first: the old one keeps its nodes until the new one is queued.
+        return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
+
+    def _refuse_if_running(self, job: str, olds: dict[str, Any], changed: list[str]) -> None:
+        try:
+            state = self._state(olds, job)
+        except JobNotFound:
+            return  # gone: nothing to lose
+        if not self._ended(state):
+            raise RuntimeError(running_job_refusal(job, str(state), olds.get("stack", "STACK"), changed))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
+        """Reached only while no job was submitted (diff replaces a submitted one): submit it now if the data
+        is ready."""
+        return UpdateResult(outs=self._launch(news))

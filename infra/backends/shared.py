@@ -158,6 +158,12 @@ def job_shape(cfg: StackConfig, images: Mapping[str, str], images_are: str, node
     return JobShape(framework, images[image], nodes, cfg.training.args if train_args is None else train_args)
 
 
+def quota_vcpus(cfg: StackConfig) -> str:
+    """The core quota the stack's nodes need at maxNodes, as plan says it."""
+    most, vcpus = cfg.nodes.max_nodes, cfg.nodes.sku.vcpus
+    return f"{most * vcpus} vCPUs ({most} node(s) x {vcpus})"
+
+
 class ServiceRefused(JobError, AccessRefused):
     """A 403 from Batch or Azure ML: a JobError for the verbs, an AccessRefused for the job resources (which wait
     for a role `up` has just granted instead of failing)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from infra.backends.shared import StackOutputs
+from infra.backends.shared import StackOutputs, quota_vcpus
 
 if TYPE_CHECKING:
     from infra.backends.azureml import job as aml_job
@@ -128,8 +128,7 @@ class AzureMlBackend:
         return "once `data` holds the dataset (the job's `data` input)"
 
     def before_up(self, cfg) -> list[str]:
-        sku = cfg.nodes.sku
-        vcpus = f"{cfg.nodes.max_nodes * sku.vcpus} vCPUs ({cfg.nodes.max_nodes} node(s) x {sku.vcpus})"
+        sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
         return [
             # https://learn.microsoft.com/azure/machine-learning/how-to-manage-quotas: Azure ML compute quota
             # is per VM family and region, dedicated and low-priority separately.

@@ -15,19 +15,16 @@ it, with its metrics and outputs, in the workspace's history.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.backends import job_resource, staging
+from infra.backends import job_resource
 from infra.backends.azureml import job as aml_job
 from infra.backends.azureml.service import TERMINAL, AmlJobs, AzureMlJobs
-from infra.backends.job_resource import (as_compared, as_stored, launch_when_ready, running_job_refusal,
-                                         submitted_job, warn_unless_submitted)
+from infra.backends.job_resource import JobResourceProvider, stored_inputs, submitted_job, warn_unless_submitted
 from infra.backends.shared import JobNotFound
 
 INPUT_FIELDS = [f.name for f in fields(aml_job.AmlJobInputs)]
@@ -40,50 +37,25 @@ def inputs_from(props: dict[str, Any]) -> aml_job.AmlJobInputs:
     return job_resource.inputs_from(aml_job.AmlJobInputs, props, ("nodes", "max_hours"))
 
 
-class AmlTrainingJobProvider(ResourceProvider):
-    def __init__(self, service: AmlJobs | None = None,
-                 staged: Callable[[str, str], staging.Readiness] = staging.data_ready):
-        self._service = service
-        self._staged = staged
+class AmlTrainingJobProvider(JobResourceProvider):
+    key = "job_name"
+    compared = (*INPUT_FIELDS, *WORKSPACE_FIELDS)
 
     def _jobs(self, props: dict[str, Any]) -> AmlJobs:
         return self._service or AzureMlJobs(*(props[name] for name in WORKSPACE_FIELDS))
 
-    def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
-        def submit() -> str:
-            inputs = inputs_from(props)
-            name = aml_job.job_name(inputs)
-            with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:
-                self._jobs(props).submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
-            return name
+    def _submit(self, props: dict[str, Any]) -> str:  # no NFS server: the data gate is `data` itself
+        inputs = inputs_from(props)
+        name = aml_job.job_name(inputs)
+        with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:
+            self._jobs(props).submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
+        return name
 
-        return launch_when_ready(props, "job_name", self._staged, "", submit)  # no NFS server: `data` itself
+    def _state(self, props: dict[str, Any], job: str) -> str:
+        return self._jobs(props).get(job)["status"]
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        outs = self._launch(props)
-        return CreateResult(id_=outs["job_name"] or f"train-{props['stack']}-not-submitted", outs=outs)
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        name = submitted_job(olds, "job_name", _id)
-        if not name:  # nothing submitted yet: every `up` tries again, in place
-            return DiffResult(changes=True, replaces=[], delete_before_replace=False)
-        changed = [field for field in (*INPUT_FIELDS, *WORKSPACE_FIELDS)
-                   if as_compared(olds.get(field)) != as_compared(news.get(field))]
-        if changed:
-            self._refuse_if_running(name, olds, changed)
-        return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
-
-    def _refuse_if_running(self, name: str, olds: dict[str, Any], changed: list[str]) -> None:
-        try:
-            status = self._jobs(olds).get(name)["status"]
-        except JobNotFound:
-            return
-        if status not in (*TERMINAL, CANCELLING):
-            raise RuntimeError(running_job_refusal(name, status, olds.get("stack", "STACK"), changed))
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        """Reached only while no job was submitted (diff replaces a submitted one)."""
-        return UpdateResult(outs=self._launch(news))
+    def _ended(self, state: str) -> bool:
+        return state in (*TERMINAL, CANCELLING)
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         name = submitted_job(props, "job_name", id_)
@@ -111,10 +83,8 @@ class AmlTrainingJob(pulumi.dynamic.Resource):
     state: pulumi.Output[str]  # "submitted NAME", or "waiting for data: why; what next"
 
     def __init__(self, name: str, args: AmlTrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
-                   for field in INPUT_FIELDS}
         super().__init__(AmlTrainingJobProvider(), name,
                          {"subscription_id": args.subscription_id, "resource_group": args.resource_group,
-                          "workspace": args.workspace, "data_container_url": args.data_container_url, **fields_,
-                          "job_name": None, "state": None}, opts)
+                          "workspace": args.workspace, "data_container_url": args.data_container_url,
+                          **stored_inputs(args.inputs, INPUT_FIELDS), "job_name": None, "state": None}, opts)
         warn_unless_submitted(self, self.state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from infra.backends.shared import StackOutputs
+from infra.backends.shared import StackOutputs, quota_vcpus
 
 if TYPE_CHECKING:
     from infra.backends.batch import spec as batch_spec
@@ -144,8 +144,7 @@ class BatchBackend:
         return "once `data` holds the dataset (the job stages what changed at its start)"
 
     def before_up(self, cfg) -> list[str]:
-        sku = cfg.nodes.sku
-        vcpus = f"{cfg.nodes.max_nodes * sku.vcpus} vCPUs ({cfg.nodes.max_nodes} node(s) x {sku.vcpus})"
+        sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
         return [
             # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
             # dedicated core quota per VM family is often 0 for GPU families.

@@ -21,19 +21,15 @@ hold no secret (storage is reached with the nodes' identity). Batch is reached t
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider, UpdateResult
 
-from infra.backends import job_resource, staging
+from infra.backends import job_resource
 from infra.backends.batch import spec as batch_spec
 from infra.backends.batch.service import AzureBatch, BatchService
-from infra.backends.job_resource import (as_compared, as_stored, launch_when_ready, running_job_refusal,
-                                         submitted_job, warn_unless_submitted)
-from infra.backends.shared import JobNotFound
+from infra.backends.job_resource import JobResourceProvider, stored_inputs, submitted_job, warn_unless_submitted
 
 INPUT_FIELDS = [f.name for f in fields(batch_spec.JobInputs)]
 
@@ -47,54 +43,27 @@ def inputs_from(props: dict[str, Any]) -> batch_spec.JobInputs:
 ENDED_STATES = ("completed", "terminating", "deleting")
 
 
-class TrainingJobProvider(ResourceProvider):
-    def __init__(self, service: BatchService | None = None,
-                 staged: Callable[[str, str], staging.Readiness] = staging.data_ready):
-        self._service = service
-        self._staged = staged
+class TrainingJobProvider(JobResourceProvider):
+    key = "job_id"
+    compared = (*INPUT_FIELDS, "batch_endpoint")
 
     def _batch(self, props: dict[str, Any]) -> BatchService:
         return self._service or AzureBatch(props["batch_endpoint"])
 
-    def _launch(self, props: dict[str, Any]) -> dict[str, Any]:
-        """Submit the job if the data is ready; the outputs either way (job_id "" and why, when not)."""
-        def submit() -> str:
-            inputs = inputs_from(props)
-            job = batch_spec.job_id(inputs)
-            self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
-            return job
+    def _submit(self, props: dict[str, Any]) -> str:
+        inputs = inputs_from(props)
+        job = batch_spec.job_id(inputs)
+        self._batch(props).submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
+        return job
 
-        return launch_when_ready(props, "job_id", self._staged, props.get("data_status_url") or "", submit)
+    def _status_url(self, props: dict[str, Any]) -> str:
+        return props.get("data_status_url") or ""
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        outs = self._launch(props)
-        return CreateResult(id_=outs["job_id"] or f"train-{props['stack']}-not-submitted", outs=outs)
+    def _state(self, props: dict[str, Any], job: str) -> str:
+        return self._batch(props).get_job(job).get("state", "")
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        job = submitted_job(olds, "job_id", _id)
-        if not job:
-            # Nothing submitted yet (the data was not ready): every `up` tries again, in place.
-            return DiffResult(changes=True, replaces=[], delete_before_replace=False)
-        changed = [name for name in INPUT_FIELDS if as_compared(olds.get(name)) != as_compared(news.get(name))]
-        if olds.get("batch_endpoint") != news.get("batch_endpoint"):
-            changed.append("batch_endpoint")
-        if changed:
-            self._refuse_if_running(job, olds, changed)
-        # Create the new job first: the old one keeps its nodes until the new one is queued.
-        return DiffResult(changes=bool(changed), replaces=changed, delete_before_replace=False)
-
-    def _refuse_if_running(self, job: str, olds: dict[str, Any], changed: list[str]) -> None:
-        try:
-            state = self._batch(olds).get_job(job).get("state", "")
-        except JobNotFound:
-            return
-        if state not in ENDED_STATES:
-            raise RuntimeError(running_job_refusal(job, str(state), olds.get("stack", "STACK"), changed))
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        """Reached only while no job was submitted (diff replaces a submitted one): submit it now if the data
-        is ready."""
-        return UpdateResult(outs=self._launch(news))
+    def _ended(self, state: str) -> bool:
+        return state in ENDED_STATES
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         job = submitted_job(props, "job_id", id_)
@@ -118,11 +87,10 @@ class TrainingJob(pulumi.dynamic.Resource):
     state: pulumi.Output[str]  # "submitted JOB", or "waiting for data: why; what next"
 
     def __init__(self, name: str, args: TrainingJobArgs, opts: pulumi.ResourceOptions | None = None):
-        fields_ = {field: args.inputs.apply(lambda inputs, field=field: as_stored(getattr(inputs, field)))
-                   for field in INPUT_FIELDS}
         super().__init__(TrainingJobProvider(), name,
                          {"batch_endpoint": args.batch_endpoint, "data_status_url": args.data_status_url,
-                          "data_container_url": args.data_container_url, **fields_, "job_id": None, "state": None},
+                          "data_container_url": args.data_container_url, **stored_inputs(args.inputs, INPUT_FIELDS),
+                          "job_id": None, "state": None},
                          opts)
         warn_unless_submitted(self, self.state)
 
