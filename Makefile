@@ -91,9 +91,21 @@ demo-local: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-
 plan: .venv/.installed  ## offline plan of one stack (needs only .venv): make plan STACK=vision
 	.venv/bin/python -m infra plan --stack $(or $(STACK),dev)
 
-test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks)
+# The three suites share nothing (each its own environment, temporary folders and free ports) and none keeps both
+# cores busy alone (the .venv suite mostly waits on Azurite, sshd and the rehearsal's nodes), so they run at once:
+# make holds each suite's output and prints it whole when that suite ends (--output-sync), -k lets the others
+# finish, and `make test` fails if any suite failed.
+TEST_SUITES := test-venv test-torch test-tf
+test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks), the three at once
+	@echo "make test: $(TEST_SUITES) at once; each suite's output follows when it ends"
+	@$(MAKE) --no-print-directory -k -j3 --output-sync=target $(TEST_SUITES)
+
+.PHONY: $(TEST_SUITES)
+test-venv:
 	.venv/bin/python -m pytest tests/infra tests/data_path tests/images tests/frameworks tests/rehearsal
+test-torch:
 	.venv-torch/bin/python -m pytest tests/train_pytorch
+test-tf:
 	.venv-tf/bin/python -m pytest tests/train_tensorflow
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
