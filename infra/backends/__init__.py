@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
@@ -23,10 +23,12 @@ if TYPE_CHECKING:
     from infra.core.config import StackConfig
 
 
+@runtime_checkable
 class Backend(Protocol):
     name: str  # the stack's `backend` key
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
+    key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
 
     def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the

@@ -48,8 +48,8 @@ class Environment(pulumi.ComponentResource):
         rg = self.resource_group.name
         place = dict(resource_group_name=rg, location=cfg.location, tags=cfg.tags)
         self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg.monitoring, **place), child)
-        self.network = Network(f"{name}-net", NetworkArgs(cfg.network, **place,
-                                                          key_vault_endpoint=cfg.backend == "azureml"), child)
+        self.network = Network(f"{name}-net", NetworkArgs(
+            cfg.network, **place, key_vault_endpoint=backend(cfg.backend).key_vault_endpoint), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
             cfg.storage, **place, account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location),
             subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],

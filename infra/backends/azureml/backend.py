@@ -16,6 +16,8 @@ class AzureMlBackend:
     required_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name",
                         "aml_environments", "pull_identity_client_id")
     refused_verbs: dict[str, str] = {}
+    # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
+    key_vault_endpoint = True
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""

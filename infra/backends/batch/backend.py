@@ -15,6 +15,7 @@ class BatchBackend:
     name = "batch"
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
+    key_vault_endpoint = False
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 
