@@ -45,7 +45,6 @@ from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, node_folders, task_
 from devtools.rehearsal.storage import Account
 from infra.backends.shared import JobNotFound
 
-TASK_STATES = ("active", "running", "completed")
 STATE_FILE = "batch-state.json"
 CANCEL_DIR = "cancel"  # a file named after a job here asks the running rehearsal to terminate it
 POLL_S = 0.5
