@@ -112,7 +112,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         raise JobError(f"--stack {stack}: the rehearsal plays the Batch backend, and this stack's backend "
                                   f"is {cfg.backend} (its job is checked by azure-ai-ml's own schema in the tests)")
     ev = offline.evaluate(cfg)
-    framework = framework or cfg.training_framework
+    framework = framework or cfg.training.framework
     args = config.parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS,
                                       key="--args")
     inputs = batch_spec.job_inputs(cfg, StackOutputs.from_json(ev.outputs), framework, nodes, args,

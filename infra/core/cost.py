@@ -43,12 +43,12 @@ def premium_disk_per_hour(size_gib: int) -> float:
 
 
 def nfs_per_hour(config: StackConfig) -> dict[str, float]:
-    if config.nfs_kind == "azure-files":
-        return {f"NFS share (premium Azure Files, {config.nfs_disk_size_gb} GiB)":
-                config.nfs_disk_size_gb * AZURE_FILES_PREMIUM_PER_GIB_MONTH / HOURS_PER_MONTH}
-    return {f"NFS server VM ({config.nfs_vm_size})": NFS_VM_SIZES[config.nfs_vm_size],
-            f"NFS data disks ({config.nfs_disk_count}x {config.nfs_disk_size_gb} GiB premium SSD)":
-            config.nfs_disk_count * premium_disk_per_hour(config.nfs_disk_size_gb),
+    if config.nfs.kind == "azure-files":
+        return {f"NFS share (premium Azure Files, {config.nfs.disk_size_gb} GiB)":
+                config.nfs.disk_size_gb * AZURE_FILES_PREMIUM_PER_GIB_MONTH / HOURS_PER_MONTH}
+    return {f"NFS server VM ({config.nfs.vm_size})": NFS_VM_SIZES[config.nfs.vm_size],
+            f"NFS data disks ({config.nfs.disk_count}x {config.nfs.disk_size_gb} GiB premium SSD)":
+            config.nfs.disk_count * premium_disk_per_hour(config.nfs.disk_size_gb),
             "NFS OS disk": premium_disk_per_hour(30)}
 
 
@@ -56,11 +56,11 @@ def estimate(config: StackConfig) -> CostEstimate:
     fixed = {
         "NAT gateway": NAT_GATEWAY_PER_HOUR,
         "egress public IP": PUBLIC_IP_PER_HOUR,
-        f"container registry ({config.registry_sku})": REGISTRY_PER_HOUR[config.registry_sku],
+        f"container registry ({config.registry.registry_sku})": REGISTRY_PER_HOUR[config.registry.registry_sku],
     }
     chosen = backend(config.backend)
     fixed.update(chosen.fixed_costs(config))
     # Low-priority AML nodes bill less than the dedicated list price (the discount varies by region and is not in
     # the catalog): the dedicated price is the estimate's upper bound.
-    node_price = config.sku.price_per_hour + chosen.node_extra(config)[0]
-    return CostEstimate(fixed, node_price, config.min_nodes, config.max_nodes)
+    node_price = config.nodes.sku.price_per_hour + chosen.node_extra(config)[0]
+    return CostEstimate(fixed, node_price, config.nodes.min_nodes, config.nodes.max_nodes)

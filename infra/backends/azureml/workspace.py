@@ -111,12 +111,12 @@ class AzureMl(pulumi.ComponentResource):
                 network_acls=keyvault.NetworkRuleSetArgs(
                     default_action="Deny", bypass="AzureServices",
                     ip_rules=[keyvault.IPRuleArgs(value=rule)
-                              for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)],
+                              for rule in security.firewall_ip_rules(cfg.network.allowed_ip_ranges)],
                     virtual_network_rules=[keyvault.VirtualNetworkRuleArgs(id=args.compute_subnet_id),
                                            keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
             opts=child)
 
-        public = cfg.aml_workspace_access == "public"
+        public = cfg.aml.workspace_access == "public"
         self.workspace = ml.Workspace(
             f"{name}-ws", resource_group_name=rg, location=cfg.location,
             tags={**cfg.tags, **({security.PUBLIC_ACCESS_TAG: "public"} if public else {})},
@@ -139,12 +139,12 @@ class AzureMl(pulumi.ComponentResource):
             properties=ml.AmlComputeArgs(
                 compute_type="AmlCompute", disable_local_auth=True,
                 properties=ml.AmlComputePropertiesArgs(
-                    vm_size=cfg.gpu_sku, vm_priority="LowPriority" if cfg.low_priority else "Dedicated",
+                    vm_size=cfg.nodes.gpu_sku, vm_priority="LowPriority" if cfg.nodes.low_priority else "Dedicated",
                     os_type="Linux", enable_node_public_ip=False, remote_login_port_public_access="Disabled",
                     subnet=ml.ResourceIdArgs(id=args.compute_subnet_id),
                     scale_settings=ml.ScaleSettingsArgs(
-                        min_node_count=cfg.min_nodes, max_node_count=cfg.max_nodes,
-                        node_idle_time_before_scale_down=f"PT{cfg.aml_idle_minutes}M"))),
+                        min_node_count=cfg.nodes.min_nodes, max_node_count=cfg.nodes.max_nodes,
+                        node_idle_time_before_scale_down=f"PT{cfg.aml.idle_minutes}M"))),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
 
         # The `data` and `outputs` containers, reached with the identity of whoever uses them (the job's: the
@@ -161,7 +161,7 @@ class AzureMl(pulumi.ComponentResource):
 
         # One environment per framework image the stack builds, pinned to its digest.
         self.environments: dict[str, pulumi.Output[str]] = {}  # framework -> "name:version", as jobs name it
-        for framework in cfg.frameworks:
+        for framework in cfg.registry.frameworks:
             container = ml.EnvironmentContainer(
                 f"{name}-env-{framework}", resource_group_name=rg, workspace_name=self.workspace.name,
                 name=f"dltrain-{framework}",

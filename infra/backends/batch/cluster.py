@@ -63,12 +63,12 @@ class Cluster(pulumi.ComponentResource):
             network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
-                          for rule in security.firewall_ip_rules(cfg.allowed_ip_ranges)])),
+                          for rule in security.firewall_ip_rules(cfg.network.allowed_ip_ranges)])),
             opts=child)
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
-            pool_name=POOL, display_name=f"{cfg.sku.gpus}x {cfg.sku.gpu_model} per node ({cfg.gpu_sku})",
-            vm_size=cfg.gpu_sku,
+            pool_name=POOL, display_name=f"{cfg.nodes.sku.gpus}x {cfg.nodes.sku.gpu_model} per node ({cfg.nodes.gpu_sku})",
+            vm_size=cfg.nodes.gpu_sku,
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
@@ -78,7 +78,7 @@ class Cluster(pulumi.ComponentResource):
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,
                         # Prefetched when a node starts: the launched job's image only.
-                        container_image_names=[args.image_names[cfg.training_image]],
+                        container_image_names=[args.image_names[cfg.training.image]],
                         container_registries=[batch.ContainerRegistryArgs(
                             registry_server=args.registry_server,
                             identity_reference=batch.ComputeNodeIdentityReferenceArgs(
@@ -96,10 +96,10 @@ class Cluster(pulumi.ComponentResource):
             mount_configuration=[batch.MountConfigurationArgs(nfs_mount_configuration=batch.NFSMountConfigurationArgs(
                 source=args.nfs_source, relative_mount_path=batch_spec.NFS_MOUNT, mount_options=args.nfs_options))],
             scale_settings=batch.ScaleSettingsArgs(auto_scale=batch.AutoScaleSettingsArgs(
-                formula=batch_spec.autoscale_formula(cfg.min_nodes, cfg.max_nodes),
+                formula=batch_spec.autoscale_formula(cfg.nodes.min_nodes, cfg.nodes.max_nodes),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
-                command_line=batch_spec.start_task_command(cfg.data_local_cache, cfg.training_data_wait_minutes),
+                command_line=batch_spec.start_task_command(cfg.nfs.data_local_cache, cfg.training.data_wait_minutes),
                 wait_for_success=True,
                 max_task_retry_count=2,
                 user_identity=batch.UserIdentityArgs(auto_user=batch.AutoUserSpecificationArgs(
