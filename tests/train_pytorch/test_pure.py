@@ -1,8 +1,59 @@
-"""Pure parts of training: LR schedule, throughput statistics, checkpoint files."""
+"""Pure parts of training: LR schedule, throughput statistics, checkpoint files, the package's imports."""
+import ast
+
 import pytest
 
+from infra import REPO_ROOT
 from training import checkpoint, metrics
 from training.schedule import lr_at, peak_lr
+
+
+def import_graph(root, package="training"):
+    """Module -> the modules of `package` it imports, at the top or inside a function (a lazy import closes a
+    loop just the same: pytorch/data.py imports pytorch/dali.py when --loader dali is asked for)."""
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in sorted((root / package).rglob("*.py"))}
+    graph = {}
+    for name, path in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+        graph[name] = {module for module in found if module in files and module != name}
+    return graph
+
+
+def import_loops(graph):
+    loops, done = [], set()
+
+    def visit(module, path):
+        for imported in sorted(graph[module]):
+            if imported in path:
+                loops.append(" -> ".join(path[path.index(imported):] + [imported]))
+            elif imported not in done:
+                visit(imported, path + [imported])
+        done.add(module)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module, [module])
+    return loops
+
+
+def test_no_two_training_modules_import_each_other():
+    # The loaders share their crops and sample order through pytorch/sampling.py, which imports no loader.
+    assert import_loops(import_graph(REPO_ROOT)) == []
+
+
+def test_an_import_loop_is_found_and_named(tmp_path):
+    package = tmp_path / "training" / "pytorch"
+    package.mkdir(parents=True)
+    (package / "data.py").write_text("def folder():\n    from training.pytorch.dali import DaliBatches\n")
+    (package / "dali.py").write_text("from training.pytorch.data import training_crop\n")
+    assert import_loops(import_graph(tmp_path)) == ["training.pytorch.dali -> training.pytorch.data -> "
+                                                    "training.pytorch.dali"]
 
 
 def test_peak_lr_scales_with_global_batch():
