@@ -29,10 +29,14 @@ class Backend(Protocol):
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
     key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
+    low_priority_refusal: str | None  # why the config refuses lowPriority: true (None: its nodes can be low-priority)
 
     def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the
         environment built so far); returns its own stack outputs (StackOutputs fields)."""
+
+    def launches_on_up(self, cfg: StackConfig) -> bool:
+        """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service."""
 
     def job_inputs(self, cfg: StackConfig, outputs: StackOutputs, framework: str | None = None,
                    nodes: int | None = None, train_args: tuple[str, ...] | None = None) -> Any:

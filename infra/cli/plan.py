@@ -145,7 +145,7 @@ def _job_lines(cfg) -> list[str]:
 def _up_and_the_job(cfg) -> list[str]:
     """What `up` does to the job (infra/backends/*/training_job.py), and the data order."""
     ready = backend(cfg.backend).ready_when(cfg)
-    if not cfg.launches_job_on_up:
+    if not backend(cfg.backend).launches_on_up(cfg):
         return [f"  first deploy: `pulumi up`, then upload the dataset to `data`; `infra submit` submits {ready}"]
     return [f"  first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
             f"dataset, then `pulumi up` again submits it {ready}",
@@ -157,7 +157,7 @@ def _up_and_the_job(cfg) -> list[str]:
 def render(evaluation: Evaluation) -> tuple[str, bool]:
     """The plan as text, and whether every security check passed."""
     cfg = evaluation.config
-    sku = cfg.sku
+    sku = cfg.nodes.sku
     estimate = cost.estimate(cfg)
     lines = [f"Plan for stack '{cfg.stack}' (team {cfg.team}, {cfg.location}, backend {cfg.backend}); evaluated "
              "offline with Pulumi "
@@ -169,11 +169,12 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
               + backend(cfg.backend).node_extra(cfg)[1]
-              + (" (dedicated list price: low-priority nodes bill less)" if cfg.low_priority else "")]
+              + (" (dedicated list price: low-priority nodes bill less)" if cfg.nodes.low_priority else "")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
-    lines += [f"  at minNodes={cfg.min_nodes}: {estimate.at(cfg.min_nodes):.2f} per hour",
-              f"  at maxNodes={cfg.max_nodes}: {estimate.at(cfg.max_nodes):.2f} per hour "
-              f"({cfg.max_nodes * sku.gpus} GPUs)"]
+    nodes = cfg.nodes
+    lines += [f"  at minNodes={nodes.min_nodes}: {estimate.at(nodes.min_nodes):.2f} per hour",
+              f"  at maxNodes={nodes.max_nodes}: {estimate.at(nodes.max_nodes):.2f} per hour "
+              f"({nodes.max_nodes * sku.gpus} GPUs)"]
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)

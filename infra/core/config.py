@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import json
-import operator
 import re
 import shlex
 from collections.abc import Mapping
@@ -272,13 +271,12 @@ class NodesConfig:
                                           f"{RANGES['maxNodes'].high}")
         if min_nodes > max_nodes:
             raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
-        if values["lowPriority"] and backend == "batch":
-            # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool
-            # allocation mode were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the
-            # Batch service principal's access to the subscription), which this project does not deploy.
-            raise ConfigError("lowPriority", "true is not possible: Azure Batch retired low-priority nodes in "
-                                             "Batch-service pools on 2025-09-30 (Spot needs user-subscription mode); "
-                                             "set lowPriority: false, or use backend azureml")
+        # Imported here: the backends' modules import this one.
+        from infra.backends import backend as backend_of
+
+        refusal = backend_of(backend).low_priority_refusal
+        if values["lowPriority"] and refusal:
+            raise ConfigError("lowPriority", refusal)
         if max_nodes > 1 and not sku.infiniband:
             ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
             raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
@@ -441,33 +439,9 @@ class StackConfig:
     placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
 
     @property
-    def launches_job_on_up(self) -> bool:
-        """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service. A
-        private Azure ML workspace answers only inside the VNet, and `pulumi up` runs outside it (plan says so)."""
-        if self.backend == "azureml" and self.aml.workspace_access == "private":
-            return False
-        return self.training.launch_on_up
-
-    @property
     def tags(self) -> dict[str, str]:
         """Tags on every taggable resource: who owns it and what made it."""
         return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
-
-
-# phase A: flat accessors kept until the backends move lands (issue 22)
-_FLAT = {"compute_subnet": "network.compute_subnet", "allowed_ip_ranges": "network.allowed_ip_ranges",
-         "gpu_sku": "nodes.gpu_sku", "min_nodes": "nodes.min_nodes", "max_nodes": "nodes.max_nodes",
-         "low_priority": "nodes.low_priority", "sku": "nodes.sku", "frameworks": "registry.frameworks",
-         "registry_sku": "registry.registry_sku", "image_tag": "registry.image_tag", "nfs_kind": "nfs.kind",
-         "nfs_vm_size": "nfs.vm_size", "nfs_disk_count": "nfs.disk_count", "nfs_disk_size_gb": "nfs.disk_size_gb",
-         "data_local_cache": "nfs.data_local_cache", "training_launch_on_up": "training.launch_on_up",
-         "training_framework": "training.framework", "training_args": "training.args",
-         "training_retries": "training.retries", "training_max_hours": "training.max_hours",
-         "training_data_wait_minutes": "training.data_wait_minutes", "training_image": "training.image",
-         "aml_data_mode": "aml.data_mode", "aml_idle_minutes": "aml.idle_minutes",
-         "aml_workspace_access": "aml.workspace_access"}
-for _flat, _path in _FLAT.items():
-    setattr(StackConfig, _flat, property(operator.attrgetter(_path)))
 
 
 def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:

@@ -231,4 +231,4 @@ def test_a_key_without_namespace_is_this_projects_as_the_cli_reads_it(tmp_path):
     """pulumi/pulumi sdk/go/common/workspace/loaders.go qualifies a stack key without a namespace with the
     project's name (TestLoadingStackConfigWithoutNamespacingTheProject)."""
     _stack_file(tmp_path, "config:\n  maxNodes: 4\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n")
-    assert config.from_stack_file("a", tmp_path).max_nodes == 4
+    assert config.from_stack_file("a", tmp_path).nodes.max_nodes == 4

@@ -83,4 +83,4 @@ def test_a_batch_node_costs_its_size_and_its_os_disk_at_the_premium_tier_it_fits
     assert POOL_OS_DISK_GB <= 256
     assert cost.estimate(cfg).node_price == pytest.approx(cfg.nodes.sku.price_per_hour + p15_per_month / 730)
     aml = config.from_stack_file("nlp")
-    assert cost.estimate(aml).node_price == aml.sku.price_per_hour
+    assert cost.estimate(aml).node_price == aml.nodes.sku.price_per_hour

@@ -132,7 +132,7 @@ def test_config_hint_for_allowed_ip_ranges_suggests_what_the_firewalls_take():
         config.parse("x", {"allowedIpRanges": []})
     assert "/32" not in str(err.value) and "bare" in str(err.value)
     cfg = config.parse("x", {"allowedIpRanges": ["20.50.1.7"]})  # a bare address, as ifconfig.me prints it
-    assert security.firewall_ip_rules(cfg.allowed_ip_ranges) == ("20.50.1.7",)
+    assert security.firewall_ip_rules(cfg.network.allowed_ip_ranges) == ("20.50.1.7",)
 
 
 SUBNET = security.SUBNET

@@ -18,6 +18,7 @@ class AzureMlBackend:
     refused_verbs: dict[str, str] = {}
     # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
     key_vault_endpoint = True
+    low_priority_refusal = None  # AmlCompute's vmPriority LowPriority
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
@@ -41,7 +42,7 @@ class AzureMlBackend:
         env.node_grants.append(env.storage.grant(
             "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR,
             condition=roles.blob_writes_except(("data", "scripts", "status"))))
-        if cfg.launches_job_on_up:
+        if self.launches_on_up(cfg):
             env.deployer_grants.append(env.storage.grant(
                 "deployer-workspace", env.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
                 principal_type=cfg.deployer_principal_type,
@@ -57,7 +58,7 @@ class AzureMlBackend:
         env.monitoring.watch_azureml("azureml", env.azureml.workspace.id)
         subscription = authorization.get_client_config_output(
             opts=pulumi.InvokeOutputOptions(parent=env)).subscription_id
-        if cfg.launches_job_on_up:  # not with a private workspace: `up` cannot reach it (plan says so)
+        if self.launches_on_up(cfg):  # not with a private workspace: `up` cannot reach it (plan says so)
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
                 aml_environments=env.azureml.environments, aml_compute_name=env.azureml.compute.name,
@@ -74,6 +75,11 @@ class AzureMlBackend:
             "aml_datastores": {c: store.name for c, store in env.azureml.datastores.items()},
             "aml_environments": env.azureml.environments,
         }
+
+    def launches_on_up(self, cfg) -> bool:
+        """Not with a private workspace: it answers only inside the VNet, and `pulumi up` runs outside it (plan
+        says so)."""
+        return cfg.training.launch_on_up and cfg.aml.workspace_access != "private"
 
     def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                    train_args: tuple[str, ...] | None = None) -> aml_job.AmlJobInputs:
@@ -113,7 +119,7 @@ class AzureMlBackend:
         return "a job reads `data` itself with backend azureml"
 
     def launch_lines(self, cfg) -> list[str]:
-        if cfg.launches_job_on_up:
+        if self.launches_on_up(cfg):
             inputs = self.job_inputs(cfg, StackOutputs(  # what plan shows needs no deployed stack's outputs
                 aml_environments={f: "" for f in cfg.registry.frameworks}, aml_compute_name="gpu"))
             return [f"  launched on `pulumi up` as an Azure ML command job: {cfg.training.framework} "

@@ -16,6 +16,12 @@ class BatchBackend:
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
     key_vault_endpoint = False
+    # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool allocation mode
+    # were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the Batch service principal's
+    # access to the subscription), which this project does not deploy.
+    low_priority_refusal = ("true is not possible: Azure Batch retired low-priority nodes in Batch-service pools on "
+                            "2025-09-30 (Spot needs user-subscription mode); set lowPriority: false, or use backend "
+                            "azureml")
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 
@@ -49,7 +55,7 @@ class BatchBackend:
             # The nodes prefetch the launched job's image when they start: it must be pushed by then.
             depends_on=[env.registry.acr_pull, env.nfs, *env.registry.images.values()]), child)
         env.monitoring.watch_batch("batch", env.cluster.account.id)
-        if cfg.training.launch_on_up:
+        if self.launches_on_up(cfg):
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
             status = urls["status"] if cfg.nfs.kind == "vm" else ""
             # The deployer's grants for that: list `data` and read the staging report (the data check before the
@@ -86,6 +92,9 @@ class BatchBackend:
             "pool_id": env.cluster.pool.name,
             "training_job_id": env.job.job_id if env.job else "",
         }
+
+    def launches_on_up(self, cfg) -> bool:
+        return cfg.training.launch_on_up  # the account admits allowedIpRanges, where `up` runs
 
     def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                    train_args: tuple[str, ...] | None = None) -> batch_spec.JobInputs:
@@ -129,7 +138,7 @@ class BatchBackend:
         return "with nfsKind azure-files each job stages `data` at its start, only what changed"
 
     def launch_lines(self, cfg) -> list[str]:
-        if cfg.training.launch_on_up:
+        if self.launches_on_up(cfg):
             return [f"  launched on `pulumi up`: {cfg.training.framework} on {cfg.nodes.max_nodes} node(s) x "
                     f"{cfg.nodes.sku.gpus} GPUs, retried up to {cfg.training.retries} times with --resume auto"]
         return [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "

@@ -40,7 +40,7 @@ def test_horovod_is_an_mpi_job_with_one_process_per_gpu_on_every_node(tmp_path):
     assert loaded.inputs["data"].mode == "download"  # amlDataMode
     assert loaded.outputs["run"].path == f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/"
     assert loaded.identity.client_id == outputs["pullIdentityClientId"]  # the cluster's identity reads the data
-    assert loaded.limits.timeout == config.from_stack_file("nlp").training_max_hours * 3600
+    assert loaded.limits.timeout == config.from_stack_file("nlp").training.max_hours * 3600
     assert loaded.command.startswith("python -m training train --framework pytorch --data ${{inputs.data}} "
                                      "--output-dir ${{outputs.run}} --resume auto --epochs 90")
     env = loaded.environment_variables

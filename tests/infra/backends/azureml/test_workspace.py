@@ -26,7 +26,7 @@ def test_the_workspace_uses_the_stacks_own_resources_and_is_open_only_as_the_sta
     assert ws["containerRegistry"] == aml_ev.one("azure-native:containerregistry:Registry").state["id"]
     assert ws["applicationInsights"] == aml_ev.one("azure-native:applicationinsights:Component").state["id"]
     assert ws["keyVault"] == aml_ev.one("azure-native:keyvault:Vault").state["id"]
-    public = aml_ev.config.aml_workspace_access == "public"
+    public = aml_ev.config.aml.workspace_access == "public"
     assert ws["publicNetworkAccess"] == ("Enabled" if public else "Disabled")
     assert ws["systemDatastoresAuthMode"] == "identity"
     assert ws["identity"]["type"] == "SystemAssigned"
@@ -52,10 +52,10 @@ def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity
     props = compute.inputs["properties"]
     cluster = props["properties"]
     assert props["computeType"] == "AmlCompute" and props["disableLocalAuth"] is True
-    assert cluster["vmSize"] == cfg.gpu_sku
-    assert cluster["vmPriority"] == ("LowPriority" if cfg.low_priority else "Dedicated")
-    assert cluster["scaleSettings"] == {"minNodeCount": cfg.min_nodes, "maxNodeCount": cfg.max_nodes,
-                                        "nodeIdleTimeBeforeScaleDown": f"PT{cfg.aml_idle_minutes}M"}
+    assert cluster["vmSize"] == cfg.nodes.gpu_sku
+    assert cluster["vmPriority"] == ("LowPriority" if cfg.nodes.low_priority else "Dedicated")
+    assert cluster["scaleSettings"] == {"minNodeCount": cfg.nodes.min_nodes, "maxNodeCount": cfg.nodes.max_nodes,
+                                        "nodeIdleTimeBeforeScaleDown": f"PT{cfg.aml.idle_minutes}M"}
     assert cluster["subnet"]["id"] == aml_ev.outputs["computeSubnetId"]
     assert cluster["enableNodePublicIp"] is False and cluster["remoteLoginPortPublicAccess"] == "Disabled"
     nodes = aml_ev.outputs["pullIdentityId"]
@@ -83,8 +83,8 @@ def test_data_and_outputs_are_datastores_without_a_secret(aml_ev):
 
 def test_one_environment_per_image_pinned_to_its_digest(aml_ev):
     versions = aml_ev.of_type(f"{ML}:EnvironmentVersion")
-    assert len(versions) == len(aml_ev.config.frameworks)
-    for framework in aml_ev.config.frameworks:
+    assert len(versions) == len(aml_ev.config.registry.frameworks)
+    for framework in aml_ev.config.registry.frameworks:
         image = aml_ev.outputs["imageRefs"][framework]
         version = next(v for v in versions if f"env-{framework}-" in v.name)
         assert "@sha256:" in image and version.inputs["properties"]["image"] == image
@@ -100,7 +100,8 @@ def test_the_key_vault_is_rbac_only_purge_protected_and_firewalled(aml_ev):
     assert vault["enableRbacAuthorization"] is True and vault["enablePurgeProtection"] is True
     acls = vault["networkAcls"]
     assert acls["defaultAction"] == "Deny"
-    assert [rule["value"] for rule in acls["ipRules"]] == list(security.firewall_ip_rules(aml_ev.config.allowed_ip_ranges))
+    assert [rule["value"] for rule in acls["ipRules"]] == list(
+        security.firewall_ip_rules(aml_ev.config.network.allowed_ip_ranges))
     assert {rule["id"] for rule in acls["virtualNetworkRules"]} == {aml_ev.outputs["computeSubnetId"],
                                                                    aml_ev.outputs["storageSubnetId"]}
 

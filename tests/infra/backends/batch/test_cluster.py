@@ -26,8 +26,8 @@ def ev(request) -> offline.Evaluation:
 
 def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips(ev):
     pool = ev.one(POOL).inputs
-    sku = ev.config.sku
-    assert pool["vmSize"] == ev.config.gpu_sku and sku.infiniband
+    sku = ev.config.nodes.sku
+    assert pool["vmSize"] == ev.config.nodes.gpu_sku and sku.infiniband
     assert pool["interNodeCommunication"] == "Enabled"
     assert pool["taskSlotsPerNode"] == 1
     network = pool["networkConfiguration"]
@@ -44,7 +44,7 @@ def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
     assert containers["type"] == "DockerCompatible"
     # By tag: a digest in this replace-on-change property would redeploy the pool on every image rebuild.
     # Only the launched job's image is prefetched: the HPC image keeps Docker's images on the OS disk.
-    assert containers["containerImageNames"] == [ev.outputs["imageRefs"][ev.config.training_image].split("@")[0]]
+    assert containers["containerImageNames"] == [ev.outputs["imageRefs"][ev.config.training.image].split("@")[0]]
     [registry] = containers["containerRegistries"]
     assert registry == {"registryServer": ev.outputs["registryLoginServer"],
                         "identityReference": {"resourceId": identity_id}}
@@ -57,7 +57,7 @@ def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
     assert mount["nfsMountConfiguration"]["source"] == ev.outputs["nfsMountSource"]
     assert mount["nfsMountConfiguration"]["relativeMountPath"] == batch_spec.NFS_MOUNT
     formula = pool["scaleSettings"]["autoScale"]["formula"]
-    assert formula == batch_spec.autoscale_formula(ev.config.min_nodes, ev.config.max_nodes)
+    assert formula == batch_spec.autoscale_formula(ev.config.nodes.min_nodes, ev.config.nodes.max_nodes)
     assert "$NodeDeallocationOption = taskcompletion;" in formula
     assert "fixedScale" not in pool["scaleSettings"]
 
@@ -74,7 +74,7 @@ def test_batch_account_takes_azure_ad_only_and_denies_by_default(ev):
     assert account["allowedAuthenticationModes"] == ["AAD"]
     access = account["networkProfile"]["accountAccess"]
     assert access["defaultAction"] == "Deny"
-    assert [rule["value"] for rule in access.get("ipRules", [])] == list(ev.config.allowed_ip_ranges)
+    assert [rule["value"] for rule in access.get("ipRules", [])] == list(ev.config.network.allowed_ip_ranges)
 
 
 def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
@@ -84,13 +84,13 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     assert "publicIPAddress" not in nic["ipConfigurations"][0]
     linux = vm.inputs["osProfile"]["linuxConfiguration"]
     assert linux["disablePasswordAuthentication"] is True and "adminPassword" not in vm.inputs["osProfile"]
-    assert len(vm.inputs["storageProfile"]["dataDisks"]) == ev.config.nfs_disk_count
+    assert len(vm.inputs["storageProfile"]["dataDisks"]) == ev.config.nfs.disk_count
     assert vm.ignore_changes == ["osProfile"]  # a new throwaway key must not replace the data server
-    script = nfs_user_data.setup_script(str(ev.config.compute_subnet), ev.config.nfs_disk_count)
+    script = nfs_user_data.setup_script(str(ev.config.network.compute_subnet), ev.config.nfs.disk_count)
     exports = [line.strip() for line in script.splitlines() if "/etc/exports.d/" in line and "echo" in line]
-    assert exports == [f'echo "/data {ev.config.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
+    assert exports == [f'echo "/data {ev.config.network.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
                        '> /etc/exports.d/dltrain.exports']
-    assert f"--raid-devices={ev.config.nfs_disk_count}" in script
+    assert f"--raid-devices={ev.config.nfs.disk_count}" in script
     stage = nfs_user_data.stage_script()
     assert "python -m training stage env:DATA_CONTAINER_URL /data/imagenet --mark" in stage  # marks what it staged
     # The stager's own pins, as in .venv and the images.
@@ -140,8 +140,8 @@ def test_azure_files_kind_is_an_nfs_share_reachable_from_the_vnet_without_keys()
 
 def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
-    assert job.inputs["nodes"] == ev.config.max_nodes and job.inputs["gpu_sku"] == ev.config.gpu_sku
-    assert job.inputs["image"] == ev.outputs["imageRefs"][ev.config.training_image]
+    assert job.inputs["nodes"] == ev.config.nodes.max_nodes and job.inputs["gpu_sku"] == ev.config.nodes.gpu_sku
+    assert job.inputs["image"] == ev.outputs["imageRefs"][ev.config.training.image]
     assert job.inputs["pool_id"] == ev.outputs["poolId"]
     assert job.inputs["node_identity_id"] == ev.outputs["pullIdentityId"]
     assert job.inputs["scripts_url"] == ev.outputs["containerUrls"]["scripts"]
@@ -149,7 +149,7 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     # Submitted only once `data` holds the dataset and the NFS server reports it staged (vm kind).
     assert job.inputs["data_status_url"] == ev.outputs["containerUrls"]["status"]
     assert job.inputs["data_container_url"] == ev.outputs["containerUrls"]["data"]
-    assert job.inputs["max_hours"] == ev.config.training_max_hours
+    assert job.inputs["max_hours"] == ev.config.training.max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
     # The nodes may read scripts and data and write outputs, each container on its own, before the job starts.
     grants = {r.name: r for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nodes-" in r.name}
@@ -205,7 +205,7 @@ def test_a_keras_job_prefetches_the_tensorflow_image_only():
     pool = offline.evaluate(cfg, now=NOW).one(POOL).inputs
     [name] = pool["deploymentConfiguration"]["virtualMachineConfiguration"]["containerConfiguration"][
         "containerImageNames"]
-    assert name.endswith(f"/tensorflow:{cfg.image_tag}")
+    assert name.endswith(f"/tensorflow:{cfg.registry.image_tag}")
 
 
 def test_up_grants_the_deployer_what_up_itself_does_on_the_data_plane(ev):
