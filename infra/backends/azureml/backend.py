@@ -28,6 +28,7 @@ class AzureMlBackend:
         from infra.backends.azureml.training_job import AmlTrainingJob, AmlTrainingJobArgs
         from infra.backends.azureml.workspace import AzureMl, AzureMlArgs
         from infra.components import roles
+        from infra.core import naming
 
         nodes = env.node_identity.identity
         # Identity-based system datastores: Azure ML reads a job's code snapshot and writes its logs and MLflow
@@ -49,7 +50,11 @@ class AzureMlBackend:
                 description=f"{roles.DEPLOYER}`pulumi up` uploads the launched Azure ML job's code snapshot to the "
                             "workspace's storage (identity-based datastores)"))
         env.azureml = AzureMl(f"{name}-ml", AzureMlArgs(
-            cfg, rg, vnet_id=env.network.vnet.id, compute_subnet_id=env.network.compute_subnet.id,
+            cfg.aml, cfg.nodes, rg, cfg.location, cfg.tags,
+            key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation),
+            workspace_name=lambda generation: naming.aml_workspace(cfg.team, cfg.stack, generation),
+            allowed_ip_ranges=cfg.network.allowed_ip_ranges, frameworks=cfg.registry.frameworks,
+            vnet_id=env.network.vnet.id, compute_subnet_id=env.network.compute_subnet.id,
             storage_subnet_id=env.network.storage_subnet.id, storage_account_id=env.storage.account.id,
             storage_account_name=env.storage.account.name, registry_id=env.registry.registry.id,
             app_insights_id=env.monitoring.app_insights.id, nodes_identity_id=nodes.id,

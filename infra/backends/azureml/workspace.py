@@ -25,6 +25,7 @@ Security, as for the Batch backend:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -33,8 +34,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
-from infra.core import naming, security
-from infra.core.config import StackConfig
+from infra.core import security
+from infra.core.config import AmlConfig, NodesConfig
 from infra.core.containers import AML_DATASTORES
 
 # Private DNS zones a workspace's private endpoint needs (Azure public cloud), from the private link page above.
@@ -75,8 +76,16 @@ def proposed_generation(now: datetime) -> str:
 
 @dataclass
 class AzureMlArgs:
-    config: StackConfig
+    aml: AmlConfig
+    nodes: NodesConfig  # the compute cluster's size, priority and scale
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    # The Key Vault's and the workspace's names, each from the stack's name generation (NameGeneration).
+    key_vault_name: Callable[[str], str]
+    workspace_name: Callable[[str], str]
+    allowed_ip_ranges: tuple[str, ...]  # the deployers' egress (allowedIpRanges), admitted by the Key Vault
+    frameworks: tuple[str, ...]  # the images the stack builds (the frameworks key): an environment each
     vnet_id: pulumi.Input[str]
     compute_subnet_id: pulumi.Input[str]
     storage_subnet_id: pulumi.Input[str]
@@ -93,7 +102,6 @@ class AzureMlArgs:
 class AzureMl(pulumi.ComponentResource):
     def __init__(self, name: str, args: AzureMlArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:azureml:AzureMl", name, None, opts)
-        cfg = args.config
         child = pulumi.ResourceOptions(parent=self)
         rg = args.resource_group_name
         client = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self))
@@ -102,8 +110,8 @@ class AzureMl(pulumi.ComponentResource):
         generation = self.names.generation
 
         self.key_vault = keyvault.Vault(
-            f"{name}-kv", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
-            vault_name=generation.apply(lambda g: naming.key_vault(cfg.team, cfg.stack, cfg.location, g)),
+            f"{name}-kv", resource_group_name=rg, location=args.location, tags=args.tags,
+            vault_name=generation.apply(args.key_vault_name),
             properties=keyvault.VaultPropertiesArgs(
                 tenant_id=client.tenant_id, sku=keyvault.SkuArgs(family="A", name="standard"),
                 enable_rbac_authorization=True, enable_soft_delete=True, enable_purge_protection=True,
@@ -111,16 +119,16 @@ class AzureMl(pulumi.ComponentResource):
                 network_acls=keyvault.NetworkRuleSetArgs(
                     default_action="Deny", bypass="AzureServices",
                     ip_rules=[keyvault.IPRuleArgs(value=rule)
-                              for rule in security.firewall_ip_rules(cfg.network.allowed_ip_ranges)],
+                              for rule in security.firewall_ip_rules(args.allowed_ip_ranges)],
                     virtual_network_rules=[keyvault.VirtualNetworkRuleArgs(id=args.compute_subnet_id),
                                            keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
             opts=child)
 
-        public = cfg.aml.workspace_access == "public"
+        public = args.aml.workspace_access == "public"
         self.workspace = ml.Workspace(
-            f"{name}-ws", resource_group_name=rg, location=cfg.location,
-            tags={**cfg.tags, **({security.PUBLIC_ACCESS_TAG: "public"} if public else {})},
-            workspace_name=generation.apply(lambda g: naming.aml_workspace(cfg.team, cfg.stack, g)),
+            f"{name}-ws", resource_group_name=rg, location=args.location,
+            tags={**args.tags, **({security.PUBLIC_ACCESS_TAG: "public"} if public else {})},
+            workspace_name=generation.apply(args.workspace_name),
             identity=ml.ManagedServiceIdentityArgs(type="SystemAssigned"),
             sku=ml.SkuArgs(name="Basic", tier="Basic"),
             key_vault=self.key_vault.id, storage_account=args.storage_account_id,
@@ -128,23 +136,24 @@ class AzureMl(pulumi.ComponentResource):
             public_network_access="Enabled" if public else "Disabled", system_datastores_auth_mode="identity",
             v1_legacy_mode=False,
             opts=child)
-        self._private_endpoint(name, cfg, rg, args)
+        self._private_endpoint(name, rg, args)
 
         # The GPU cluster: dedicated or low-priority nodes of the catalog's size, scaling to minNodes when idle.
+        nodes = args.nodes
         self.compute = ml.Compute(
-            f"{name}-gpu", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            f"{name}-gpu", resource_group_name=rg, location=args.location, tags=args.tags,
             workspace_name=self.workspace.name, compute_name="gpu",
             identity=ml.ManagedServiceIdentityArgs(type="UserAssigned",
                                                    user_assigned_identities=[args.nodes_identity_id]),
             properties=ml.AmlComputeArgs(
                 compute_type="AmlCompute", disable_local_auth=True,
                 properties=ml.AmlComputePropertiesArgs(
-                    vm_size=cfg.nodes.gpu_sku, vm_priority="LowPriority" if cfg.nodes.low_priority else "Dedicated",
+                    vm_size=nodes.gpu_sku, vm_priority="LowPriority" if nodes.low_priority else "Dedicated",
                     os_type="Linux", enable_node_public_ip=False, remote_login_port_public_access="Disabled",
                     subnet=ml.ResourceIdArgs(id=args.compute_subnet_id),
                     scale_settings=ml.ScaleSettingsArgs(
-                        min_node_count=cfg.nodes.min_nodes, max_node_count=cfg.nodes.max_nodes,
-                        node_idle_time_before_scale_down=f"PT{cfg.aml.idle_minutes}M"))),
+                        min_node_count=nodes.min_nodes, max_node_count=nodes.max_nodes,
+                        node_idle_time_before_scale_down=f"PT{args.aml.idle_minutes}M"))),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
 
         # The `data` and `outputs` containers, reached with the identity of whoever uses them (the job's: the
@@ -161,7 +170,7 @@ class AzureMl(pulumi.ComponentResource):
 
         # One environment per framework image the stack builds, pinned to its digest.
         self.environments: dict[str, pulumi.Output[str]] = {}  # framework -> "name:version", as jobs name it
-        for framework in cfg.registry.frameworks:
+        for framework in args.frameworks:
             container = ml.EnvironmentContainer(
                 f"{name}-env-{framework}", resource_group_name=rg, workspace_name=self.workspace.name,
                 name=f"dltrain-{framework}",
@@ -176,10 +185,10 @@ class AzureMl(pulumi.ComponentResource):
             self.environments[framework] = pulumi.Output.concat(container.name, ":", version.version)
         self.register_outputs({"workspace": self.workspace.name, "compute": self.compute.name})
 
-    def _private_endpoint(self, name: str, cfg: StackConfig, rg, args: AzureMlArgs) -> None:
+    def _private_endpoint(self, name: str, rg, args: AzureMlArgs) -> None:
         child = pulumi.ResourceOptions(parent=self)
         self.private_endpoint = network.PrivateEndpoint(
-            f"{name}-ws-pe", resource_group_name=rg, location=cfg.location, tags=cfg.tags,
+            f"{name}-ws-pe", resource_group_name=rg, location=args.location, tags=args.tags,
             subnet=network.SubnetArgs(id=args.storage_subnet_id),
             private_link_service_connections=[network.PrivateLinkServiceConnectionArgs(
                 name="workspace", private_link_service_id=self.workspace.id, group_ids=["amlworkspace"])],
@@ -187,11 +196,11 @@ class AzureMl(pulumi.ComponentResource):
         zones = []
         for zone_name in WORKSPACE_DNS_ZONES:
             zone = privatedns.PrivateZone(f"{name}-dns-{zone_name.split('.')[1]}", resource_group_name=rg,
-                                          location="global", private_zone_name=zone_name, tags=cfg.tags, opts=child)
+                                          location="global", private_zone_name=zone_name, tags=args.tags, opts=child)
             privatedns.VirtualNetworkLink(
                 f"{name}-dns-{zone_name.split('.')[1]}-link", resource_group_name=rg, location="global",
                 private_zone_name=zone.name, registration_enabled=False,
-                virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=cfg.tags, opts=child)
+                virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=args.tags, opts=child)
             zones.append(zone)
         network.PrivateDnsZoneGroup(
             f"{name}-ws-pe-dns", resource_group_name=rg, private_endpoint_name=self.private_endpoint.name,

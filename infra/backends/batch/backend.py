@@ -48,7 +48,9 @@ class BatchBackend:
             container_ids={c: env.storage.containers[c].id for c in ("data", "scripts", "status")}),
             pulumi.ResourceOptions(parent=env, depends_on=env.storage.scripts))
         env.cluster = Cluster(f"{name}-cluster", ClusterArgs(
-            cfg, rg, compute_subnet_id=env.network.compute_subnet.id,
+            cfg.nodes, cfg.training, cfg.nfs, rg, cfg.location, cfg.tags,
+            account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location),
+            allowed_ip_ranges=cfg.network.allowed_ip_ranges, compute_subnet_id=env.network.compute_subnet.id,
             registry_server=env.registry.registry.login_server, image_names=env.registry.image_names,
             pull_identity_id=nodes.id, nfs_source=env.nfs.mount_source,
             nfs_options=env.nfs.mount_options,

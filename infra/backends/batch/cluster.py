@@ -23,8 +23,8 @@ from pulumi_azure_native import authorization, batch
 
 from infra.components import roles
 from infra.backends.batch import spec as batch_spec
-from infra.core import naming, security
-from infra.core.config import StackConfig
+from infra.core import security
+from infra.core.config import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
 HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2204", version="latest")
@@ -37,8 +37,14 @@ REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration
 
 @dataclass
 class ClusterArgs:
-    config: StackConfig
+    nodes: NodesConfig  # the pool's size and autoscale bounds
+    training: TrainingConfig  # the launched job's image (prefetched) and how long a node waits for the data
+    nfs: NfsConfig  # whether a node copies the data to its local disk
     resource_group_name: pulumi.Input[str]
+    location: str
+    tags: dict[str, str]
+    account_name: str
+    allowed_ip_ranges: tuple[str, ...]  # the deployers' egress (allowedIpRanges), admitted by the account
     compute_subnet_id: pulumi.Input[str]
     registry_server: pulumi.Input[str]
     image_names: dict[str, pulumi.Input[str]]  # registry/name:tag, no digest (see Registry.image_names)
@@ -51,11 +57,11 @@ class ClusterArgs:
 class Cluster(pulumi.ComponentResource):
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:cluster:Cluster", name, None, opts)
-        cfg = args.config
+        nodes = args.nodes
         child = pulumi.ResourceOptions(parent=self)
         self.account = batch.BatchAccount(
-            f"{name}-batch", account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location),
-            resource_group_name=args.resource_group_name, location=cfg.location, tags=cfg.tags,
+            f"{name}-batch", account_name=args.account_name,
+            resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             pool_allocation_mode=batch.PoolAllocationMode.BATCH_SERVICE,
             allowed_authentication_modes=[batch.AuthenticationMode.AAD],  # Azure AD only: no account keys
             identity=batch.BatchAccountIdentityArgs(type=batch.ResourceIdentityType.SYSTEM_ASSIGNED),
@@ -63,12 +69,12 @@ class Cluster(pulumi.ComponentResource):
             network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
-                          for rule in security.firewall_ip_rules(cfg.network.allowed_ip_ranges)])),
+                          for rule in security.firewall_ip_rules(args.allowed_ip_ranges)])),
             opts=child)
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
-            pool_name=POOL, display_name=f"{cfg.nodes.sku.gpus}x {cfg.nodes.sku.gpu_model} per node ({cfg.nodes.gpu_sku})",
-            vm_size=cfg.nodes.gpu_sku,
+            pool_name=POOL, display_name=f"{nodes.sku.gpus}x {nodes.sku.gpu_model} per node ({nodes.gpu_sku})",
+            vm_size=nodes.gpu_sku,
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
@@ -78,7 +84,7 @@ class Cluster(pulumi.ComponentResource):
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,
                         # Prefetched when a node starts: the launched job's image only.
-                        container_image_names=[args.image_names[cfg.training.image]],
+                        container_image_names=[args.image_names[args.training.image]],
                         container_registries=[batch.ContainerRegistryArgs(
                             registry_server=args.registry_server,
                             identity_reference=batch.ComputeNodeIdentityReferenceArgs(
@@ -96,10 +102,10 @@ class Cluster(pulumi.ComponentResource):
             mount_configuration=[batch.MountConfigurationArgs(nfs_mount_configuration=batch.NFSMountConfigurationArgs(
                 source=args.nfs_source, relative_mount_path=batch_spec.NFS_MOUNT, mount_options=args.nfs_options))],
             scale_settings=batch.ScaleSettingsArgs(auto_scale=batch.AutoScaleSettingsArgs(
-                formula=batch_spec.autoscale_formula(cfg.nodes.min_nodes, cfg.nodes.max_nodes),
+                formula=batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
-                command_line=batch_spec.start_task_command(cfg.nfs.data_local_cache, cfg.training.data_wait_minutes),
+                command_line=batch_spec.start_task_command(args.nfs.data_local_cache, args.training.data_wait_minutes),
                 wait_for_success=True,
                 max_task_retry_count=2,
                 user_identity=batch.UserIdentityArgs(auto_user=batch.AutoUserSpecificationArgs(
