@@ -117,9 +117,12 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
 
     grants = [r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment")
               if str(r.inputs.get("description", "")).startswith(roles.DEPLOYER)]
-    lines = [f"`pulumi up` grants your identity ({grant.get('principalType')}, deployerPrincipalType) "
-             f"{roles.ROLE_NAMES.get(grant['roleDefinitionId'].rsplit('/', 1)[-1], grant['roleDefinitionId'])} on "
-             f"{_scope(grant['scope'])}: {grant['description'][len(roles.DEPLOYER):]}" for grant in grants]
+    shown = [(_scope(grant["scope"]),
+              roles.ROLE_NAMES.get(grant["roleDefinitionId"].rsplit("/", 1)[-1], grant["roleDefinitionId"]),
+              str(grant.get("principalType")), grant["description"][len(roles.DEPLOYER):]) for grant in grants]
+    # By scope, then role: the resources register from a thread pool, in an order that varies from run to run.
+    lines = [f"`pulumi up` grants your identity ({principal_type}, deployerPrincipalType) {role} on {scope}: "
+             f"{description}" for scope, role, principal_type, description in sorted(shown)]
     if lines:
         # https://learn.microsoft.com/azure/role-based-access-control/troubleshooting: role assignment changes
         # can take up to 30 minutes to take effect.

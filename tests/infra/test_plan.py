@@ -1,4 +1,5 @@
 """`python -m infra plan` as a reviewer runs it: a real subprocess, no Azure, no Pulumi CLI."""
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from infra.core import config
 
 from infra import REPO_ROOT
 from infra.preview.offline import MOCK_SAS_SIGNATURE
-from tests.infra.conftest import STACKS
+from tests.infra.conftest import STACKS, evaluation_for
 
 
 def run_plan(*args):
@@ -64,6 +65,18 @@ def test_plan_unknown_stack_names_the_known_ones():
 def test_help_teaches_the_commands():
     result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0 and "plan" in result.stdout and "Examples" in result.stdout
+
+
+def test_the_deployers_grants_print_in_one_order_whatever_order_the_resources_registered_in():
+    """The program registers resources from a thread pool: their order varies from run to run, the plan's must not."""
+    from infra.cli import plan
+
+    evaluation = evaluation_for("dev")
+    text, _ = plan.render(evaluation)
+    reordered, _ = plan.render(dataclasses.replace(evaluation, resources=evaluation.resources[::-1]))
+    grants = [line for line in text.splitlines() if "`pulumi up` grants your identity" in line]
+    assert len(grants) == 3  # more than one, or there is no order to keep
+    assert reordered == text
 
 
 def test_plan_passes_its_security_checks_for_every_stack_in_the_repo():
