@@ -1,21 +1,13 @@
 """Deployer-side command line: `python -m infra COMMAND --help`.
 
-Commands:
-  plan      what a stack would deploy, its cost per hour and its security verdicts, offline (no Azure access)
-  submit    start a training job on a deployed stack's GPU pool
-  status    state of a job (default: the stack's newest)
-  logs      a job's stdout (or --stderr); --follow streams it until the task ends
-  download  a finished job's logs, metrics, summary and model from the outputs container
-  cancel    stop a running job (its outputs so far stay)
-  restage   (nfsKind vm) ask the NFS server to stage the `data` container again now, and show its report
-  register-model  (backend azureml) a finished job's model as a model version, its metrics as tags
-  rehearse  the stack's own job run here as Azure would run it (Azurite, local nodes with real SSH; root)
-
 The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
 and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
 With --rehearsal, status, logs, download and cancel work on the stack's rehearsal instead (no Azure needed).
+"""
+from __future__ import annotations
 
-Examples:
+# After the commands in `--help`: argparse lists each command once, with its help line, in the order main() adds them.
+EXAMPLES = """Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
@@ -26,7 +18,6 @@ Examples:
   python -m infra logs --stack dev --rehearsal --follow
   python -m infra download --stack dev --rehearsal --dest results/
 """
-from __future__ import annotations
 
 import argparse
 import sys
@@ -220,9 +211,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
 
     if staged is None:
         from infra.backends.staging import data_ready as staged
-    parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     plan = commands.add_parser(
         "plan", help="show a stack's resources, cost and security verdicts, offline",
         description="Evaluate the Pulumi program for one stack file with Pulumi's mocks (no Azure, no Pulumi CLI) "
@@ -232,25 +223,6 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
-
-    rehearse = commands.add_parser(
-        "rehearse", add_help=False, help="run the stack's own job here as Azure would: Azurite as its storage, "
-                                         "local nodes with their own IPs and SSH as its Batch pool (needs root)")
-    rehearse.set_defaults(run=lambda a: _rehearse([]))
-
-    restage = commands.add_parser(
-        "restage", help="(nfsKind vm) ask the NFS server to stage `data` again now; --follow shows its reports",
-        description="Write a restage request into the stack's `status` container. The NFS server's staging unit "
-                    f"checks for it every minute (and lists `data` for changes every {RECHECK_MINUTES} minutes by "
-                    "itself), stages what changed, and reports; with --follow this prints each report until the "
-                    "request is served.")
-    restage.add_argument("--stack", default="dev", help="stack name (default: dev)")
-    restage.add_argument("--outputs", type=Path, default=None,
-                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
-    restage.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    restage.add_argument("--follow", action="store_true", help="print the server's reports until it has staged")
-    restage.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
-    restage.set_defaults(run=lambda a: _job_verb_errors(a, _restage))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
@@ -291,6 +263,26 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
         sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged, aml_factory))
+
+    restage = commands.add_parser(
+        "restage", help="(nfsKind vm) ask the NFS server to stage `data` again now; --follow shows its reports",
+        description="Write a restage request into the stack's `status` container. The NFS server's staging unit "
+                    f"checks for it every minute (and lists `data` for changes every {RECHECK_MINUTES} minutes by "
+                    "itself), stages what changed, and reports; with --follow this prints each report until the "
+                    "request is served.")
+    restage.add_argument("--stack", default="dev", help="stack name (default: dev)")
+    restage.add_argument("--outputs", type=Path, default=None,
+                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+    restage.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    restage.add_argument("--follow", action="store_true", help="print the server's reports until it has staged")
+    restage.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
+    restage.set_defaults(run=lambda a: _job_verb_errors(a, _restage))
+
+    rehearse = commands.add_parser(
+        "rehearse", add_help=False, help="run the stack's own job here as Azure would: Azurite as its storage, "
+                                         "local nodes with their own IPs and SSH as its Batch pool (needs root)")
+    rehearse.set_defaults(run=lambda a: _rehearse([]))
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])

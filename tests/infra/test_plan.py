@@ -1,5 +1,6 @@
 """`python -m infra plan` as a reviewer runs it: a real subprocess, no Azure, no Pulumi CLI."""
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -65,6 +66,19 @@ def test_plan_unknown_stack_names_the_known_ones():
 def test_help_teaches_the_commands():
     result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0 and "plan" in result.stdout and "Examples" in result.stdout
+
+
+def test_help_lists_each_command_once_then_the_examples():
+    result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    commands = ("plan", "submit", "status", "logs", "download", "cancel", "register-model", "restage", "rehearse")
+    first_words = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
+    assert {name: first_words.count(name) for name in commands} == dict.fromkeys(commands, 1)
+    listed = result.stdout.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
+    # In the order of use: plan, the job verbs, restage, the rehearsal.
+    assert [line.split()[0] for line in listed.splitlines() if re.match(r" {4}\S", line)] == list(commands)
+    examples = result.stdout.split("\nExamples:\n", 1)[1]
+    assert "python -m infra plan --stack vision" in examples and "sudo python -m infra rehearse" in examples
 
 
 def test_the_deployers_grants_print_in_one_order_whatever_order_the_resources_registered_in():
