@@ -18,7 +18,9 @@ class AzureMlBackend:
     refused_verbs: dict[str, str] = {}
     # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
     key_vault_endpoint = True
-    low_priority_refusal = None  # AmlCompute's vmPriority LowPriority
+    # A compute cluster's nodes may be low priority (vmPriority LowPriority, "Lower your compute cluster cost with
+    # low priority VMs" in https://learn.microsoft.com/azure/machine-learning/how-to-create-attach-compute-cluster).
+    low_priority_refusal = None
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
