@@ -10,6 +10,8 @@ from __future__ import annotations
 EXAMPLES = """Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
+  python -m infra new-team speech --from dev   # writes Pulumi.speech.yaml with a free address space
+  python -m infra teams                 # every stack file: backend, region, nodes, cost, failing checks
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
   python -m infra logs --stack dev --follow
   python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
@@ -31,9 +33,11 @@ from training import frameworks
 def _plan(args: argparse.Namespace) -> int:
     from infra.core import config
 
+    from infra.cli import teams
+
     started = time.monotonic()
     try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        stack_config = teams.stack_config(args.stack, args.project_dir)  # refuses overlapping stack files too
     except config.ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return 2
@@ -48,6 +52,30 @@ def _plan(args: argparse.Namespace) -> int:
     if not secure:
         print("error: security checks failed (see FAIL above)", file=sys.stderr)
     return 0 if secure else 1
+
+
+def _new_team(args: argparse.Namespace) -> int:
+    from infra.cli import teams
+    from infra.core import config
+
+    try:
+        result = teams.new_team(args.name, args.template, args.backend, args.project_dir)
+    except config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print("\n".join(teams.new_team_lines(result, args.template)))
+    return 0
+
+
+def _teams(args: argparse.Namespace) -> int:
+    import json
+
+    from infra.cli import teams
+    from infra.core import config
+
+    rows = [teams.team_row(stack, args.project_dir) for stack in config.stack_names(args.project_dir)]
+    print(json.dumps(rows, indent=2) if args.json else teams.table(rows))
+    return 0 if all(not row["error"] and not row["failing"] for row in rows) else 1
 
 
 def _azure_error_line(err: Exception) -> str | None:
@@ -223,6 +251,37 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
+
+    from infra.cli.teams import JSON_KEYS
+    from infra.core.config import BACKENDS
+
+    new_team = commands.add_parser(
+        "new-team", help="write Pulumi.NAME.yaml for a new team, with an address space no other stack here uses",
+        description="Write Pulumi.NAME.yaml from another stack's file (--from, default dev): the team key NAME, an "
+                    "addressSpace (and its subnets) from the private ranges that overlaps no other stack file here "
+                    "nor any range they reserve, those listed in reservedAddressSpaces; print the next steps. "
+                    "Refuses a name the team key refuses, or an existing file (nothing written). Exit status: 0 "
+                    "written, 2 refused.")
+    new_team.add_argument("name", metavar="NAME", help="the team's name, also its stack's: 2-12 lowercase letters "
+                                                       "or digits, starting with a letter")
+    new_team.add_argument("--from", dest="template", default="dev", metavar="STACK",
+                          help="the stack file to start from (default: dev)")
+    new_team.add_argument("--backend", choices=BACKENDS, help="default: the --from stack's backend")
+    new_team.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    new_team.set_defaults(run=_new_team)
+
+    teams = commands.add_parser(
+        "teams", help="every stack file at a glance: backend, region, GPU size, nodes, cost, failing checks; offline",
+        description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it: "
+                    "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a "
+                    "month at min nodes, and the security checks and service rules that fail. Exit status: 0 every "
+                    "stack passes, 1 a stack is refused or fails a check.",
+        epilog="--json prints a list, one object per stack file, with these keys:\n" + "\n".join(
+            f"  {key}: {meaning}" for key, meaning in JSON_KEYS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    teams.add_argument("--json", action="store_true", help="JSON for scripts (keys below)")
+    teams.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    teams.set_defaults(run=_teams)
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",

@@ -157,6 +157,31 @@ def _up_and_the_job(cfg) -> list[str]:
             "with one line naming it (`python -m infra cancel` it first)"]
 
 
+def _month_and_job_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
+    """A month at minNodes, the ceiling of one job, and what the NFS server costs idle against azure-files."""
+    idle = estimate.at(cfg.nodes.min_nodes)
+    ceiling = cost.job_ceiling(cfg)
+    attempts = (f"{ceiling.attempts} attempt(s) (trainingRetries {cfg.training.retries} + 1)"
+                if cost.applies("trainingRetries", cfg.backend)
+                else f"1 attempt (the {cfg.backend} job sets no retries)")
+    lines = [f"  a month at minNodes={cfg.nodes.min_nodes}: {cost.monthly(idle):.0f} ({idle:.2f} x "
+             f"{cost.HOURS_PER_MONTH} hours, a month as Azure's prices count it)",
+             f"  one job at most: {ceiling.total:.0f} = {ceiling.nodes} nodes x {ceiling.node_price:.2f} x "
+             f"trainingMaxHours {ceiling.max_hours} x {attempts}; GPU nodes only"]
+    nfs = cost.nfs_idle(cfg)
+    if nfs and nfs.kind == "vm":
+        lines.append(f"  the NFS server bills {nfs.per_month:.0f} a month whether or not a job reads it; nfsKind "
+                     f"azure-files with the same {nfs.capacity_gib} GiB would bill {nfs.other_per_month:.0f} "
+                     f"(premium share, {cost.AZURE_FILES_PREMIUM_PER_GIB_MONTH} per provisioned GiB-month), less "
+                     f"than this server up to {nfs.break_even_gib} GiB (its throughput follows its size: not "
+                     "estimated here)")
+    elif nfs:
+        lines.append(f"  the NFS share bills {nfs.per_month:.0f} a month on its provisioned {nfs.capacity_gib} GiB "
+                     f"whether or not a job reads it; nfsKind vm would bill at least {nfs.other_per_month:.0f} a "
+                     "month for the server VM and OS disk alone")
+    return lines
+
+
 def render(evaluation: Evaluation) -> tuple[str, bool]:
     """The plan as text, and whether every security check passed."""
     cfg = evaluation.config
@@ -168,7 +193,8 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
              f"Resources ({sum(r.custom for r in evaluation.resources)} Azure resources in "
              f"{sum(not r.custom for r in evaluation.resources)} components)"]
     lines += _tree(evaluation)
-    lines += ["", "Estimated cost, USD per hour at list prices (usage-based storage, logs and egress not included)",
+    lines += ["", f"Estimated cost, USD per hour at {cost.price_label(cfg.location)} (usage-based storage, logs and "
+                  "egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
               + backend(cfg.backend).node_extra(cfg)[1]
@@ -177,7 +203,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     nodes = cfg.nodes
     lines += [f"  at minNodes={nodes.min_nodes}: {estimate.at(nodes.min_nodes):.2f} per hour",
               f"  at maxNodes={nodes.max_nodes}: {estimate.at(nodes.max_nodes):.2f} per hour "
-              f"({nodes.max_nodes * sku.gpus} GPUs)"]
+              f"({nodes.max_nodes * sku.gpus} GPUs)"] + _month_and_job_lines(cfg, estimate)
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)

@@ -452,6 +452,15 @@ def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, Con
     }
 
 
+def check_team(team: str) -> str:
+    """The team name's rules (`team`, and `new-team NAME`, whose stack file and team are both NAME)."""
+    low, high = RANGES["team"].low, RANGES["team"].high
+    if not re.fullmatch(rf"[a-z][a-z0-9]{{{low - 1},{high - 1}}}", team):
+        raise ConfigError("team", f"{team!r} must be {RANGES['team']} lowercase letters or digits, starting with a "
+                                  "letter (it goes into storage account and registry names)")
+    return team
+
+
 def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
           placeholders_ok: bool = False) -> StackConfig:
     """Defaults from the schema, overridden by `values` (unqualified keys), then validated section by section.
@@ -479,11 +488,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
             if other != backend and merged[key] != _coerce(schema[key], schema[key].default):
                 raise ConfigError(key, f"applies to backend {other} only, and this stack's backend is {backend}; "
                                        "remove it")
-    team = merged["team"]
-    low, high = RANGES["team"].low, RANGES["team"].high
-    if not re.fullmatch(rf"[a-z][a-z0-9]{{{low - 1},{high - 1}}}", team):
-        raise ConfigError("team", f"{team!r} must be {RANGES['team']} lowercase letters or digits, starting with a "
-                                  "letter (it goes into storage account and registry names)")
+    team = check_team(merged["team"])
     location = merged["location"]
     if location not in REGIONS:
         close = difflib.get_close_matches(str(location).lower().replace(" ", ""), sorted(REGIONS), n=1)

@@ -1,0 +1,286 @@
+"""The stacks of this folder as a platform engineer running them for many teams sees them: one stack file per team
+(Pulumi.<team>.yaml).
+
+`new-team NAME` writes a team's stack file from another's (default dev): the team's name, and an address space
+that overlaps no other stack file here nor any range those files reserve (hub, on-premises), with those listed in
+its `reservedAddressSpaces`. `teams` evaluates every stack file offline, as `plan` does, one row each (or JSON).
+`address_overlap` is `plan`'s check that no two stack files here share addresses: VNets whose address spaces overlap
+cannot be peered, so cannot reach each other or a shared hub (Azure's peering sample: "the networks' address spaces
+must not overlap", https://azure.microsoft.com/resources/samples/network-dotnet-manage-network-peering/), and each
+stack file reserves only the ranges its author knew of.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra import REPO_ROOT
+from infra.backends import backend
+from infra.core import config, cost
+from infra.core.config import PROJECT, ConfigError, StackConfig
+
+# RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+NETWORK_KEYS = ("addressSpace", "computeSubnet", "storageSubnet", "reservedAddressSpaces")
+
+
+def _spaces(stack: str, root: Path) -> tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]:
+    """A stack file's addressSpace and reservedAddressSpaces as `up` would receive them (Pulumi.yaml's defaults
+    merged in); ConfigError or ValueError where the file or a value is malformed (its own plan names it)."""
+    values = config.engine_config(stack, root).of_project(PROJECT)
+    reserved = tuple(ipaddress.IPv4Network(r) for r in json.loads(values["reservedAddressSpaces"]))
+    return ipaddress.IPv4Network(values["addressSpace"]), reserved
+
+
+def _readable_spaces(root: Path, skip: str | None = None) -> dict[str, tuple]:
+    """Every other stack file's spaces, leaving out those that cannot be read (their own plan refuses them)."""
+    spaces = {}
+    for stack in config.stack_names(root):
+        if stack == skip:
+            continue
+        try:
+            spaces[stack] = _spaces(stack, root)
+        except (ConfigError, ValueError, KeyError):
+            continue
+    return spaces
+
+
+def address_overlap(cfg: StackConfig, root: Path) -> ConfigError | None:
+    """The refusal when another stack file in `root` has an addressSpace overlapping this stack's, else None."""
+    mine = cfg.network.address_space
+    for other, (space, _) in _readable_spaces(root, skip=cfg.stack).items():
+        if mine.overlaps(space):
+            return ConfigError("addressSpace", f"{mine} (stack {cfg.stack}) overlaps {space} of stack {other} "
+                                               f"(Pulumi.{other}.yaml); give each stack in this folder its own range "
+                                               f"(`python -m infra new-team` picks a free one) and list the others' "
+                                               "in reservedAddressSpaces")
+    return None
+
+
+def stack_config(stack: str, root: Path) -> StackConfig:
+    """What `plan` and `teams` evaluate: the stack file's config, refused as `plan` refuses it (the config's own
+    checks, then an address space shared with another stack file here)."""
+    cfg = config.from_stack_file(stack, root)
+    overlap = address_overlap(cfg, root)
+    if overlap:
+        raise overlap
+    return cfg
+
+
+# --- new-team ---------------------------------------------------------------------------------------------------
+
+def free_space(prefixlen: int, taken: list[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """The first /prefixlen block of the private ranges that overlaps nothing in `taken`."""
+    for private in PRIVATE_RANGES:
+        if prefixlen < private.prefixlen:
+            continue
+        for candidate in private.subnets(new_prefix=prefixlen):
+            if not any(candidate.overlaps(t) for t in taken):
+                return candidate
+    raise ConfigError("addressSpace", f"no /{prefixlen} of {', '.join(map(str, PRIVATE_RANGES))} is free of the "
+                                      "other stacks' spaces and reserved ranges; give a larger prefix by hand")
+
+
+def _moved(subnet: ipaddress.IPv4Network, old: ipaddress.IPv4Network, new: ipaddress.IPv4Network):
+    """`subnet` at the same offset in `new` as it had in `old` (same-size spaces)."""
+    offset = int(subnet.network_address) - int(old.network_address)
+    return ipaddress.IPv4Network((int(new.network_address) + offset, subnet.prefixlen))
+
+
+_KEY_LINE = re.compile(rf"^(?P<indent>\s+)(?:{re.escape(PROJECT)}:)?(?P<key>[A-Za-z]+)\s*:(?P<value>.*)$")
+
+
+def _rewrite(text: str, values: dict[str, str], drop: set[str], header: str) -> str:
+    """The template's text with `values` (key -> YAML flow text) set and `drop` keys removed, its comments kept
+    (the leading ones replaced by `header`). A key written over several lines is left for the check after."""
+    lines = text.splitlines()
+    while lines and (lines[0].startswith("#") or not lines[0].strip()):
+        lines.pop(0)
+    out: list[str] = []
+    pending: list[str] = []  # comment lines just above the next key: they go (or stay) with it
+    seen, indent, config_at = set(), "  ", None
+    for line in lines:
+        if line.lstrip().startswith("#"):
+            pending.append(line)
+            continue
+        match = _KEY_LINE.match(line)
+        if match and match["key"] in drop:
+            pending = []  # a dropped key's own comment goes with it
+            continue
+        out += pending
+        pending = []
+        if match and match["key"] in values:
+            indent = match["indent"]
+            line = f"{indent}{PROJECT}:{match['key']}: {values[match['key']]}"
+            seen.add(match["key"])
+            if match["key"] == "team":
+                config_at = len(out)  # keys the template leaves out go after the team's
+        elif line.rstrip() == "config:" and config_at is None:
+            config_at = len(out)
+        out.append(line)
+    out += pending
+    if config_at is None:
+        out.insert(0, "config:")
+        config_at = 0
+    out[config_at + 1:config_at + 1] = [f"{indent}{PROJECT}:{k}: {v}" for k, v in values.items() if k not in seen]
+    return "\n".join([*header.splitlines(), *out]) + "\n"
+
+
+@dataclass(frozen=True)
+class NewTeam:
+    path: Path
+    config: StackConfig
+    reserved_from: dict[str, str]  # each reserved range -> where it came from
+
+
+def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT) -> NewTeam:
+    """Write Pulumi.NAME.yaml from Pulumi.TEMPLATE.yaml, or refuse (ConfigError) with nothing written."""
+    config.check_team(name)  # also what keeps NAME a plain file name
+    path = root / f"Pulumi.{name}.yaml"
+    if path.exists():
+        raise ConfigError(None, f"new-team {name}: {path.name} exists already; pick another name, or edit that file "
+                                "(nothing written)")
+    try:
+        source = config.from_stack_file(template, root)
+    except ConfigError as err:
+        raise ConfigError(None, f"--from {template}: Pulumi.{template}.yaml: {err}") from None
+    chosen = backend_name or source.backend  # the command line offers config.BACKENDS only
+
+    # What the new space must avoid: every other stack's space and every range any of them reserves.
+    reserved_from: dict[ipaddress.IPv4Network, str] = {}
+    for stack, (space, reserved) in sorted(_readable_spaces(root).items()):
+        for cidr in reserved:
+            reserved_from.setdefault(cidr, f"reserved by {stack}")
+        reserved_from[space] = f"stack {stack}"
+    old = source.network.address_space
+    new = free_space(old.prefixlen, list(reserved_from))
+    reserved = sorted(reserved_from)
+    values = {"team": name, "addressSpace": str(new),
+              "computeSubnet": str(_moved(source.network.compute_subnet, old, new)),
+              "storageSubnet": str(_moved(source.network.storage_subnet, old, new)),
+              "reservedAddressSpaces": "[" + ", ".join(map(str, reserved)) + "]"}
+    drop: set[str] = set()
+    if chosen != source.backend:
+        values["backend"] = chosen
+        # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS), as would lowPriority where
+        # the new backend has no low-priority nodes.
+        drop = {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
+        if backend(chosen).low_priority_refusal:
+            drop.add("lowPriority")
+    header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
+              "# differs (README, \"Deploying a team's stack to Azure\"); reservedAddressSpaces lists the other\n"
+              "# stacks' spaces and the ranges they reserve.")
+    text = _rewrite((root / f"Pulumi.{template}.yaml").read_text(), values, drop, header)
+
+    # Validate before writing: the file as written must be what `plan` accepts, with the values chosen above (a
+    # value the template wrote over several lines would not have been replaced).
+    with tempfile.TemporaryDirectory() as scratch:
+        shutil.copy(root / "Pulumi.yaml", scratch)
+        Path(scratch, path.name).write_text(text)
+        try:
+            written = config.from_stack_file(name, Path(scratch))
+        except ConfigError as err:
+            raise ConfigError(None, f"new-team {name} --from {template}: the file it would write is refused ({err}); "
+                                    "nothing written") from None
+    got = {"team": written.team, "addressSpace": str(written.network.address_space),
+           "backend": written.backend, "reservedAddressSpaces": sorted(written.network.reserved_address_spaces)}
+    want = {"team": name, "addressSpace": str(new), "backend": chosen, "reservedAddressSpaces": reserved}
+    if got != want:
+        wrong = next(key for key in want if got[key] != want[key])
+        raise ConfigError(wrong, f"Pulumi.{template}.yaml writes it in a form new-team cannot rewrite (over several "
+                                 "lines?); write it on one line, as `key: value`, and run new-team again (nothing "
+                                 "written)")
+    with path.open("x") as out:  # "x": never over a file written meanwhile
+        out.write(text)
+    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved})
+
+
+def new_team_lines(result: NewTeam, template: str) -> list[str]:
+    cfg = result.config
+    where = ", ".join(f"{cidr} ({origin})" for cidr, origin in result.reserved_from.items())
+    return [f"wrote {result.path.name}: team {cfg.team}, backend {cfg.backend}, addressSpace "
+            f"{cfg.network.address_space} (computeSubnet {cfg.network.compute_subnet}, storageSubnet "
+            f"{cfg.network.storage_subnet}); the rest as in Pulumi.{template}.yaml",
+            f"  reservedAddressSpaces: {where or 'none'}",
+            "next:",
+            f"  1. edit {result.path.name}: allowedIpRanges (your egress IPs; `curl -s https://ifconfig.me`), and what "
+            "differs for this team (location, gpuSku, maxNodes...)",
+            f"  2. python -m infra plan --stack {cfg.team}      # offline: resources, cost, security checks",
+            f"  3. pulumi stack init {cfg.team}",
+            f"  4. pulumi up --stack {cfg.team}",
+            f"  (the other stack files do not reserve {cfg.network.address_space} yet; `plan` refuses any two stack "
+            "files here whose spaces overlap)"]
+
+
+# --- teams ------------------------------------------------------------------------------------------------------
+
+# `teams --json`: one object per stack file, these keys in this order (the --help lists them).
+JSON_KEYS = {
+    "stack": "the stack name (Pulumi.<stack>.yaml)",
+    "team": "the team key",
+    "backend": "batch or azureml",
+    "location": "the Azure region",
+    "gpuSku": "the GPU VM size",
+    "minNodes": "minNodes", "maxNodes": "maxNodes",
+    "usdPerHourAtMin": "estimated USD per hour at minNodes",
+    "usdPerHourAtMax": "estimated USD per hour at maxNodes",
+    "usdPerMonthAtMin": f"usdPerHourAtMin x {cost.HOURS_PER_MONTH} hours",
+    "priceRegion": "the region the prices are for (East US list prices)",
+    "failing": "the names of the security checks and Azure service rules that fail ([] when all pass)",
+    "placeholders": "values plan accepts but `pulumi up` refuses, each with its fix",
+    "error": "why the stack file is refused (one line, as plan says it), or null; the other keys are then null",
+}
+
+
+def team_row(stack: str, root: Path) -> dict:
+    """One stack file as `teams` shows it: its config refused as plan refuses it, else evaluated as plan does."""
+    row = dict.fromkeys(JSON_KEYS)
+    row.update(stack=stack, failing=[], placeholders=[])
+    try:
+        cfg = stack_config(stack, root)
+    except ConfigError as err:
+        row.update(error=f"Pulumi.{stack}.yaml: {err}", failing=None, placeholders=None)
+        return row
+    from infra.cli import plan
+    from infra.preview import offline
+
+    evaluation = offline.evaluate(cfg)
+    estimate = cost.estimate(cfg)
+    failing = [name for verdict, name, _ in plan.verdicts(evaluation) + plan.service_verdicts(evaluation)
+               if verdict == "FAIL"]
+    row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, gpuSku=cfg.nodes.gpu_sku,
+               minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes,
+               usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
+               usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
+               usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),
+               priceRegion=cost.PRICES_REGION, failing=failing,
+               placeholders=list(cfg.placeholders))
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = ("STACK", "BACKEND", "REGION", "GPU SIZE", "NODES", "$/H MIN", "$/H MAX", "$/MONTH MIN", "FAILING")
+    body = []
+    for r in rows:
+        if r["error"]:
+            body.append((r["stack"], *["-"] * 7, "refused: " + r["error"]))
+            continue
+        failing = r["failing"]
+        body.append((r["stack"], r["backend"], r["location"], r["gpuSku"], f"{r['minNodes']}-{r['maxNodes']}",
+                     f"{r['usdPerHourAtMin']:.2f}", f"{r['usdPerHourAtMax']:.2f}", f"{r['usdPerMonthAtMin']:.0f}",
+                     f"{len(failing)}: {', '.join(failing)}" if failing else "0"))
+    widths = [max(len(str(line[i])) for line in (head, *body)) for i in range(len(head) - 1)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + str(line[-1])
+             for line in (head, *body)]
+    placeholders = sum(bool(r["placeholders"]) for r in rows)
+    lines += ["", f"USD at {cost.price_label(None)} (a month = {cost.HOURS_PER_MONTH} h); "
+                  "`python -m infra plan --stack STACK` shows each line and each check."]
+    if placeholders:
+        lines.append(f"{placeholders} stack(s) still hold the example allowedIpRanges placeholder (plan names it; "
+                     "`pulumi up` refuses it).")
+    return "\n".join(lines)
