@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
+    from infra.components.access import TeamGrant
     from infra.components.environment import Environment
     from infra.core.config import StackConfig
 
@@ -58,6 +59,13 @@ class Backend(Protocol):
 
     def before_up(self, cfg: StackConfig) -> list[str]:
         """plan: what a subscription needs before `up` (quota, roles, reachability)."""
+
+    def team_grants(self, cfg: StackConfig, level: str) -> list[TeamGrant]:
+        """What the team's groups of `level` (members, admins) get on its service, beside the common grants of
+        infra/components/access.py; scope "service" is `service_id`."""
+
+    def service_id(self, env: Environment) -> Any:
+        """The resource ID of its job service (the Batch account, the Azure ML workspace), once declared."""
 
     def fixed_costs(self, cfg: StackConfig) -> dict[str, float]:
         """Its always-on items, USD per hour."""

@@ -134,6 +134,27 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
     return lines
 
 
+def _team_lines(evaluation: Evaluation) -> list[str]:
+    """Who of the team gets what (teamAdmins, teamMembers: infra/components/access.py), one line per group, role
+    and scope, read from the assignments the program declares and sorted (they register in varying order)."""
+    from infra.components import access, roles
+
+    shown = sorted((grant["description"][len(access.TEAM):].partition(":")[0], grant["principalId"],
+                    roles.ROLE_NAMES.get(grant["roleDefinitionId"].rsplit("/", 1)[-1], grant["roleDefinitionId"]),
+                    _scope(grant["scope"]), grant["description"].partition(": ")[2],
+                    " (writes only outside scripts, status, outputs)" if grant.get("condition") else "")
+                   for grant in (r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment"))
+                   if str(grant.get("description", "")).startswith(access.TEAM))
+    lines = [f"`pulumi up` grants {key} group {group} (Group) {role} on {scope}{limit}: {why}"
+             for key, group, role, scope, why, limit in shown]
+    if lines:
+        lines.append("No team grant is Owner, User Access Administrator or Role Based Access Control Administrator: "
+                     "teamAdmins cannot create role assignments, so an `up` that adds or changes grants (these, the "
+                     "nodes', the deployer's) needs someone who can, e.g. Role Based Access Control Administrator on "
+                     "the resource group, constrained to the roles above (given outside this stack).")
+    return lines
+
+
 def _scope(scope: str) -> str:
     """A role assignment's scope as a reviewer reads it: the resource's type and name."""
     parts = scope.rstrip("/").split("/")
@@ -207,7 +228,8 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)
-    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg) + _deployer_lines(evaluation)]
+    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg) + _deployer_lines(evaluation)
+                                                              + _team_lines(evaluation)]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
     lines += ["", "Azure service rules (values Azure refuses although the types accept them)"] + [
         f"  {v:<4} {name}: {detail}" for v, name, detail in service]

@@ -17,6 +17,7 @@ from pulumi_azure_native import authorization, resources
 from infra.backends import backend
 from infra.backends.shared import StackOutputs
 from infra.components import roles
+from infra.components.access import LEVELS, TeamAccess, TeamAccessArgs, team_grants
 from infra.core import naming
 from infra.core.config import StackConfig
 from infra.components.identity import NodeIdentity, NodeIdentityArgs
@@ -95,6 +96,14 @@ class Environment(pulumi.ComponentResource):
             backend=cfg.backend,
             **backend(cfg.backend).declare(self, name, cfg, rg),  # its components, its job, its outputs
         )
+        # The team's Entra groups (teamAdmins, teamMembers) on this stack's resources only (access.py).
+        self.team_access = None
+        if cfg.access.admins or cfg.access.members:
+            scopes = {"resourceGroup": self.resource_group.id, "storageAccount": self.storage.account.id,
+                      **{c: self.storage.containers[c].id for c in ("data", "outputs", "status")},
+                      "service": backend(cfg.backend).service_id(self)}
+            self.team_access = TeamAccess(f"{name}-team", TeamAccessArgs(cfg.access, scopes, {
+                level: team_grants(level, backend(cfg.backend).team_grants(cfg, level)) for level in LEVELS}), child)
         # The export names (camelCase, the contract of `pulumi stack output`) come from StackOutputs.
         self.outputs = StackOutputs(**values).exports(tuple(values))
         self.register_outputs(self.outputs)

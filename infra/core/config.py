@@ -144,6 +144,16 @@ def _coerce(key: ConfigKey, value: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ConfigError(key.name, f"expected a list of strings, got {value!r}")
         return tuple(value)
+    if key.type == "object":  # a map of names to text (tags); Pulumi hands it over as JSON
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ConfigError(key.name, f"expected a map such as {{costCenter: '1234'}}, got {value!r}") from None
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(key.name, f"expected a map of names to text values (quote numbers: '00123'), "
+                                        f"got {value!r}")
+        return tuple((str(k), v) for k, v in value.items())
     raise ConfigError(key.name, f"Pulumi.yaml declares unsupported type {key.type!r}")
 
 
@@ -412,8 +422,72 @@ class AmlConfig:
                    idle_minutes=_check_range("amlIdleMinutes", values["amlIdleMinutes"]))
 
 
+GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AccessConfig:
+    """The team's Entra groups, by object ID: what each gets is infra/components/access.py's."""
+    KEYS = {"teamAdmins": "admins", "teamMembers": "members"}
+    admins: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> AccessConfig:
+        seen: dict[str, str] = {}
+        for key in cls.KEYS:
+            for group in values[key]:
+                if not GUID.fullmatch(group):
+                    raise ConfigError(key, f"{group!r} is not a group object ID (a GUID such as "
+                                           "0b1c2d3e-4f50-4617-8283-94a5b6c7d8e9): `az ad group show --group NAME "
+                                           "--query id -o tsv` prints it")
+                if group.lower() in seen:
+                    # Admins get everything members get: one list per group keeps one grant per role and scope.
+                    raise ConfigError(key, f"{group} is listed in {seen[group.lower()]} already; keep it once "
+                                           "(in teamAdmins if it runs `pulumi up`: admins get what members get)")
+                seen[group.lower()] = key
+        return cls(admins=tuple(g.lower() for g in values["teamAdmins"]),
+                   members=tuple(g.lower() for g in values["teamMembers"]))
+
+
+# Azure's tag limits (https://learn.microsoft.com/azure/azure-resource-manager/management/tag-resources#limitations):
+# 50 name/value pairs per resource; a name of at most 512 characters, 128 on storage accounts (every tag here lands
+# on one), a value of at most 256; no <, >, %, &, \, ? or / in a name. The stack's own tags (StackConfig.tags, and
+# security.PUBLIC_ACCESS_TAG on an open Azure ML workspace) are not the stack file's to set and count in the 50.
+MAX_TAGS, MAX_TAG_NAME, MAX_TAG_VALUE = 50, 128, 256
+TAG_NAME_REFUSED = set('<>%&\\?/')
+OWN_TAGS = ("team", "stack", "project", "managed-by", "network-access")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaggingConfig:
+    """Extra tags (cost centre, owner...) merged with the stack's own on every resource that takes tags."""
+    KEYS = {"tags": "extra"}
+    extra: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> TaggingConfig:
+        extra = values["tags"]
+        room = MAX_TAGS - len(OWN_TAGS)
+        if len(extra) > room:
+            raise ConfigError("tags", f"{len(extra)} tags; Azure takes {MAX_TAGS} per resource and the stack sets "
+                                      f"up to {len(OWN_TAGS)} itself, so give at most {room}")
+        for name, value in extra:
+            if name.lower() in OWN_TAGS:  # Azure's tag names are case-insensitive
+                raise ConfigError("tags", f"{name!r} is set by the stack itself ({', '.join(OWN_TAGS)}); remove it")
+            refused = sorted(set(name) & TAG_NAME_REFUSED)
+            if not name.strip() or len(name) > MAX_TAG_NAME or refused:
+                raise ConfigError("tags", f"tag name {name!r} must be 1 to {MAX_TAG_NAME} characters without "
+                                          f"{' '.join(sorted(TAG_NAME_REFUSED))} (Azure's limits)")
+            if len(value) > MAX_TAG_VALUE:
+                raise ConfigError("tags", f"the value of {name!r} is {len(value)} characters; Azure takes at most "
+                                          f"{MAX_TAG_VALUE}")
+        return cls(extra=extra)
+
+
 SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageConfig, "monitoring": MonitoringConfig,
-            "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig}
+            "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig,
+            "access": AccessConfig, "tagging": TaggingConfig}
 TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType")  # StackConfig's own fields
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`.
@@ -436,12 +510,15 @@ class StackConfig:
     nfs: NfsConfig
     training: TrainingConfig
     aml: AmlConfig
+    access: AccessConfig = AccessConfig()
+    tagging: TaggingConfig = TaggingConfig()
     placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
 
     @property
     def tags(self) -> dict[str, str]:
         """Tags on every taggable resource: who owns it and what made it."""
-        return {"team": self.team, "stack": self.stack, "project": PROJECT, "managed-by": "pulumi"}
+        return {**dict(self.tagging.extra), "team": self.team, "stack": self.stack, "project": PROJECT,
+                "managed-by": "pulumi"}
 
 
 def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
@@ -507,7 +584,8 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     training = TrainingConfig.parse(merged, registry)
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
-                       nfs=nfs, training=training, aml=AmlConfig.parse(merged), placeholders=placeholders)
+                       nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
+                       tagging=TaggingConfig.parse(merged), placeholders=placeholders)
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:

@@ -15,7 +15,11 @@ its source. `plan` and the policy pack report them before `up`, instead of `up` 
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
 import ipaddress
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -190,13 +194,57 @@ def _key_vault_locked(props: Props) -> str | None:
 
 
 def _team_tag(props: Props) -> str | None:
-    if "tags" in props and not (props.get("tags") or {}).get("team"):
-        return "tags must include 'team' (who owns and pays for it)"
+    # A resource that takes tags and has none fails too: a missing `tags` input is the commonest way to lose them.
+    if not (props.get("tags") or {}).get("team"):
+        return "tags must include 'team' (who owns and pays for it)" if props.get("tags") else (
+            "has no tags: give it the stack's (team, stack and the stack's `tags`), which cost reports group by")
     return None
 
 
-# Applies to every Azure resource type; checked on whatever carries a `tags` input.
+@functools.lru_cache(maxsize=None)
+def takes_tags(resource_type: str) -> bool:
+    """Whether an azure-native resource type takes tags, as the provider's own types say (its `*Args` has a
+    `tags` input); not every Azure type does (https://learn.microsoft.com/azure/azure-resource-manager/management/tag-support)."""
+    package, module, kind = (resource_type.split(":") + ["", ""])[:3]
+    if package != "azure-native":
+        return False
+    try:
+        args = getattr(importlib.import_module(f"pulumi_azure_native.{module}"), f"{kind}Args")
+    except (ImportError, AttributeError):
+        return True  # a type this provider version does not know: check it rather than let it pass
+    return "tags" in inspect.signature(args.__init__).parameters
+
+
+# Applies to every Azure resource type that takes tags (takes_tags), whether or not the program gave it any.
 TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.", _team_tag)
+
+
+# --- Role assignments: the stack grants on its own resource group and below, and never the right to grant -------
+
+# The built-in roles that can create role assignments (Microsoft.Authorization/roleAssignments/write or
+# Microsoft.Authorization/*), from https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/privileged
+# (Reservations Administrator is assignable at /providers/Microsoft.Capacity only, never inside a resource group).
+PRIVILEGED_ROLES = {"8e3af657-a8ff-443c-a75c-2fe8c4bcb635": "Owner",
+                    "18d7d88d-d35e-4fb5-a5c3-7773c20a72d9": "User Access Administrator",
+                    "f58310d9-a9f6-439a-9e8d-f62e7b41a168": "Role Based Access Control Administrator"}
+# A scope inside one resource group: the group itself or a resource (or child) in it. ARM IDs are case-insensitive.
+_WITHIN_RESOURCE_GROUP = re.compile(r"/subscriptions/[^/]+/resourceGroups/[^/]+(/providers/.+)?", re.IGNORECASE)
+
+
+def _role_within_resource_group(props: Props) -> str | None:
+    scope = props.get("scope")
+    if not isinstance(scope, str) or _WITHIN_RESOURCE_GROUP.fullmatch(scope.rstrip("/")):
+        return None
+    return (f"scope {scope!r} is wider than a resource group (a subscription, management group or the tenant): "
+            "grant on the stack's resource group or one of its resources")
+
+
+def _role_not_privileged(props: Props) -> str | None:
+    role = str(props.get("roleDefinitionId") or "").rstrip("/").rsplit("/", 1)[-1].lower()
+    if role in PRIVILEGED_ROLES:
+        return (f"grants {PRIVILEGED_ROLES[role]}, which can hand out any access: the stack grants no role that "
+                "creates role assignments (admins get Contributor)")
+    return None
 
 
 # --- Service rules: values the provider's types accept and Azure refuses at the service ---------------------------
@@ -380,7 +428,11 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
     ResourceType("azure-native:network:NetworkInterface", ("ipConfigurations.privateIPAllocationMethod",), checks=(
         Check("nic-no-public-ip", "Network interfaces (NFS server, nodes) have no public IP.", _nic_no_public_ip),)),
     ResourceType("azure-native:network:PrivateEndpoint", ("privateLinkServiceConnections.groupIds",)),
-    ResourceType("azure-native:authorization:RoleAssignment", ("principalType",), "roleAssignmentName"),
+    ResourceType("azure-native:authorization:RoleAssignment", ("principalType",), "roleAssignmentName", checks=(
+        Check("role-assignment-within-resource-group", "Role assignments are scoped to the stack's resource group "
+              "or below, never a subscription or management group.", _role_within_resource_group),
+        Check("role-assignment-not-privileged", "No role assignment hands out Owner, User Access Administrator "
+              "or Role Based Access Control Administrator.", _role_not_privileged))),
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
     ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),
@@ -464,8 +516,8 @@ class Finding:
 def _applies(check: Check | SubnetCheck, subject: Subject) -> bool:
     if isinstance(check, SubnetCheck):
         return vnet_rules(subject.type) is not None
-    if check is TAG_CHECK:  # every Azure type; a resource without a `tags` input has nothing to check
-        return subject.type.startswith("azure-native:") and "tags" in subject.props
+    if check is TAG_CHECK:  # every Azure type that takes tags, with or without a `tags` input
+        return takes_tags(subject.type)
     entry = RESOURCE_TYPES.get(subject.type)
     return entry is not None and check in (*entry.checks, *entry.service_rules)
 

@@ -159,6 +159,26 @@ class AzureMlBackend:
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
             "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
 
+    def team_grants(self, cfg, level: str) -> list:
+        """The workspace, and its storage: azure-ai-ml uploads a job's code snapshot to the workspace's
+        containers and reads its outputs there with the caller's identity (identity-based datastores,
+        https://learn.microsoft.com/azure/machine-learning/how-to-disable-local-auth-storage). Members write
+        anywhere but `scripts`, `status` and `outputs`; admins get the deployer's grant as it is."""
+        from infra.components import roles
+        from infra.components.access import TeamGrant
+
+        workspace = TeamGrant("service", roles.AZUREML_DATA_SCIENTIST, "`python -m infra submit|status|logs|"
+                                                                      "download|cancel|register-model`")
+        if level == "admins":
+            return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_CONTRIBUTOR, "`pulumi up` uploads the "
+                                         "launched job's code snapshot (the deployer's grant)")]
+        return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_CONTRIBUTOR, "azure-ai-ml uploads a job's "
+                                     "code snapshot and reads its outputs in the workspace's containers",
+                                     roles.blob_writes_except(("scripts", "status", "outputs")))]
+
+    def service_id(self, env):
+        return env.azureml.workspace.id
+
     def fixed_costs(self, cfg) -> dict[str, float]:
         from infra.core import cost
 

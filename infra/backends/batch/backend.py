@@ -166,6 +166,22 @@ class BatchBackend:
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
             "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
 
+    def team_grants(self, cfg, level: str) -> list:
+        """Both levels: the job verbs on the account; with nfsKind vm, `infra submit` reads the staging report
+        (the deployer's grants are these too: Job Submitter, and Blob Data Reader on `data` and `status`)."""
+        from infra.components import roles
+        from infra.components.access import TeamGrant
+
+        grants = [TeamGrant("service", roles.BATCH_JOB_SUBMITTER, "`python -m infra submit|status|logs|cancel` "
+                                                                  "(jobs, tasks and their files)")]
+        if cfg.nfs.kind == "vm":
+            grants.append(TeamGrant("status", roles.BLOB_DATA_READER, "`python -m infra submit` reads the NFS "
+                                                                      "server's staging report"))
+        return grants
+
+    def service_id(self, env):
+        return env.cluster.account.id
+
     def fixed_costs(self, cfg) -> dict[str, float]:
         from infra.core import cost
 

@@ -74,7 +74,8 @@ class Cluster(pulumi.ComponentResource):
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
             pool_name=POOL, display_name=f"{nodes.sku.gpus}x {nodes.sku.gpu_model} per node ({nodes.gpu_sku})",
-            vm_size=nodes.gpu_sku,
+            vm_size=nodes.gpu_sku, tags=args.tags,  # the pool's own ARM tags (resourceTags, on its VMs, needs
+            # user-subscription allocation mode: https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools)
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,

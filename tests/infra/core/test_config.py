@@ -50,7 +50,7 @@ def test_schema_declares_type_default_and_description_for_every_field():
     schema = config.load_schema()
     assert set(schema) == set(config.KEYS)  # each key lands in one section field (or a StackConfig one)
     for key in schema.values():
-        assert key.type in ("string", "integer", "boolean", "array"), key.name
+        assert key.type in ("string", "integer", "boolean", "array", "object"), key.name
         assert key.default is not None, key.name
         assert len(key.description) > 20, key.name
 

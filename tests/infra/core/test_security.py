@@ -17,7 +17,8 @@ GOOD_ACCOUNT = {
 }
 GOOD_NSG = {"securityRules": [
     {"name": "vnet", "direction": "Inbound", "access": "Allow", "sourceAddressPrefix": "VirtualNetwork"},
-    {"name": "deny", "direction": "Inbound", "access": "Deny", "sourceAddressPrefix": "Internet"}]}
+    {"name": "deny", "direction": "Inbound", "access": "Deny", "sourceAddressPrefix": "Internet"}],
+    "tags": {"team": "dev"}}
 ACCOUNT = "azure-native:storage:StorageAccount"
 NSG = "azure-native:network:NetworkSecurityGroup"
 VAULT = "azure-native:keyvault:Vault"
@@ -27,6 +28,15 @@ GOOD_VAULT = {"properties": {"enableRbacAuthorization": True, "enablePurgeProtec
               "tags": {"team": "dev"}}
 GOOD_BATCH = {"allowedAuthenticationModes": ["AAD"], "tags": {"team": "dev"},
               "networkProfile": {"accountAccess": {"defaultAction": "Deny", "ipRules": [{"value": "20.50.1.7"}]}}}
+
+
+ROLE = "azure-native:authorization:RoleAssignment"
+RG_SCOPE = "/subscriptions/s/resourceGroups/rg-dltrain-dev-dev"
+
+
+def _grant(scope=RG_SCOPE, role="b24988ac-6180-42a0-ab88-20f7382dd24c"):  # Contributor
+    return {"scope": scope, "principalId": "g", "principalType": "Group",
+            "roleDefinitionId": f"/subscriptions/s/providers/Microsoft.Authorization/roleDefinitions/{role}"}
 
 
 def _storage_ip(value):
@@ -52,6 +62,16 @@ BAD_RESOURCES = [
     (ACCOUNT, {**GOOD_ACCOUNT, "networkRuleSet": {"defaultAction": "Deny"}}, "storage-network-default-deny"),
     (ACCOUNT, {**GOOD_ACCOUNT, "encryption": {}}, "storage-infrastructure-encryption"),
     (ACCOUNT, {**GOOD_ACCOUNT, "tags": {"owner": "x"}}, "team-tag"),
+    # A resource that takes tags and has none at all (the Batch pool had none until this check saw it).
+    (ACCOUNT, {k: v for k, v in GOOD_ACCOUNT.items() if k != "tags"}, "team-tag"),
+    ("azure-native:batch:Pool", {"vmSize": "Standard_ND96isr_H100_v5"}, "team-tag"),
+    (ROLE, _grant(scope="/subscriptions/s"), "role-assignment-within-resource-group"),
+    (ROLE, _grant(scope="/providers/Microsoft.Management/managementGroups/corp"),
+     "role-assignment-within-resource-group"),
+    (ROLE, _grant(scope="/"), "role-assignment-within-resource-group"),
+    (ROLE, _grant(role="8e3af657-a8ff-443c-a75c-2fe8c4bcb635"), "role-assignment-not-privileged"),  # Owner
+    (ROLE, _grant(role="18d7d88d-d35e-4fb5-a5c3-7773c20a72d9"), "role-assignment-not-privileged"),  # UAA
+    (ROLE, _grant(role="F58310D9-A9F6-439A-9E8D-F62E7B41A168"), "role-assignment-not-privileged"),  # RBAC Admin
     ("azure-native:storage:BlobContainer", {"publicAccess": "Blob"}, "blob-container-private"),
     ("azure-native:containerregistry:Registry", {"adminUserEnabled": True}, "registry-admin-user-disabled"),
     ("azure-native:containerregistry:Registry", {}, "registry-admin-user-disabled"),
@@ -82,8 +102,10 @@ def test_each_check_refuses_what_it_guards(resource_type, props, check):
     (ACCOUNT, GOOD_ACCOUNT), (NSG, GOOD_NSG), ("azure-native:storage:BlobContainer", {"publicAccess": "None"}),
     (ACCOUNT, _storage_ip("20.50.1.7")), (ACCOUNT, _storage_ip("20.50.0.0/30")), (VAULT, GOOD_VAULT),
     (VAULT, _vault_ip("20.50.1.7/32")), (BATCH, GOOD_BATCH),
-    ("azure-native:containerregistry:Registry", {"adminUserEnabled": False}),
-    ("azure-native:network:NetworkInterface", {"ipConfigurations": [{"name": "ip"}]}),
+    ("azure-native:containerregistry:Registry", {"adminUserEnabled": False, "tags": {"team": "dev"}}),
+    ("azure-native:network:NetworkInterface", {"ipConfigurations": [{"name": "ip"}], "tags": {"team": "dev"}}),
+    (ROLE, _grant()), (ROLE, _grant(scope=RG_SCOPE.upper() + "/providers/Microsoft.Storage/storageAccounts/st")),
+    ("azure-native:storage:BlobContainer", {}),  # takes no tags: nothing to check
 ])
 def test_compliant_resources_pass(resource_type, props):
     assert violations(resource_type, props) == []
@@ -207,3 +229,16 @@ def test_every_stack_passes_every_check(ev):
     passed = {name for verdict, name, _ in results if verdict == "PASS"}
     assert passed >= {"storage-https-only", "storage-network-default-deny", "registry-admin-user-disabled",
                       "nsg-denies-internet-inbound", "team-tag", "sas-least-privilege", "no-keys-in-outputs"}
+
+
+def test_which_types_take_tags_comes_from_the_provider_types():
+    assert security.takes_tags(ACCOUNT) and security.takes_tags("azure-native:batch:Pool")
+    assert not security.takes_tags("azure-native:storage:BlobContainer") and not security.takes_tags(ROLE)
+    assert not security.takes_tags("docker-build:index:Image")
+
+
+def test_every_resource_that_takes_tags_has_the_team_tag(ev):
+    """Every declared resource whose type takes tags, whether the program gave it a `tags` input or not."""
+    for resource in ev.resources:
+        if resource.custom and security.takes_tags(resource.type):
+            assert (resource.inputs.get("tags") or {}).get("team") == ev.config.team, resource.urn
