@@ -26,7 +26,9 @@ from infra.core.config import PROJECT, ConfigError, StackConfig
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
-NETWORK_KEYS = ("addressSpace", "computeSubnet", "storageSubnet", "reservedAddressSpaces")
+# The template team's own: its Entra groups would get the new stack's roles, its tags (owner, cost centre) would
+# bill the new team's spend to it. new-team leaves them out (those the schema declares) and says to set them.
+TEAM_OWN_KEYS = ("teamAdmins", "teamMembers", "tags")
 
 
 def _spaces(stack: str, root: Path) -> tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]:
@@ -96,21 +98,32 @@ _KEY_LINE = re.compile(rf"^(?P<indent>\s+)(?:{re.escape(PROJECT)}:)?(?P<key>[A-Z
 
 
 def _rewrite(text: str, values: dict[str, str], drop: set[str], header: str) -> str:
-    """The template's text with `values` (key -> YAML flow text) set and `drop` keys removed, its comments kept
-    (the leading ones replaced by `header`). A key written over several lines is left for the check after."""
+    """The template's text with `values` (key -> YAML flow text) set and `drop` keys removed, each with the lines
+    its value continues on (a block list or map below it), its comments kept (the leading ones replaced by
+    `header`; a dropped key's own comment goes with it)."""
     lines = text.splitlines()
     while lines and (lines[0].startswith("#") or not lines[0].strip()):
         lines.pop(0)
     out: list[str] = []
     pending: list[str] = []  # comment lines just above the next key: they go (or stay) with it
     seen, indent, config_at = set(), "  ", None
-    for line in lines:
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        n += 1
         if line.lstrip().startswith("#"):
             pending.append(line)
             continue
         match = _KEY_LINE.match(line)
+        if match and (match["key"] in drop or match["key"] in values):
+            own = len(match["indent"])
+            # Its value's own lines: more indented, or a YAML "- item" at the key's indent (an indentless list).
+            while n < len(lines) and lines[n].strip() and (len(lines[n]) - len(lines[n].lstrip()) > own or
+                                                            lines[n].lstrip().startswith("- ")
+                                                            and len(lines[n]) - len(lines[n].lstrip()) == own):
+                n += 1
         if match and match["key"] in drop:
-            pending = []  # a dropped key's own comment goes with it
+            pending = []
             continue
         out += pending
         pending = []
@@ -136,6 +149,7 @@ class NewTeam:
     path: Path
     config: StackConfig
     reserved_from: dict[str, str]  # each reserved range -> where it came from
+    left_out: tuple[str, ...] = ()  # the template team's own keys it set, not copied (TEAM_OWN_KEYS)
 
 
 def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT) -> NewTeam:
@@ -164,12 +178,12 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
               "computeSubnet": str(_moved(source.network.compute_subnet, old, new)),
               "storageSubnet": str(_moved(source.network.storage_subnet, old, new)),
               "reservedAddressSpaces": "[" + ", ".join(map(str, reserved)) + "]"}
-    drop: set[str] = set()
+    drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
     if chosen != source.backend:
         values["backend"] = chosen
         # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS), as would lowPriority where
         # the new backend has no low-priority nodes.
-        drop = {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
+        drop |= {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
         if backend(chosen).low_priority_refusal:
             drop.add("lowPriority")
     header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
@@ -197,7 +211,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
                                  "written)")
     with path.open("x") as out:  # "x": never over a file written meanwhile
         out.write(text)
-    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved})
+    own = tuple(key for key in TEAM_OWN_KEYS if key in config.read_stack_file(template, root))
+    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own)
 
 
 def new_team_lines(result: NewTeam, template: str) -> list[str]:
@@ -207,9 +222,12 @@ def new_team_lines(result: NewTeam, template: str) -> list[str]:
             f"{cfg.network.address_space} (computeSubnet {cfg.network.compute_subnet}, storageSubnet "
             f"{cfg.network.storage_subnet}); the rest as in Pulumi.{template}.yaml",
             f"  reservedAddressSpaces: {where or 'none'}",
+            *([f"  not copied from Pulumi.{template}.yaml (the {template} team's own): {', '.join(result.left_out)}"]
+              if result.left_out else []),
             "next:",
             f"  1. edit {result.path.name}: allowedIpRanges (your egress IPs; `curl -s https://ifconfig.me`), and what "
-            "differs for this team (location, gpuSku, maxNodes...)",
+            f"differs for this team (location, gpuSku, maxNodes, "
+            f"{''.join(f'{key}, ' for key in TEAM_OWN_KEYS if key in config.KEYS)}...)",
             f"  2. python -m infra plan --stack {cfg.team}      # offline: resources, cost, security checks",
             f"  3. pulumi stack init {cfg.team}",
             f"  4. pulumi up --stack {cfg.team}",

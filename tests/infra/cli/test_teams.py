@@ -155,3 +155,31 @@ def test_teams_shows_a_refused_stack_and_fails(project, capsys):
     rows = {row["stack"]: row for row in json.loads(capsys.readouterr().out)}
     assert rows["broken"]["error"].startswith("Pulumi.broken.yaml: config key 'team': 'Broken' must be")
     assert rows["broken"]["backend"] is None
+
+
+def test_new_team_rewrites_a_template_written_with_block_lists(project, capsys):
+    dev = config.from_stack_file("dev", project)
+    text = (project / "Pulumi.dev.yaml").read_text()
+    flow = next(line for line in text.splitlines() if "reservedAddressSpaces:" in line)
+    block = flow.split("[")[0] + "\n" + "".join(f"    - {cidr}\n" for cidr in dev.network.reserved_address_spaces)
+    (project / "Pulumi.dev.yaml").write_text(text.replace(flow + "\n", block))
+    assert config.from_stack_file("dev", project) == dev  # the same config, written as a block list
+    assert main(["new-team", "ml", "--project-dir", str(project)]) == 0
+    cfg = config.from_stack_file("ml", project)
+    assert dev.network.address_space in cfg.network.reserved_address_spaces
+    assert "    - " not in (project / "Pulumi.ml.yaml").read_text()
+
+
+@pytest.mark.skipif("teamAdmins" not in config.load_schema() or "tags" not in config.load_schema(),
+                    reason="the team access and tags keys (issue 24) are not in Pulumi.yaml yet")
+def test_new_team_does_not_copy_the_template_teams_groups_nor_tags(project, capsys):
+    group = "0b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
+    with (project / "Pulumi.dev.yaml").open("a") as out:
+        out.write(f"  azure-dl-training:teamAdmins: [{group}]\n  azure-dl-training:tags:\n"
+                  "    owner: dev-team\n    costCenter: '1234'\n")
+    assert config.read_stack_file("dev", project)["teamAdmins"] == [group]
+    assert main(["new-team", "ml", "--project-dir", str(project)]) == 0
+    assert "not copied from Pulumi.dev.yaml (the dev team's own): teamAdmins, tags" in capsys.readouterr().out
+    written = (project / "Pulumi.ml.yaml").read_text()
+    assert group not in written and "owner" not in written and "1234" not in written
+    assert set(config.read_stack_file("ml", project)).isdisjoint(teams.TEAM_OWN_KEYS)
