@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     plan.set_defaults(run=_plan)
 
     from infra.cli.teams import JSON_KEYS
-    from infra.core.config import BACKENDS
+    from infra.core.config import BACKENDS, RANGES
 
     new_team = commands.add_parser(
         "new-team", help="write Pulumi.NAME.yaml for a new team, with an address space no other stack here uses",
@@ -262,8 +262,8 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                     "nor any range they reserve, those listed in reservedAddressSpaces; print the next steps. "
                     "Refuses a name the team key refuses, or an existing file (nothing written). Exit status: 0 "
                     "written, 2 refused.")
-    new_team.add_argument("name", metavar="NAME", help="the team's name, also its stack's: 2-12 lowercase letters "
-                                                       "or digits, starting with a letter")
+    new_team.add_argument("name", metavar="NAME", help=f"the team's name, also its stack's: {RANGES['team']} lowercase "
+                                                       "letters or digits, starting with a letter")
     new_team.add_argument("--from", dest="template", default="dev", metavar="STACK",
                           help="the stack file to start from (default: dev)")
     new_team.add_argument("--backend", choices=BACKENDS, help="default: the --from stack's backend")
@@ -272,10 +272,10 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
 
     teams = commands.add_parser(
         "teams", help="every stack file at a glance: backend, region, GPU size, nodes, cost, failing checks; offline",
-        description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it: "
-                    "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a "
-                    "month at min nodes, and the security checks and service rules that fail. Exit status: 0 every "
-                    "stack passes, 1 a stack is refused or fails a check.",
+        description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it:\n"
+                    "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a\n"
+                    "month at min nodes, and the security checks and service rules that fail.\n"
+                    "Exit status: 0 every stack passes, 1 a stack is refused or fails a check.",
         epilog="--json prints a list, one object per stack file, with these keys:\n" + "\n".join(
             f"  {key}: {meaning}" for key, meaning in JSON_KEYS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
