@@ -142,7 +142,7 @@ def _team_lines(evaluation: Evaluation) -> list[str]:
     shown = sorted((grant["description"][len(access.TEAM):].partition(":")[0], grant["principalId"],
                     roles.ROLE_NAMES.get(grant["roleDefinitionId"].rsplit("/", 1)[-1], grant["roleDefinitionId"]),
                     _scope(grant["scope"]), grant["description"].partition(": ")[2],
-                    " (writes only outside scripts, status, outputs)" if grant.get("condition") else "")
+                    " (its writes limited by a condition)" if grant.get("condition") else "")
                    for grant in (r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment"))
                    if str(grant.get("description", "")).startswith(access.TEAM))
     lines = [f"`pulumi up` grants {key} group {group} (Group) {role} on {scope}{limit}: {why}"

@@ -54,6 +54,16 @@ def blob_writes_except(containers: tuple[str, ...]) -> str:
     return f"(\n (\n {actions}\n )\n OR\n (\n {names}\n )\n)"
 
 
+def blob_writes_only(path: str) -> str:
+    """A condition (same format and actions as blob_writes_except) under which a blob data role writes, adds,
+    moves and deletes the one blob `path` of its scope's container, and reads everywhere it could before; the
+    path is the "Blob path" resource attribute (@Resource[...containers/blobs:path]) of the same attributes page."""
+    actions = "\n AND\n ".join(f"!(ActionMatches{{'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/{a}'}})"
+                               for a in ("write", "add/action", "delete", "move/action"))
+    return (f"(\n (\n {actions}\n )\n OR\n (\n @Resource[Microsoft.Storage/storageAccounts/blobServices/containers/"
+            f"blobs:path] StringEquals '{path}'\n )\n)")
+
+
 def assign(name: str, *, role: str, principal_id: pulumi.Input[str], scope: pulumi.Input[str],
            parent: pulumi.Resource, principal_type: str = SERVICE_PRINCIPAL, description: str | None = None,
            condition: str | None = None) -> authorization.RoleAssignment:

@@ -168,15 +168,20 @@ class BatchBackend:
 
     def team_grants(self, cfg, level: str) -> list:
         """Both levels: the job verbs on the account; with nfsKind vm, `infra submit` reads the staging report
-        (the deployer's grants are these too: Job Submitter, and Blob Data Reader on `data` and `status`)."""
+        and `infra restage` writes its request, no other blob of `status` (the deployer's grants are within these:
+        Job Submitter, and Blob Data Reader on `data` and `status`)."""
         from infra.components import roles
         from infra.components.access import TeamGrant
 
         grants = [TeamGrant("service", roles.BATCH_JOB_SUBMITTER, "`python -m infra submit|status|logs|cancel` "
                                                                   "(jobs, tasks and their files)")]
         if cfg.nfs.kind == "vm":
-            grants.append(TeamGrant("status", roles.BLOB_DATA_READER, "`python -m infra submit` reads the NFS "
-                                                                      "server's staging report"))
+            from infra.backends.batch.spec import DATASET
+            from training.data.staged import request_name
+
+            grants.append(TeamGrant("status", roles.BLOB_DATA_CONTRIBUTOR, "`python -m infra submit` reads the NFS "
+                                    "server's staging report, `python -m infra restage` writes its request",
+                                    roles.blob_writes_only(request_name(DATASET))))
         return grants
 
     def service_id(self, env):

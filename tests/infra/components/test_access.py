@@ -65,8 +65,9 @@ COMMON_MEMBERS = {("Reader", "resource group", False), ("Storage Blob Data Contr
                   ("Storage Blob Data Reader", "container outputs", False)}
 COMMON_ADMINS = {("Contributor", "resource group", False), ("Storage Blob Data Contributor", "container data", False),
                  ("Storage Blob Data Reader", "container outputs", False)}
+# `infra submit` reads the staging report in `status`; `infra restage` writes its request there, no other blob.
 BATCH_VM = {("Azure Batch Job Submitter", "batch account", False),
-            ("Storage Blob Data Reader", "container status", False)}  # `infra submit` reads the staging report
+            ("Storage Blob Data Contributor", "container status", True)}
 
 
 @pytest.mark.parametrize("stack", BATCH_STACKS[:1])
@@ -74,6 +75,9 @@ def test_batch_stack_grants_each_group_its_roles_on_this_stack_only(stack):
     ev = with_team(stack)
     assert ev.config.nfs.kind == "vm"
     assert team_grants(ev) == {MEMBERS: COMMON_MEMBERS | BATCH_VM, ADMINS: COMMON_ADMINS | BATCH_VM}
+    conditions = {a.inputs["condition"] for a in ev.of_type(ROLE_ASSIGNMENT)
+                  if a.inputs["principalId"] in (ADMINS, MEMBERS) and a.inputs.get("condition")}
+    assert conditions == {roles.blob_writes_only("imagenet.restage")}  # training.data.staged.request_name
 
 
 @pytest.mark.parametrize("stack", AML_STACKS[:1])
@@ -105,7 +109,7 @@ def test_admins_hold_every_data_plane_role_the_deployer_gets(stack):
     deployer = {(a["scope"], a["roleDefinitionId"].rsplit("/", 1)[-1]) for a in assignments
                 if str(a.get("description", "")).startswith(roles.DEPLOYER)}
     admins = {(a["scope"], a["roleDefinitionId"].rsplit("/", 1)[-1]) for a in assignments
-              if a["principalId"] == ADMINS and not a.get("condition")}
+              if a["principalId"] == ADMINS}  # a condition here limits writes only: reads stay whole
     assert deployer
     covers = {roles.BLOB_DATA_READER: {roles.BLOB_DATA_READER, roles.BLOB_DATA_CONTRIBUTOR}}
     for scope, role in deployer:
@@ -179,3 +183,12 @@ def test_team_access_and_tags_as_pulumi_passes_them():
     assert cfg.access == config.AccessConfig(admins=(ADMINS,), members=(MEMBERS,))
     assert cfg.tags["costCenter"] == "00123" and cfg.tags["team"] == "dev"
     assert config.parse("x", {**BASE, "tags": {f"t{i}": "x" for i in range(45)}}).tags["t44"] == "x"
+
+
+def test_the_restage_condition_lets_writes_reach_one_blob_only():
+    condition = roles.blob_writes_only("imagenet.restage")
+    for action in ("write", "add/action", "delete", "move/action"):
+        assert f"!(ActionMatches{{'Microsoft.Storage/storageAccounts/blobServices/containers/blobs/{action}'}})" \
+               in condition
+    assert condition.endswith("@Resource[Microsoft.Storage/storageAccounts/blobServices/containers/blobs:path] "
+                              "StringEquals 'imagenet.restage'\n )\n)")
