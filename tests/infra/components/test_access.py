@@ -192,3 +192,18 @@ def test_the_restage_condition_lets_writes_reach_one_blob_only():
                in condition
     assert condition.endswith("@Resource[Microsoft.Storage/storageAccounts/blobServices/containers/blobs:path] "
                               "StringEquals 'imagenet.restage'\n )\n)")
+
+
+def test_a_stack_file_gives_groups_and_tags_through_the_engines_merge(tmp_path):
+    """As `pulumi up` would receive them: YAML list and map, turned into JSON text by the CLI's merge."""
+    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.t1.yaml").write_text(
+        "config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
+        f"  azure-dl-training:teamMembers: [{MEMBERS}]\n"
+        "  azure-dl-training:tags:\n    costCenter: '00123'\n    owner: ml-platform\n")
+    cfg = config.from_stack_file("t1", tmp_path)
+    assert cfg.access.members == (MEMBERS,) and cfg.tags["costCenter"] == "00123" and cfg.tags["stack"] == "t1"
+    (tmp_path / "Pulumi.t2.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
+                                             "  azure-dl-training:tags:\n    costCenter: 00123\n")
+    with pytest.raises(ConfigError, match="quote numbers"):
+        config.from_stack_file("t2", tmp_path)
