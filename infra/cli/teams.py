@@ -159,6 +159,9 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     if path.exists():
         raise ConfigError(None, f"new-team {name}: {path.name} exists already; pick another name, or edit that file "
                                 "(nothing written)")
+    if not (root / f"Pulumi.{template}.yaml").is_file():
+        raise ConfigError(None, f"--from {template}: no Pulumi.{template}.yaml in {root}; stacks here: "
+                                f"{', '.join(config.stack_names(root)) or 'none'}")
     try:
         source = config.from_stack_file(template, root)
     except ConfigError as err:

@@ -183,3 +183,11 @@ def test_new_team_does_not_copy_the_template_teams_groups_nor_tags(project, caps
     written = (project / "Pulumi.ml.yaml").read_text()
     assert group not in written and "owner" not in written and "1234" not in written
     assert set(config.read_stack_file("ml", project)).isdisjoint(teams.TEAM_OWN_KEYS)
+
+
+def test_new_team_from_a_stack_that_is_not_here_names_the_ones_that_are(project, capsys):
+    before = _files(project)
+    assert main(["new-team", "ml", "--from", "nope", "--project-dir", str(project)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: --from nope: no Pulumi.nope.yaml in {project}; stacks here: {', '.join(config.stack_names(project))}"]
+    assert _files(project) == before
