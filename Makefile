@@ -101,12 +101,12 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 	@$(MAKE) --no-print-directory -k -j3 --output-sync=target $(TEST_SUITES)
 
 .PHONY: $(TEST_SUITES)
-test-venv:
-	.venv/bin/python -m pytest tests/infra tests/data_path tests/images tests/frameworks tests/rehearsal
+test-venv:  # all of tests/ but tests/training/pytorch and tensorflow: tests/conftest.py leaves them to their environments
+	.venv/bin/python -m pytest tests
 test-torch:
-	.venv-torch/bin/python -m pytest tests/train_pytorch
+	.venv-torch/bin/python -m pytest tests/training/pytorch
 test-tf:
-	.venv-tf/bin/python -m pytest tests/train_tensorflow
+	.venv-tf/bin/python -m pytest tests/training/tensorflow
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
 	rm -rf .venv $(TRAIN_VENVS) .pytest_cache

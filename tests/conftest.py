@@ -5,15 +5,16 @@ from pathlib import Path
 
 from training import frameworks
 
-# tests folder -> (module it needs, the environment that has it)
+# tests folder or file (tests/ mirrors the code's folders) -> (module it needs, the environment that has it)
 NEEDS = {
-    "infra": ("pulumi", ".venv"),
-    "data_path": ("azure.storage.blob", ".venv"),
-    "images": ("pulumi", ".venv"),
-    "rehearsal": ("pulumi", ".venv"),
-    "frameworks": ("yaml", "any"),
-    # tests/train_IMAGE: the loops of each image of the frameworks table, in its environment
-    **{f"train_{image.name}": (image.package, image.venv) for image in frameworks.images()},
+    "tests/infra": ("pulumi", ".venv"),
+    "tests/images": ("pulumi", ".venv"),
+    "tests/devtools/rehearsal": ("pulumi", ".venv"),
+    "tests/training/data": ("azure.storage.blob", ".venv"),
+    "tests/training/cluster": ("pulumi", ".venv"),  # its sshd runs on tests/infra/backends/batch's nodes
+    "tests/training/test_framework_table.py": ("yaml", "any"),
+    # tests/training/IMAGE: the loops of each image of the frameworks table (training/IMAGE), in its environment
+    **{f"tests/training/{image.name}": (image.package, image.venv) for image in frameworks.images()},
 }
 def _missing(module: str) -> bool:
     try:
@@ -22,6 +23,7 @@ def _missing(module: str) -> bool:
         return True
 
 
+ROOT = Path(__file__).resolve().parents[1]
 LEFT_OUT = {folder: f"needs {module}, which this environment lacks (run it with {env}/bin/python -m pytest)"
             for folder, (module, env) in NEEDS.items() if _missing(module)}
 
@@ -30,14 +32,15 @@ _left_out: set[str] = set()
 
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.parent.name == "tests" and collection_path.name in LEFT_OUT:
+    folder = collection_path.relative_to(ROOT).as_posix() if ROOT in collection_path.parents else None
+    if folder in LEFT_OUT:
         asked = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
         if any(collection_path == a or a in collection_path.parents for a in asked):
-            _left_out.add(collection_path.name)  # asked for, so say why it did not run
+            _left_out.add(folder)  # asked for, so say why it did not run
         return True
     return None
 
 
 def pytest_terminal_summary(terminalreporter):
     for folder in sorted(_left_out):
-        terminalreporter.write_line(f"SKIPPED tests/{folder}: {LEFT_OUT[folder]}")
+        terminalreporter.write_line(f"SKIPPED {folder}: {LEFT_OUT[folder]}")

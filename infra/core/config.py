@@ -63,7 +63,7 @@ class Range(NamedTuple):
 
 
 # Bounds and allowed values, written once: the validators below read them, and Pulumi.yaml's description of each
-# key states them (its config schema cannot hold ranges); tests/infra/test_config_bounds.py checks they agree.
+# key states them (its config schema cannot hold ranges); tests/infra/core/test_config_bounds.py checks they agree.
 RANGES = {
     "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
     "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan

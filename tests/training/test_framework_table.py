@@ -80,7 +80,7 @@ from devtools import benchmark
 checks["rehearsal"] = VENVS.get("jax")
 checks["benchmark"] = benchmark.distribution("ddp", "jax", horovod=True)
 import tests.conftest
-checks["tests"] = tests.conftest.NEEDS.get("train_jaxish")
+checks["tests"] = tests.conftest.NEEDS.get("tests/training/jaxish")
 print(json.dumps(checks))
 """
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.data_path.conftest import cli, make_tree
+from tests.training.data.conftest import cli, make_tree
 from training.data import transfer
 from training.data.blob_reader import STORAGE_SCOPE, BlobReader, _TokenCache
 from training.data.stage import _blobs

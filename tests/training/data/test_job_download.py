@@ -2,7 +2,7 @@
 import json
 
 from infra.cli.main import main
-from tests.data_path.conftest import cli, make_tree, tree
+from tests.training.data.conftest import cli, make_tree, tree
 from tests.infra.backends.batch.test_operate import OUTPUTS
 
 
@@ -35,7 +35,7 @@ def test_download_fetches_only_that_jobs_outputs(azurite, container, tmp_path, c
 
 def test_the_staging_report_is_read_from_the_status_container(azurite, container):
     """infra/backends/staging.py against a real blob service: no report, then the report the NFS server writes
-    (training/data/staged.py; tests/data_path/test_staged.py plays the server's whole life)."""
+    (training/data/staged.py; tests/training/data/test_staged.py plays the server's whole life)."""
     from azure.storage.blob import ContainerClient
 
     from infra.backends.batch import spec as batch_spec

@@ -8,7 +8,7 @@ import tarfile
 import pytest
 
 from devtools.synth_data import make_dataset
-from tests.data_path.conftest import cli, tree
+from tests.training.data.conftest import cli, tree
 from training.data import folder
 
 LABELS = "LOC_val_solution.csv"

@@ -9,7 +9,7 @@ from azure.storage.blob import ContainerClient
 
 from infra.backends.batch import spec as batch_spec
 from infra.backends import staging
-from tests.data_path.conftest import cli, make_tree
+from tests.training.data.conftest import cli, make_tree
 from training.data import staged
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 from azure.storage.blob import ContainerClient
 
-from tests.data_path.conftest import cli, cli_background, make_tree, tree
+from tests.training.data.conftest import cli, cli_background, make_tree, tree
 from training.data import transfer
 from training.errors import UsageError
 

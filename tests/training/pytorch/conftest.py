@@ -1,7 +1,7 @@
 """Training tests run the real thing in .venv-torch: horovodrun with 2 Gloo ranks on CPU, torchrun for DDP."""
 import pytest
 
-from tests.training_env import TrainingEnv
+from tests.training.training_env import TrainingEnv
 from training import frameworks
 
 TORCH = TrainingEnv(frameworks.get("pytorch").image.venv)

@@ -12,7 +12,7 @@ from training.errors import UsageError
 from training.pytorch import dali
 from training.pytorch.data import FolderData
 
-from tests.train_pytorch.conftest import TINY, TORCH, training
+from tests.training.pytorch.conftest import TINY, TORCH, training
 
 
 def folder(root: Path, loader: str, rank: int = 1, size: int = 2) -> FolderData:

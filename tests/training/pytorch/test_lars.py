@@ -9,7 +9,7 @@ import torch
 from training.config import TrainConfig
 from training.pytorch import optim
 
-from tests.train_pytorch.conftest import TINY, training
+from tests.training.pytorch.conftest import TINY, training
 
 LR, MOMENTUM, DECAY = 2.0, 0.9, 0.01  # eta is the reference's 0.001
 

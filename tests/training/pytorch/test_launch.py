@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from tests.train_pytorch.conftest import TINY, training
+from tests.training.pytorch.conftest import TINY, training
 from training.errors import UsageError
 from training.cluster.launch import Host, build_command, hosts_from_batch, parse_hosts
 

@@ -12,7 +12,7 @@ from training.config import TrainConfig, resolve_for_device
 from training.pytorch import nvjpeg
 from training.pytorch.data import FolderData
 
-from tests.train_pytorch.conftest import TINY, training
+from tests.training.pytorch.conftest import TINY, training
 
 LEVEL = 1 / 255 / 0.229  # one 8-bit level after normalisation, at the largest of ImageNet's channel gains
 

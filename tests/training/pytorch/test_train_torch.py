@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from infra import REPO_ROOT
-from tests.train_pytorch.conftest import HOROVODRUN, PYTHON, TINY, TORCHRUN, env, horovod, training
+from tests.training.pytorch.conftest import HOROVODRUN, PYTHON, TINY, TORCHRUN, env, horovod, training
 
 
 def _metrics(out):
@@ -21,7 +21,7 @@ def test_two_horovod_ranks_stay_identical_and_loss_falls(dataset, tmp_path):
     # first explodes to 10-35, then comes back down as the LR decays: a pass that means little).
     horovod("--data", str(dataset), "--num-classes", "4", *TINY, "--batch-size", "8", "--log-every", "1",
             "--steps", "32", "--base-lr", "0.032", "--warmup-steps", "2", "--output-dir", str(out),
-            script=REPO_ROOT / "tests/train_pytorch/rank_params.py")
+            script=REPO_ROOT / "tests/training/pytorch/rank_params.py")
     rank0, rank1 = (torch.load(out / f"rank-{r}.pt") for r in (0, 1))
     for name, tensor in rank0.items():
         assert torch.equal(tensor, rank1[name]), f"{name} differs between ranks"

@@ -1,7 +1,7 @@
 """TensorFlow/Keras tests run the real thing in .venv-tf: horovodrun with 2 Gloo ranks on CPU."""
 import pytest
 
-from tests.training_env import TrainingEnv
+from tests.training.training_env import TrainingEnv
 from training import frameworks
 
 TF = TrainingEnv(frameworks.get("tensorflow").image.venv, {"TF_CPP_MIN_LOG_LEVEL": "3"})

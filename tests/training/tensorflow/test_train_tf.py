@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from infra import REPO_ROOT
-from tests.train_tensorflow.conftest import PYTHON, TINY, env, horovod, training
+from tests.training.tensorflow.conftest import PYTHON, TINY, env, horovod, training
 
 FRAMEWORKS = ["tensorflow", "keras"]
 SUMMARY_FIELDS = {"framework", "world_size", "img_per_sec", "img_per_sec_ci95", "img_per_sec_per_worker",
@@ -28,7 +28,7 @@ def learnable_runs(dataset, tmp_path_factory):
         runs[framework] = out = tmp_path_factory.mktemp(framework) / "run"
         horovod("--framework", framework, "--data", dataset, "--num-classes", "4", "--steps", "48", "--base-lr",
                 "0.032", "--warmup-steps", "2", "--image-size", "32", "--batch-size", "8", "--workers", "1",
-                "--log-every", "1", "--output-dir", out, script=REPO_ROOT / "tests/train_tensorflow/rank_weights.py")
+                "--log-every", "1", "--output-dir", out, script=REPO_ROOT / "tests/training/tensorflow/rank_weights.py")
     return runs
 
 

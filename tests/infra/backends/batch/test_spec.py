@@ -147,7 +147,7 @@ def test_autoscale_formula_uses_dedicated_nodes_only():
 
 def batch_node(tmp_path, job):
     """One node's Batch folders and variables as Batch documents them (devtools/rehearsal/batch.py, pinned to the
-    docs' examples in tests/rehearsal/test_batch_env.py): the scripts Batch downloaded (the common resource files,
+    docs' examples in tests/devtools/rehearsal/test_batch_env.py): the scripts Batch downloaded (the common resource files,
     blob names kept) in the task-shared folder, which is the task folder, and the NFS share with the staged marker."""
     variables = batch_env(tmp_path / "batch", ["127.0.0.1"], 0, job, batch_spec.TASK_ID)
     for name in ("AZ_BATCH_NODE_SHARED_DIR", "AZ_BATCH_NODE_MOUNTS_DIR", "AZ_BATCH_TASK_WORKING_DIR"):
@@ -242,7 +242,7 @@ def test_without_the_scripts_in_the_task_shared_folder_the_job_says_where_it_loo
 
 
 HOROVODRUN = """#!/bin/bash
-# Stands in for horovodrun, whose own launch the rehearsal runs (tests/rehearsal): as its ssh launch does, it runs
+# Stands in for horovodrun, whose own launch the rehearsal runs (tests/devtools/rehearsal): as its ssh launch does, it runs
 # a command on every host of -H over the job's ssh (-p), in this working directory with this PYTHONPATH; the
 # command says which host it ran on and which `training` it imported there.
 set -eu
