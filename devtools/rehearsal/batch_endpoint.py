@@ -1,0 +1,278 @@
+"""Azure Batch's data plane at the wire: `BatchEndpoint`, a local HTTPS server answering the REST calls that
+infra/backends/batch/service.py makes through the real azure-batch `BatchClient`, in front of a `BatchAccount`:
+the tests' in-memory account (tests/infra/backends/batch/fake_batch.py) or the rehearsal's, whose nodes really
+run the tasks (devtools/rehearsal/batch.py). Every value our code reads from Batch is then what the SDK's own
+deserialization makes of a REST response, with the types the SDK really returns.
+
+Responses are shaped as the REST spec's examples for api-version 2025-06-01, the version azure-batch 15.1.0
+speaks (Azure/azure-rest-api-specs, specification/batch/data-plane/Azure.Batch/stable/2025-06-01/examples:
+Jobs_GetJob, Tasks_ListTasks, Tasks_ListSubTasks, Tasks_GetTaskFileProperties, Tasks_GetTaskFile, Jobs_DeleteJob,
+Pools_GetPool_Basic), errors as the service's BatchError JSON with its status and error codes
+(https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes: JobNotFound, TaskNotFound,
+FileNotFound, JobExists, JobCompleted...). Only what the project asks for is served; anything else answers 501,
+so a new call shows up as a failing test rather than as a made-up answer.
+"""
+from __future__ import annotations
+
+import json
+import re
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlparse
+
+
+class BatchRefusal(Exception):
+    """An answer of the service's: its HTTP status and Batch error code."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+# The error codes the verbs meet, with the service's status and message
+# (https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes).
+def job_not_found() -> BatchRefusal:
+    return BatchRefusal(404, "JobNotFound", "The specified job does not exist.")
+
+
+def task_not_found() -> BatchRefusal:
+    return BatchRefusal(404, "TaskNotFound", "The specified task does not exist.")
+
+
+def file_not_found() -> BatchRefusal:
+    return BatchRefusal(404, "FileNotFound", "The specified file does not exist.")
+
+
+def job_exists() -> BatchRefusal:
+    return BatchRefusal(409, "JobExists", "The specified job already exists.")
+
+
+def job_completed() -> BatchRefusal:
+    return BatchRefusal(409, "JobCompleted", "The specified job is already in a completed state.")
+
+
+def pool_not_found() -> BatchRefusal:
+    return BatchRefusal(404, "PoolNotFound", "The specified pool does not exist.")
+
+
+class BatchAccount(Protocol):
+    """What the endpoint serves: jobs, tasks and pools as the REST API's JSON, by the service's rules. Every
+    method raises BatchRefusal where the service refuses (job_not_found(), job_exists()...)."""
+
+    def add_job(self, job: dict[str, Any]) -> None:
+        """`job`: the JSON the service returns for it from now on (new_job)."""
+
+    def job(self, job_id: str) -> dict[str, Any]: ...
+
+    def jobs(self) -> list[dict[str, Any]]: ...
+
+    def update_job(self, job_id: str, changes: dict[str, Any]) -> None: ...
+
+    def terminate_job(self, job_id: str, reason: str) -> None: ...
+
+    def delete_job(self, job_id: str) -> None: ...
+
+    def add_task(self, job_id: str, task: dict[str, Any]) -> None:
+        """`task`: the JSON the service returns for it from now on (new_task)."""
+
+    def task(self, job_id: str, task_id: str) -> dict[str, Any]: ...
+
+    def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
+        """A multi-instance task's subtasks (the primary's is the task itself, not listed)."""
+
+    def task_file(self, job_id: str, task_id: str, path: str) -> bytes:
+        """The file's bytes as they are now (it may still grow); file_not_found() while it does not exist."""
+
+    def pool(self, pool_id: str) -> dict[str, Any]: ...
+
+
+def iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_job(body: dict[str, Any], url: str, now: datetime, etag: str) -> dict[str, Any]:
+    """A job as the service returns it once created from `body` (Jobs_GetJob example)."""
+    at = iso(now)
+    return {**body, "url": f"{url}/jobs/{body['id']}", "eTag": etag, "lastModified": at, "creationTime": at,
+            "state": "active", "stateTransitionTime": at,
+            "executionInfo": {"startTime": at, "poolId": body["poolInfo"]["poolId"]}}
+
+
+def new_task(job_url: str, body: dict[str, Any], now: datetime, etag: str) -> dict[str, Any]:
+    """A task as the service returns it once added (Tasks_ListTasks example): active, not tried yet."""
+    at = iso(now)
+    return {**body, "url": f"{job_url}/tasks/{body['id']}", "eTag": etag, "creationTime": at, "lastModified": at,
+            "state": "active", "stateTransitionTime": at, "executionInfo": {"retryCount": 0, "requeueCount": 0}}
+
+
+def self_signed_certificate() -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 in a temp folder: (cert.pem, key.pem). azure-core sends a bearer
+    token over https only."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(hours=1))
+            .not_valid_after(now + timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    folder = Path(tempfile.mkdtemp(prefix="batch-endpoint-tls-"))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    (folder / "key.pem").chmod(0o600)
+    return str(folder / "cert.pem"), str(folder / "key.pem")
+
+
+class BatchEndpoint:
+    """`account` behind a local HTTPS endpoint (`url`; its certificate `ca_file`). `requests` lists (method, path,
+    range) as they arrived; `refuse` = (status, code, message) makes every request fail so (a firewall's 403, say).
+    `tls`: (certificate, key) files (default: a self-signed one for 127.0.0.1); `authorized(token)`: whether a
+    bearer token is one Azure AD issued (default: any), else 401 as the service answers a bad token."""
+
+    def __init__(self, account: BatchAccount, clock: Callable[[], datetime] | None = None,
+                 tls: tuple[str, str] | None = None, authorized: Callable[[str], bool] | None = None):
+        self.account = account
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.requests: list[tuple[str, str, str]] = []
+        self.refuse: tuple[int, str, str] | None = None
+        self.lock = threading.Lock()
+        self._etags = 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _serve(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                url = urlparse(self.path)
+                path, query = unquote(url.path), parse_qs(url.query)
+                byte_range = self.headers.get("ocp-range") or ""
+                endpoint.requests.append((self.command, path, byte_range))
+                token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                try:
+                    with endpoint.lock:
+                        if endpoint.refuse:
+                            raise BatchRefusal(*endpoint.refuse)
+                        if authorized is not None and not authorized(token):
+                            raise BatchRefusal(401, "InvalidAuthenticationTokenAudience" if token else
+                                               "AuthenticationFailed", "Server failed to authenticate the request.")
+                        status, headers, payload = endpoint.answer(self.command, path, query, body, byte_range)
+                except BatchRefusal as refusal:
+                    status, headers = refusal.status, {"Content-Type": "application/json;odata=minimalmetadata"}
+                    payload = json.dumps({"odata.metadata": f"{endpoint.url}/$metadata#Microsoft.Azure.Batch."
+                                                            "Protocol.Entities.Container.errors/@Element",
+                                          "code": refusal.code,
+                                          "message": {"lang": "en-US", "value": refusal.message}}).encode()
+                if isinstance(payload, (dict, list)):
+                    payload = json.dumps(payload).encode()
+                    headers.setdefault("Content-Type", "application/json;odata=minimalmetadata")
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                if "Content-Length" not in headers:
+                    self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(payload)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = do_HEAD = _serve
+
+        cert, key = tls or self_signed_certificate()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        self.ca_file = cert
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> "BatchEndpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _etag(self) -> str:
+        self._etags += 1
+        return f"0x{self._etags:015X}"
+
+    def answer(self, method: str, path: str, query: dict, body, byte_range: str):
+        """(status, headers, payload) for one request, by the REST reference of each operation."""
+        account, parts = self.account, [p for p in path.split("/") if p]
+        if method == "POST" and parts == ["jobs"]:  # Job - Add: 201
+            job = new_job(body, self.url, self.clock(), self._etag())
+            account.add_job(job)
+            return 201, {"DataServiceId": job["url"], "ETag": job["eTag"]}, b""
+        if method == "GET" and parts == ["jobs"]:  # Job - List, with the one $filter the verbs send
+            found = re.fullmatch(r"startswith\(id, '([^']*)'\)", query.get("$filter", [""])[0])
+            if not found:
+                raise BatchRefusal(400, "InvalidQueryParameterValue", "Value for one of the query parameters "
+                                                                      "specified in the request URI is invalid.")
+            return 200, {}, {"value": [job for job in account.jobs() if job["id"].startswith(found[1])]}
+        if len(parts) == 2 and parts[0] == "pools" and method == "GET":
+            return 200, {}, account.pool(parts[1])
+        if len(parts) == 2 and parts[0] == "jobs":
+            if method == "GET":
+                job = account.job(parts[1])
+                return 200, {"ETag": job["eTag"]}, job
+            if method == "PATCH":
+                account.update_job(parts[1], body)
+                return 200, {"DataServiceId": f"{self.url}/jobs/{parts[1]}"}, b""
+            if method == "DELETE":  # 202: the service passes through `deleting`, which the SDK's poller waits out
+                account.delete_job(parts[1])
+                return 202, {}, b""
+        if method == "POST" and len(parts) == 3 and parts[0] == "jobs" and parts[2] == "terminate":
+            account.terminate_job(parts[1], (body or {}).get("terminateReason") or "UserTerminate")
+            return 202, {}, b""
+        if method == "POST" and len(parts) == 3 and parts[0] == "jobs" and parts[2] == "tasks":
+            task = new_task(f"{self.url}/jobs/{parts[1]}", body, self.clock(), self._etag())
+            account.add_task(parts[1], task)
+            return 201, {"DataServiceId": task["url"]}, b""
+        if method == "GET" and len(parts) == 4 and parts[0] == "jobs" and parts[2] == "tasks":
+            return 200, {}, account.task(parts[1], parts[3])
+        if method == "GET" and len(parts) == 5 and parts[0] == "jobs" and parts[2] == "tasks" \
+                and parts[4] == "subtasksinfo":
+            return 200, {}, {"value": account.subtasks(parts[1], parts[3])}
+        if len(parts) >= 6 and parts[0] == "jobs" and parts[2] == "tasks" and parts[4] == "files":
+            data = account.task_file(parts[1], parts[3], "/".join(parts[5:]))
+            start = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
+            headers = {"ocp-creation-time": format_datetime(start, usegmt=True),
+                       "Last-Modified": format_datetime(start, usegmt=True),
+                       "ocp-batch-file-isdirectory": "false", "ocp-batch-file-url": f"{self.url}{path}",
+                       "ocp-batch-file-mode": "0o100644", "Content-Type": "application/octet-stream"}
+            if method == "HEAD":
+                return 200, {**headers, "Content-Length": str(len(data))}, b""
+            if method == "GET":
+                # ocp-range: bytes=START- or bytes=START-END (https://learn.microsoft.com/rest/api/batchservice/
+                # file/get-from-task: "The byte range to be retrieved").
+                found = re.fullmatch(r"bytes=(\d+)-(\d*)", byte_range)
+                if found:
+                    data = data[int(found[1]):int(found[2]) + 1 if found[2] else None]
+                return 200, headers, data
+        raise BatchRefusal(501, "NotImplemented", f"{method} {path}: not served by devtools/rehearsal/batch_endpoint.py")
