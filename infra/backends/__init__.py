@@ -30,7 +30,6 @@ class Backend(Protocol):
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
     key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
-    low_priority_refusal: str | None  # why the config refuses lowPriority: true (None: its nodes can be low-priority)
 
     def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the

@@ -3,6 +3,7 @@ evaluated offline (Pulumi mocks: no Azure, no Pulumi CLI), for review in pull re
 from __future__ import annotations
 
 from collections import defaultdict
+from datetime import date
 from typing import Any
 
 from infra.backends import backend
@@ -106,9 +107,12 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     return results
 
 
-def before_up(cfg) -> list[str]:
+def before_up(cfg, today: date | None = None) -> list[str]:
     """What a real subscription needs that the program cannot do for itself."""
-    return [*cfg.placeholders, *backend(cfg.backend).before_up(cfg)]
+    from infra.core.skus import retirement_warning
+
+    warning = retirement_warning(cfg.nodes.sku, today or date.today())
+    return [*cfg.placeholders, *([warning] if warning else []), *backend(cfg.backend).before_up(cfg)]
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:
@@ -203,6 +207,22 @@ def _month_and_job_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
     return lines
 
 
+def _spot_lines(cfg) -> list[str]:
+    """spot: true: what the node price above means for Spot nodes, and what an eviction costs and does."""
+    if not cfg.nodes.spot:
+        return []
+    # The Spot rate is variable (region, demand) and at most the pay-as-you-go price; Batch sets no max price and
+    # evicts for capacity only (https://learn.microsoft.com/azure/batch/batch-spot-vms#limitations; Azure ML:
+    # MicrosoftDocs/azure-ai-docs pulls 791 and 806). Evicted nodes bill while powered on, replacements while they
+    # start (pull 791, how-to-use-low-priority-batch.md: no refund or credit for an eviction).
+    return [f"  spot: true: Spot nodes bill the Spot rate of {cfg.nodes.gpu_sku} in {cfg.location}, which varies "
+            "with region and demand and is at most the pay-as-you-go price: every node figure above is its upper "
+            "bound, not a discounted estimate (the Azure Retail Prices API gives today's rate, type 'Spot')",
+            "  an evicted node bills until Azure removes it, and its replacement while it starts; the job's task is "
+            "requeued and the run resumes from its newest checkpoint (`--checkpoint-minutes N` in trainingArgs "
+            "bounds what an eviction loses to N minutes of training)"]
+
+
 def render(evaluation: Evaluation) -> tuple[str, bool]:
     """The plan as text, and whether every security check passed."""
     cfg = evaluation.config
@@ -219,12 +239,13 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
               + backend(cfg.backend).node_extra(cfg)[1]
-              + (" (dedicated list price: low-priority nodes bill less)" if cfg.nodes.low_priority else "")]
+              + ("" if sku.price_checked else " (no East US pay-as-you-go price was checked for this size: a rough "
+                                              "figure; ask the Azure Retail Prices API before budgeting)")]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     nodes = cfg.nodes
     lines += [f"  at minNodes={nodes.min_nodes}: {estimate.at(nodes.min_nodes):.2f} per hour",
               f"  at maxNodes={nodes.max_nodes}: {estimate.at(nodes.max_nodes):.2f} per hour "
-              f"({nodes.max_nodes * sku.gpus} GPUs)"] + _month_and_job_lines(cfg, estimate)
+              f"({nodes.max_nodes * sku.gpus} GPUs)"] + _month_and_job_lines(cfg, estimate) + _spot_lines(cfg)
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.backends import backend
 from infra.core import config, cost
 from infra.core.config import PROJECT, ConfigError, StackConfig
 
@@ -184,11 +183,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
     if chosen != source.backend:
         values["backend"] = chosen
-        # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS), as would lowPriority where
-        # the new backend has no low-priority nodes.
+        # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS).
         drop |= {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
-        if backend(chosen).low_priority_refusal:
-            drop.add("lowPriority")
     header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
               "# differs (README, \"Deploying a team's stack to Azure\"); reservedAddressSpaces lists the other\n"
               "# stacks' spaces and the ranges they reserve.")

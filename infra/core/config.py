@@ -46,6 +46,15 @@ BACKEND_ONLY_KEYS = {
               "trainingRetries"),
     "azureml": ("amlDataMode", "amlIdleMinutes", "amlWorkspaceAccess"),
 }
+# Keys a stack file may still hold under an older name: the line that says what to write instead, and why.
+RENAMED_KEYS = {
+    # https://github.com/Azure/Batch/issues/196 (Low-Priority compute nodes migration to Spot-based compute nodes,
+    # March 2026): Batch allocates low-priority nodes as Spot VMs, and the API's low-priority properties now mean
+    # Spot; Azure ML retired low priority on 2026-03-31 and its low-priority clusters run on Spot VMs
+    # (MicrosoftDocs/azure-ai-docs pull 806, how-to-manage-optimize-cost).
+    "lowPriority": "renamed to spot: Azure now allocates low-priority nodes as Spot VMs (variable Spot rate, "
+                   "evictable) on both backends (Azure/Batch issue 196); write spot: true or spot: false",
+}
 JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
 # ARM principalType of whoever runs `pulumi up` (its data-plane grants): the client config cannot tell, and a
 # wrong one is refused (UnmatchedPrincipalType); azure-native sends User when none is given.
@@ -255,18 +264,18 @@ class NetworkConfig:
 @dataclass(frozen=True, kw_only=True)
 class NodesConfig:
     """The GPU nodes (Batch pool or Azure ML compute cluster)."""
-    KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "lowPriority": "low_priority"}
+    KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "spot": "spot"}
     gpu_sku: str
     min_nodes: int
     max_nodes: int
-    low_priority: bool = False  # refused with backend batch (Batch retired low-priority nodes); kept to name the key
+    spot: bool = False  # Spot nodes (evictable, billed at the variable Spot rate) on either backend
 
     @property
     def sku(self) -> GpuSku:
         return CATALOG[self.gpu_sku]
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any], backend: str, network: NetworkConfig) -> NodesConfig:
+    def parse(cls, values: Mapping[str, Any], network: NetworkConfig) -> NodesConfig:
         sku_name = values["gpuSku"]
         sku = CATALOG.get(sku_name)
         if sku is None:
@@ -281,12 +290,6 @@ class NodesConfig:
                                           f"{RANGES['maxNodes'].high}")
         if min_nodes > max_nodes:
             raise ConfigError("minNodes", f"{min_nodes} is more than maxNodes {max_nodes}")
-        # Imported here: the backends' modules import this one.
-        from infra.backends import backend as backend_of
-
-        refusal = backend_of(backend).low_priority_refusal
-        if values["lowPriority"] and refusal:
-            raise ConfigError("lowPriority", refusal)
         if max_nodes > 1 and not sku.infiniband:
             ib_sizes = ", ".join(name for name, s in sorted(CATALOG.items()) if s.infiniband and not s.retired)
             raise ConfigError("maxNodes", f"{max_nodes} nodes of {sku_name}, which has no InfiniBand; multi-node "
@@ -295,7 +298,7 @@ class NodesConfig:
         if usable < max_nodes:
             raise ConfigError("computeSubnet", f"{network.compute_subnet} has {usable} usable addresses, fewer than "
                                                f"maxNodes {max_nodes}; use a larger prefix")
-        return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, low_priority=values["lowPriority"])
+        return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, spot=values["spot"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -545,6 +548,8 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     `placeholders`."""
     schema = schema if schema is not None else load_schema()
     for name in values:
+        if name in RENAMED_KEYS and name not in schema:
+            raise ConfigError(name, RENAMED_KEYS[name])
         if name not in schema:
             close = difflib.get_close_matches(name, list(schema), n=1)
             hint = f"did you mean '{close[0]}'?" if close else "Pulumi.yaml declares every key the program reads"
@@ -577,7 +582,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
                              "managed identity running `pulumi up`)")
     # Section by section, in the order the keys were always checked (the first bad key is the one named).
     network, placeholders = NetworkConfig.parse(merged, placeholders_ok)
-    nodes = NodesConfig.parse(merged, backend, network)
+    nodes = NodesConfig.parse(merged, network)
     storage, monitoring = StorageConfig.parse(merged), MonitoringConfig.parse(merged)
     registry = RegistryConfig.parse(merged)
     nfs = NfsConfig.parse(merged)

@@ -67,8 +67,8 @@ def estimate(config: StackConfig) -> CostEstimate:
     }
     chosen = backend(config.backend)
     fixed.update(chosen.fixed_costs(config))
-    # Low-priority AML nodes bill less than the dedicated list price (the discount varies by region and is not in
-    # the catalog): the dedicated price is the estimate's upper bound.
+    # Spot nodes (spot: true) bill the variable Spot rate, at most the pay-as-you-go price (plan.py, _spot_lines):
+    # the pay-as-you-go price is the estimate's upper bound, never a fixed discount.
     node_price = config.nodes.sku.price_per_hour + chosen.node_extra(config)[0]
     return CostEstimate(fixed, node_price, config.nodes.min_nodes, config.nodes.max_nodes)
 

@@ -7,6 +7,22 @@ them for an order-of-magnitude estimate only, so check the Azure pricing page be
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
+
+
+# Where the catalog's facts come from (each row below cites these by name).
+# Quota families: the name.value `az vm list-usage --location X` reports per VM family, which Azure's size pages do
+# not print; taken from the family table of Red Hat's OpenShift "Installing on Azure" guide (tested instance types,
+# GPU accelerated), the NDm A100 v4 one from `az vm list-usage` output quoted in public repos: compare them
+# case-insensitively (Azure's own casing varies between families).
+# Batch: https://learn.microsoft.com/azure/batch/batch-pool-vm-sizes (supported VM series table: NCv3, NCasT4_v3,
+# NDv4 "all sizes"; silent on the others) and https://github.com/Azure/Batch/issues/173 (ND H100 v5 "supported in
+# select regions": `az batch location list-skus` is the authority per region).
+# Azure ML: https://learn.microsoft.com/azure/machine-learning/concept-compute-target#supported-vm-series-and-sizes
+# (lists NCv3, NCasT4_v3, NDasrA100_v4; silent on the others; `az ml compute list-sizes` per region).
+BATCH_SIZES_DOC = "https://learn.microsoft.com/azure/batch/batch-pool-vm-sizes"
+AML_SIZES_DOC = "https://learn.microsoft.com/azure/machine-learning/concept-compute-target#supported-vm-series-and-sizes"
+RETIREMENT_WARNING_DAYS = 365  # plan warns when a size retires within this many days
 
 
 @dataclass(frozen=True)
@@ -19,30 +35,70 @@ class GpuSku:
     vcpus: int  # what the Batch account's core quota counts
     nccl_topo_file: str = ""  # the NCCL topology file the HPC image ships for this size (InfiniBand sizes)
     retired_on: str | None = None  # ISO date Azure retired the size
-    successor: str | None = None  # what to use instead of a retired size
+    successor: str | None = None  # what to use instead of a retired (or retiring) size
+    quota_family: str = ""  # the vCPU quota family the size counts against (dedicated quota; Spot: one for all)
+    batch_listed: bool | None = None  # Batch's supported-size docs list its series (None: the docs are silent)
+    aml_listed: bool | None = None  # Azure ML's supported-series table lists it (None: silent)
+    retiring_on: str | None = None  # ISO date of an announced retirement that has not happened yet
+    price_checked: bool = True  # False: no East US pay-as-you-go price was seen for it here (plan says so)
 
     @property
     def retired(self) -> bool:
         return self.retired_on is not None
 
 
+def retirement_warning(sku: GpuSku, today: date) -> str | None:
+    """The line plan prints for a size whose announced retirement is near (within RETIREMENT_WARNING_DAYS)."""
+    if not sku.retiring_on:
+        return None
+    days = (date.fromisoformat(sku.retiring_on) - today).days
+    if days > RETIREMENT_WARNING_DAYS:
+        return None
+    instead = f"; move to {sku.successor}" if sku.successor else ""
+    return (f"gpuSku {sku.name} retires on {sku.retiring_on} (in {max(days, 0)} days): pools and clusters of it "
+            f"stop getting nodes then{instead}")
+
+
 CATALOG: dict[str, GpuSku] = {
     sku.name: sku
     for sku in [
-        # NCv3 (V100): the reference architecture's sizes, retired on 2025-09-30.
-        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-09-30", "Standard_ND96asr_v4"),
-        GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, 24, "", "2025-09-30", "Standard_NC24ads_A100_v4"),
-        GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, 6, "", "2025-09-30", "Standard_NC24ads_A100_v4"),
+        # NCv3 (V100): the reference architecture's sizes. NC24rs_v3 retired on 2025-03-31
+        # (https://learn.microsoft.com/azure/virtual-machines/ncv3-nc24rs-retirement), the other NCv3 sizes on
+        # 2025-09-30 (https://learn.microsoft.com/azure/virtual-machines/ncv3-retirement).
+        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-03-31", "Standard_ND96asr_v4",
+               quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
+        GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, 24, "", "2025-09-30", "Standard_NC24ads_A100_v4",
+               quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
+        GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, 6, "", "2025-09-30", "Standard_NC24ads_A100_v4",
+               quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
         # Single-node sizes, no InfiniBand: good for one-node jobs and trials.
-        GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53, 4),
-        GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67, 24),
-        GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98, 40),
+        GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53, 4,
+               quota_family="StandardNCASv3_T4Family", batch_listed=True, aml_listed=True),
+        GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67, 24,
+               quota_family="StandardNCADSA100v4Family"),
+        # NC H100 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ncadsh100v5-series):
+        # H100 NVL 94 GB PCIe, no InfiniBand; the 2-GPU size's pair is joined by NVLink.
+        GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98, 40,
+               quota_family="StandardNCadsH100v5Family"),
+        GpuSku("Standard_NC80adis_H100_v5", 2, "H100 NVL 94GB", False, 13.96, 80,
+               quota_family="StandardNCadsH100v5Family", price_checked=False),
         # InfiniBand sizes: 8 GPUs per node, NVLink inside, 200-400 Gb/s IB per GPU between nodes.
         # Topology files: the Ubuntu HPC image ships one per ND family under /opt/microsoft
         # (https://learn.microsoft.com/azure/virtual-machines/workloads/hpc/configure, "NCCL topology").
-        GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20, 96, "/opt/microsoft/ndv4-topo.xml"),
-        GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml"),
-        GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml"),
+        GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20, 96, "/opt/microsoft/ndv4-topo.xml",
+               quota_family="StandardNDASv4_A100Family", batch_listed=True, aml_listed=True),
+        GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml",
+               quota_family="standardNDAMSv4_A100Family"),
+        GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
+               quota_family="standardNDSH100v5Family", batch_listed=True),
+        # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
+        # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
+        # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,
+        # and the HPC image writes /etc/nccl.conf per size at boot). Price: no
+        # East US pay-as-you-go figure was reachable here (price_checked False: plan says so); ND H100 v5's x 1.12
+        # is a rough upper guess until the Retail Prices API is asked.
+        GpuSku("Standard_ND96isr_H200_v5", 8, "H200 141GB", True, 110.12, 96, "/opt/microsoft/ndv5-topo.xml",
+               quota_family="standardNDISRH200V5Family", price_checked=False),
     ]
 }
 

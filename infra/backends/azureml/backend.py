@@ -18,9 +18,6 @@ class AzureMlBackend:
     refused_verbs: dict[str, str] = {}
     # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
     key_vault_endpoint = True
-    # A compute cluster's nodes may be low priority (vmPriority LowPriority, "Lower your compute cluster cost with
-    # low priority VMs" in https://learn.microsoft.com/azure/machine-learning/how-to-create-attach-compute-cluster).
-    low_priority_refusal = None
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
@@ -144,12 +141,22 @@ class AzureMlBackend:
 
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
+        from infra.core.skus import AML_SIZES_DOC
+
+        listed = ("Azure ML's supported-series table lists it" if sku.aml_listed
+                  else "Azure ML's supported-series table is silent on it")
         return [
+            f"Is {sku.name} offered to Azure ML compute clusters in {cfg.location}? {listed} ({AML_SIZES_DOC}); the "
+            f"region's answer, once the workspace exists: `az ml compute list-sizes --location {cfg.location} "
+            "--resource-group RG --workspace-name WS` (absent: pick another size or region).",
             # https://learn.microsoft.com/azure/machine-learning/how-to-manage-quotas: Azure ML compute quota
-            # is per VM family and region, dedicated and low-priority separately.
-            f"Azure ML {'low-priority' if cfg.nodes.low_priority else 'dedicated'} core quota for the {sku.name} "
-            f"family in {cfg.location}: {vcpus}; request it in the portal (Azure Machine Learning > Quotas) "
-            "or the cluster stays at 0 nodes.",
+            # is per VM family and region for dedicated cores, one low-priority quota per region for all families;
+            # a LowPriority cluster's nodes are Spot VMs since 2026-03-31 (MicrosoftDocs/azure-ai-docs pull 806).
+            (f"Azure ML low-priority core quota (Spot nodes, spot: true; one for all VM families) in "
+             f"{cfg.location}: {vcpus} for {sku.quota_family}" if cfg.nodes.spot else
+             f"Azure ML dedicated core quota for the {sku.name} family ({sku.quota_family}) in {cfg.location}: "
+             f"{vcpus}") + "; request it in the portal (Azure Machine Learning > Quotas) or the cluster stays at 0 "
+            "nodes.",
             ("The workspace accepts the VNet only (amlWorkspaceAccess: private; an IP allow list needs a "
              "preview API): submit jobs and use the studio from inside the VNet (VPN gateway, Bastion, a peered "
              "network)." if cfg.aml.workspace_access == "private" else

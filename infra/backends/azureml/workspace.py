@@ -138,7 +138,10 @@ class AzureMl(pulumi.ComponentResource):
             opts=child)
         self._private_endpoint(name, rg, args)
 
-        # The GPU cluster: dedicated or low-priority nodes of the catalog's size, scaling to minNodes when idle.
+        # The GPU cluster: dedicated or Spot nodes of the catalog's size, scaling to minNodes when idle. The tier is
+        # still named LowPriority (azure-native 3.x's VmPriority: Dedicated, LowPriority); Azure ML retired low
+        # priority on 2026-03-31 and allocates such clusters' nodes as Spot VMs at the Spot rate
+        # (MicrosoftDocs/azure-ai-docs pull 806, how-to-manage-optimize-cost).
         nodes = args.nodes
         self.compute = ml.Compute(
             f"{name}-gpu", resource_group_name=rg, location=args.location, tags=args.tags,
@@ -148,7 +151,7 @@ class AzureMl(pulumi.ComponentResource):
             properties=ml.AmlComputeArgs(
                 compute_type="AmlCompute", disable_local_auth=True,
                 properties=ml.AmlComputePropertiesArgs(
-                    vm_size=nodes.gpu_sku, vm_priority="LowPriority" if nodes.low_priority else "Dedicated",
+                    vm_size=nodes.gpu_sku, vm_priority=ml.VmPriority.LOW_PRIORITY if nodes.spot else ml.VmPriority.DEDICATED,
                     os_type="Linux", enable_node_public_ip=False, remote_login_port_public_access="Disabled",
                     subnet=ml.ResourceIdArgs(id=args.compute_subnet_id),
                     scale_settings=ml.ScaleSettingsArgs(

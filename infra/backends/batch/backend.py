@@ -16,12 +16,6 @@ class BatchBackend:
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
     key_vault_endpoint = False
-    # https://learn.microsoft.com/azure/batch/batch-spot-vms: low-priority VMs in Batch-service pool allocation mode
-    # were retired on 2025-09-30; Spot needs user-subscription mode (a Key Vault and the Batch service principal's
-    # access to the subscription), which this project does not deploy.
-    low_priority_refusal = ("true is not possible: Azure Batch retired low-priority nodes in Batch-service pools on "
-                            "2025-09-30 (Spot needs user-subscription mode); set lowPriority: false, or use backend "
-                            "azureml")
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 
@@ -157,12 +151,26 @@ class BatchBackend:
 
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
+        # https://learn.microsoft.com/azure/batch/batch-quota-limit#resource-quotas: a Batch-service account has a
+        # dedicated core quota per VM family and one low-priority core quota for all families (the account's
+        # lowPriorityCoreQuota), both often 0 on a new account; since March 2026 the low-priority quota is what
+        # Spot nodes count against (https://github.com/Azure/Batch/issues/196: the low-priority properties now
+        # mean Spot in Batch-managed accounts).
+        quota = (f"Batch Spot core quota (the account's lowPriorityCoreQuota, one for all VM families, spot: true) "
+                 f"in {cfg.location}: {vcpus} for {sku.quota_family}" if cfg.nodes.spot else
+                 f"Batch dedicated core quota for the {sku.name} family ({sku.quota_family}) in {cfg.location}: "
+                 f"{vcpus}")
+        from infra.core.skus import BATCH_SIZES_DOC
+
+        listed = ("Batch's supported-size table lists its series" if sku.batch_listed
+                  else "Batch's size docs are silent on it")
         return [
-            # https://learn.microsoft.com/azure/batch/batch-quota-limit#core-quotas: a new Batch-service account's
-            # dedicated core quota per VM family is often 0 for GPU families.
-            f"Batch dedicated core quota for the {sku.name} family in {cfg.location}: {vcpus}. A new Batch "
-            "account often has 0 for GPU families: after the account exists, request it (portal: Batch account > "
-            "Quotas > Request quota increase), or the pool stays at 0 nodes with a quota error in its resize errors.",
+            f"Is {sku.name} offered to Batch pools in {cfg.location}? {listed} ({BATCH_SIZES_DOC}); the region's "
+            f"answer: `az batch location list-skus --location {cfg.location} --query \"[?name=='{sku.name}']\"` "
+            "(an empty list: pick another size or region).",
+            f"{quota}. A new Batch account often has 0 for GPU families: after the account exists, request it "
+            "(portal: Batch account > Quotas > Request quota increase), or the pool stays at 0 nodes with a quota "
+            "error in its resize errors.",
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
             "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
 

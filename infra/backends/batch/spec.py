@@ -252,7 +252,7 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
     }
 
 
-def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
+def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False) -> str:
     """The pool sized from its jobs: the nodes the queued tasks ask for, plus every node while a task runs,
     `min_nodes` once nothing has waited or run for a while, never more than `max_nodes`.
 
@@ -265,9 +265,19 @@ def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
     active until it starts, so the largest sample of the last 5 minutes would still count a job that has just
     started on its nodes, and the next evaluation would add as many idle ones for the whole run. Whether
     anything runs is read from the last 5 minutes (below 70% of samples, the newest): a brief gap in the samples
-    does not give a running job's nodes up. Dedicated nodes only: low-priority nodes are gone from Batch-service
-    pools (see config.py, lowPriority).
+    does not give a running job's nodes up.
+
+    With `spot` the same count goes to Spot nodes ($TargetLowPriorityNodes, $CurrentLowPriorityNodes: since March
+    2026 Batch allocates the low-priority target of a Batch-managed account as Spot VMs,
+    https://github.com/Azure/Batch/issues/196) and none to dedicated ones: a job on a mix would be evicted with
+    its Spot part anyway (one multi-instance task), so a mix buys no safety and costs the dedicated price. An
+    evicted node's task is requeued ("tasks that were running on the preempted node VMs are requeued",
+    https://learn.microsoft.com/azure/batch/batch-spot-vms): it counts in $ActiveTasks again, and the pool seeks
+    its Spot target back; while anything waits, whether a job runs is read from the newest sample only (below).
     """
+    target, current = (("$TargetLowPriorityNodes", "$CurrentLowPriorityNodes") if spot
+                       else ("$TargetDedicatedNodes", "$CurrentDedicatedNodes"))
+    other = "$TargetDedicatedNodes" if spot else "$TargetLowPriorityNodes"
     def recent(metric: str) -> str:
         return (f"{metric}.GetSamplePercent(TimeInterval_Minute * 5) < 70 ? max(0, {metric}.GetSample(1)) : "
                 f"max(0, max({metric}.GetSample(TimeInterval_Minute * 5)))")
@@ -275,10 +285,15 @@ def autoscale_formula(min_nodes: int, max_nodes: int) -> str:
     return "\n".join([
         "$waiting = max(0, $ActiveTasks.GetSample(1));",
         f"$running = {recent('$RunningTasks')};",
-        "$busy = $running > 0 ? $CurrentDedicatedNodes : 0;",
+        # While a job waits, what runs is read from the newest sample: an evicted job's task is requeued (it
+        # waits again) and ran a minute ago, and its surviving nodes would otherwise be counted beside the
+        # nodes it asks for, one idle node more for the whole rerun.
+        "$runningNow = max(0, $RunningTasks.GetSample(1));",
+        "$holding = $waiting > 0 ? $runningNow : $running;",
+        f"$busy = $holding > 0 ? {current} : 0;",
         f"$target = min({max_nodes}, max({min_nodes}, $waiting + $busy));",
-        "$TargetDedicatedNodes = $target;",
-        "$TargetLowPriorityNodes = 0;",
+        f"{target} = $target;",
+        f"{other} = 0;",
         "$NodeDeallocationOption = taskcompletion;",
     ])
 

@@ -34,7 +34,10 @@ def test_plan_prints_tree_cost_and_verdicts_for_dev():
                      "PASS storage-https-only", "PASS sas-least-privilege", "sas: [secret]",
                      # What `pulumi up` will need that the program cannot do: the placeholder, the GPU quota.
                      "Before `pulumi up`", "203.0.113.0/24 is the example stack's placeholder",
-                     "Batch dedicated core quota for the Standard_ND96asr_v4 family in westeurope: 192 vCPUs",
+                     "Batch dedicated core quota for the Standard_ND96asr_v4 family (StandardNDASv4_A100Family) in "
+                     "westeurope: 192 vCPUs",
+                     "Is Standard_ND96asr_v4 offered to Batch pools in westeurope? Batch's supported-size table lists "
+                     "its series", "az batch location list-skus --location westeurope",
                      # The roles `up` grants the identity running it, and the rules Azure enforces at the service.
                      "`pulumi up` grants your identity (User, deployerPrincipalType) Azure Batch Job Submitter on ",
                      "`pulumi up` grants your identity (User, deployerPrincipalType) Storage Blob Data Reader on ",
@@ -53,7 +56,7 @@ def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "error: Pulumi.bad.yaml: config key 'gpuSku': Standard_NC24rs_v3 was retired on 2025-09-30; "
+        "error: Pulumi.bad.yaml: config key 'gpuSku': Standard_NC24rs_v3 was retired on 2025-03-31; "
         "use Standard_ND96asr_v4"]
 
 
@@ -112,3 +115,55 @@ def test_a_batch_node_costs_its_size_and_its_os_disk_at_the_premium_tier_it_fits
     assert cost.estimate(cfg).node_price == pytest.approx(cfg.nodes.sku.price_per_hour + p15_per_month / 730)
     aml = config.from_stack_file("nlp")
     assert cost.estimate(aml).node_price == aml.nodes.sku.price_per_hour
+
+
+# --- spot: true, and the catalog's rows as plan shows them (issue 25) --------------------------------------------
+
+def _batch_config(**values):
+    base = config.from_stack_file("dev")
+    return dataclasses.replace(base, nodes=dataclasses.replace(base.nodes, **values))
+
+
+def test_plan_shows_batch_spot_nodes_their_cost_bound_and_their_quota():
+    from infra.cli import plan
+
+    cfg = _batch_config(spot=True)
+    lines = plan._spot_lines(cfg)
+    assert lines[0].startswith(f"  spot: true: Spot nodes bill the Spot rate of {cfg.nodes.gpu_sku} in {cfg.location}")
+    assert "at most the pay-as-you-go price" in lines[0] and "upper bound" in lines[0]
+    assert "evicted node bills until Azure removes it" in lines[1] and "newest checkpoint" in lines[1]
+    assert "--checkpoint-minutes" in lines[1]
+    quota = next(line for line in plan.before_up(cfg) if "quota" in line)
+    assert quota.startswith(f"Batch Spot core quota (the account's lowPriorityCoreQuota, one for all VM families, "
+                            f"spot: true) in {cfg.location}: {cfg.nodes.max_nodes * cfg.nodes.sku.vcpus} vCPUs")
+    assert plan._spot_lines(_batch_config(spot=False)) == []
+    assert "dedicated core quota" in next(line for line in plan.before_up(_batch_config(spot=False)) if "quota" in line)
+
+
+def test_plan_says_how_to_check_a_size_the_docs_are_silent_on_and_that_its_price_is_rough():
+    from infra.cli import plan
+
+    cfg = _batch_config(gpu_sku="Standard_ND96isr_H200_v5")
+    offered = next(line for line in plan.before_up(cfg) if line.startswith("Is Standard_ND96isr_H200_v5 offered"))
+    assert "Batch's size docs are silent on it" in offered
+    assert "az batch location list-skus --location westeurope --query \"[?name=='Standard_ND96isr_H200_v5']\"" in offered
+    assert "(standardNDISRH200V5Family)" in next(line for line in plan.before_up(cfg) if "quota" in line)
+
+
+@pytest.mark.parametrize("days,warned", [(400, False), (365, True), (30, True)])
+def test_plan_warns_on_a_size_near_its_retirement_with_its_successor(days, warned):
+    from datetime import date, timedelta
+
+    from infra.cli import plan
+    from infra.core import skus
+
+    today = date(2026, 11, 23)
+    retiring = dataclasses.replace(skus.CATALOG["Standard_ND96asr_v4"], retiring_on=str(today + timedelta(days)),
+                                   successor="Standard_ND96isr_H100_v5")
+    line = skus.retirement_warning(retiring, today)
+    assert (line is not None) == warned
+    if warned:
+        assert line == (f"gpuSku Standard_ND96asr_v4 retires on {today + timedelta(days)} (in {days} days): pools "
+                        "and clusters of it stop getting nodes then; move to Standard_ND96isr_H100_v5")
+    # No size in the catalog has an announced retirement ahead (none found in Azure's docs): plan warns on none.
+    assert not any(w for w in plan.before_up(config.from_stack_file("dev"), today) if "retires on" in w)

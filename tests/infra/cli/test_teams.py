@@ -77,7 +77,7 @@ def test_new_team_from_another_backend_drops_the_keys_it_would_refuse(project, c
     cfg = config.from_stack_file("speech", project)
     assert cfg.backend == "batch" and cfg.team == "speech"
     text = (project / "Pulumi.speech.yaml").read_text()
-    for key in config.BACKEND_ONLY_KEYS["azureml"] + ("lowPriority",):
+    for key in config.BACKEND_ONLY_KEYS["azureml"]:
         assert f":{key}:" not in text, key
 
 

@@ -132,7 +132,9 @@ BAD_CONFIGS = [
     ({"location": "moon"}, "location", "az account list-locations"),
     ({"storageSubnet": "10.10.16.0/30"}, "storageSubnet", "smallest subnet, /29"),
     ({"allowedIpRanges": []}, "allowedIpRanges", "is empty"),
-    ({"lowPriority": True}, "lowPriority", "retired low-priority nodes in Batch-service pools on 2025-09-30"),
+    ({"lowPriority": True}, "lowPriority", "renamed to spot: Azure now allocates low-priority nodes as Spot VMs"),
+    ({"lowPriority": False}, "lowPriority", "write spot: true or spot: false"),
+    ({"spot": "yes"}, "spot", "true or false"),
     ({"backend": "aml"}, "backend", "not one of batch, azureml"),
     # A key of the other backend is refused, not ignored: it would silently mean nothing.
     ({"backend": "azureml", "nfsKind": "azure-files"}, "nfsKind", "applies to backend batch only"),
@@ -220,11 +222,22 @@ def test_yaml_errors_keep_their_line_and_column(tmp_path):
     assert message.startswith("not valid YAML at line 4, column 1") and "--stack" not in message
 
 
-def test_azureml_takes_low_priority_nodes_and_its_own_keys():
-    cfg = parse("x", {**BASE, "backend": "azureml", "lowPriority": True, "amlDataMode": "mount", "amlIdleMinutes": 30})
-    assert (cfg.backend, cfg.nodes.low_priority, cfg.aml.data_mode, cfg.aml.idle_minutes) == ("azureml", True, "mount",
-                                                                                              30)
-    assert parse("x", BASE).backend == "batch"
+def test_azureml_takes_spot_nodes_and_its_own_keys():
+    cfg = parse("x", {**BASE, "backend": "azureml", "spot": True, "amlDataMode": "mount", "amlIdleMinutes": 30})
+    assert (cfg.backend, cfg.nodes.spot, cfg.aml.data_mode, cfg.aml.idle_minutes) == ("azureml", True, "mount", 30)
+    assert parse("x", BASE).backend == "batch" and not parse("x", BASE).nodes.spot
+
+
+def test_batch_takes_spot_nodes():
+    """Azure/Batch issue 196: a Batch-managed account's low-priority target is allocated as Spot VMs."""
+    assert parse("x", {**BASE, "spot": True}).nodes.spot
+
+
+def test_the_renamed_key_is_refused_in_one_line_from_a_stack_file(tmp_path):
+    _stack_file(tmp_path, "config:\n  azure-dl-training:team: dev\n  azure-dl-training:lowPriority: true\n")
+    with pytest.raises(ConfigError) as raised:
+        config.from_stack_file("a", tmp_path)
+    assert "renamed to spot" in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_a_key_without_namespace_is_this_projects_as_the_cli_reads_it(tmp_path):

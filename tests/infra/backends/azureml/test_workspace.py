@@ -53,7 +53,7 @@ def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity
     cluster = props["properties"]
     assert props["computeType"] == "AmlCompute" and props["disableLocalAuth"] is True
     assert cluster["vmSize"] == cfg.nodes.gpu_sku
-    assert cluster["vmPriority"] == ("LowPriority" if cfg.nodes.low_priority else "Dedicated")
+    assert cluster["vmPriority"] == ("LowPriority" if cfg.nodes.spot else "Dedicated")
     assert cluster["scaleSettings"] == {"minNodeCount": cfg.nodes.min_nodes, "maxNodeCount": cfg.nodes.max_nodes,
                                         "nodeIdleTimeBeforeScaleDown": f"PT{cfg.aml.idle_minutes}M"}
     assert cluster["subnet"]["id"] == aml_ev.outputs["computeSubnetId"]
@@ -188,9 +188,14 @@ def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
     assert "backend azureml" in out and f"{ML}:Compute  dltrain-nlp-ml-gpu" in out
     assert "PASS aml-workspace-access" in out and "PASS aml-compute-private" in out
     assert "NFS" not in out.split("Estimated cost")[1].split("Training job")[0]
-    assert "low-priority nodes bill less" in out
+    # spot: true (Pulumi.nlp.yaml): the Spot rate bounded by the pay-as-you-go price, never a fixed discount.
+    assert "spot: true: Spot nodes bill the Spot rate of Standard_ND96asr_v4 in westus2" in out
+    assert "is at most the pay-as-you-go price: every node figure above is its upper bound" in out
+    assert "bill less" not in out and "discount" not in out.replace("not a discounted estimate", "")
+    assert "an evicted node bills until Azure removes it" in out
     assert "launched on `pulumi up` as an Azure ML command job: pytorch (horovod) on 4 node(s) x 8 GPUs" in out
-    assert "Azure ML low-priority core quota for the Standard_ND96asr_v4 family" in out
+    assert ("Azure ML low-priority core quota (Spot nodes, spot: true; one for all VM families) in westus2: 384 vCPUs "
+            "(4 node(s) x 96) for StandardNDASv4_A100Family") in out
 
 
 def test_up_launches_the_job_from_the_same_outputs_submit_reads(aml_ev):

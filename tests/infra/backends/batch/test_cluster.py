@@ -359,10 +359,27 @@ def evaluate_formula(formula: str, **metrics) -> dict:
     (0, 8, Samples(0, 1), Samples(1, 0), 1, 1),
     (0, 8, Samples(0, 2, 2), Samples(1, 0, 0), 2, 2),
 ])
-def test_the_pool_is_sized_from_the_nodes_its_jobs_ask_for(min_nodes, max_nodes, active, running, current, expected):
+@pytest.mark.parametrize("spot", [False, True])
+def test_the_pool_is_sized_from_the_nodes_its_jobs_ask_for(min_nodes, max_nodes, active, running, current, expected,
+                                                           spot):
+    """The same scenarios on dedicated and on Spot nodes (spot: true): the count goes to the kind the stack asks
+    for, the other kind stays 0, and the nodes a running job holds are read from that kind."""
     pending = Samples(*(a + r for a, r in zip(active.values, running.values)), percent=active.percent)
-    env = evaluate_formula(batch_spec.autoscale_formula(min_nodes, max_nodes), **{
+    kind, other = ("LowPriority", "Dedicated") if spot else ("Dedicated", "LowPriority")
+    env = evaluate_formula(batch_spec.autoscale_formula(min_nodes, max_nodes, spot), **{
         "$ActiveTasks": active, "$RunningTasks": running, "$PendingTasks": pending,
-        "$CurrentDedicatedNodes": float(current)})
-    assert env["$TargetDedicatedNodes"] == expected
-    assert env["$TargetLowPriorityNodes"] == 0 and env["$NodeDeallocationOption"] == "taskcompletion"
+        f"$Current{kind}Nodes": float(current), f"$Current{other}Nodes": 0.0})
+    assert env[f"$Target{kind}Nodes"] == expected
+    assert env[f"$Target{other}Nodes"] == 0 and env["$NodeDeallocationOption"] == "taskcompletion"
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_an_evicted_job_gets_its_nodes_back(spot):
+    """A Spot node of a running 2-node job is evicted: Batch requeues the task (its 2 instances count as active
+    again, https://learn.microsoft.com/azure/batch/batch-spot-vms), nothing runs, and the pool asks for 2 nodes of
+    the same kind again, not 0 and not more."""
+    kind = "LowPriority" if spot else "Dedicated"
+    env = evaluate_formula(batch_spec.autoscale_formula(0, 8, spot), **{
+        "$ActiveTasks": Samples(2, 0), "$RunningTasks": Samples(0, 1), "$PendingTasks": Samples(2, 1),
+        "$CurrentDedicatedNodes": 0.0, "$CurrentLowPriorityNodes": 0.0, f"$Current{kind}Nodes": 1.0})
+    assert env[f"$Target{kind}Nodes"] == 2

@@ -138,9 +138,11 @@ def test_local_cache_is_where_the_container_sees_it():
     assert "rsync" not in batch_spec.start_task_command(False, 120)
 
 
-def test_autoscale_formula_uses_dedicated_nodes_only():
+def test_autoscale_formula_asks_for_dedicated_or_spot_nodes():
     formula = batch_spec.autoscale_formula(0, 8)  # sized from the jobs: tests/infra/backends/batch/test_cluster.py evaluates it
     assert "$TargetDedicatedNodes = $target;" in formula and "$TargetLowPriorityNodes = 0;" in formula
+    spot = batch_spec.autoscale_formula(0, 8, spot=True)
+    assert "$TargetLowPriorityNodes = $target;" in spot and "$TargetDedicatedNodes = 0;" in spot
 
 
 # --- The job's own shell, run for real in bash on Batch's folder layout ----------------------------------------
