@@ -163,6 +163,7 @@ class UtilisationSampler:
 
 def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "training", "train", "--no-export", "--checkpoint-every", "1000000",
+               "--checkpoint-minutes", "0",
                "--output-dir", str(out / run.name), *run.flags]
     print(f"benchmark: {run.label.replace('{settings}', 'defaults')}: {' '.join(command[3:])}", flush=True)
     with UtilisationSampler(gpu) as sampler:

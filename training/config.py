@@ -87,6 +87,9 @@ class TrainConfig:
     steps: int = _opt(0, "optimizer steps to run in total (0: use --epochs)")
     log_every: int = _opt(10, "steps between metrics.jsonl records and progress lines")
     checkpoint_every: int = _opt(500, "steps between checkpoints (one is always written at the end)")
+    checkpoint_minutes: float = _opt(30.0, "also checkpoint once this many minutes of training have passed since "
+                                           "the last one (0: by steps only): bounds what a Spot eviction or a lost "
+                                           "node costs, whatever a step takes")
     keep_checkpoints: int = _opt(3, "checkpoints kept; older ones are deleted")
     stop_at_step: int = _opt(0, "end this run at this step with a checkpoint, as a preemption would (0: run to "
                                 "the end); a later --resume auto continues the same LR schedule")
@@ -106,6 +109,8 @@ class TrainConfig:
             raise UsageError(f"--image-size {self.image_size} is too small for ResNet50; use 32 or more")
         if self.steps < 0 or self.epochs <= 0 or self.stop_at_step < 0:
             raise UsageError("--steps and --stop-at-step must be >= 0, --epochs > 0")
+        if self.checkpoint_minutes < 0:
+            raise UsageError(f"--checkpoint-minutes must be >= 0 (0: by steps only), got {self.checkpoint_minutes}")
         if self.workers < 0:
             raise UsageError(f"--workers must be >= 0, got {self.workers}")
         if not 0 <= self.max_bad_images < 1:

@@ -135,6 +135,25 @@ class Reporter:
             self.log.close()
 
 
+@dataclass
+class CheckpointCadence:
+    """When rank 0 writes a checkpoint: every `every` steps, at the run's last step, and once `minutes` of
+    training have passed since the last one (0: steps only). The time bound is what an eviction can cost: Batch
+    requeues an evicted node's task and Azure ML reruns the job, and either resumes from the newest checkpoint
+    (--resume auto), so at most `minutes` of training are lost however long a step or `every` steps take."""
+    every: int
+    minutes: float
+    stop_at: int
+    last: float  # the clock (seconds) at the last checkpoint, or at the start of this run
+
+    def due(self, step: int, now: float) -> bool:
+        return (step % self.every == 0 or step == self.stop_at
+                or bool(self.minutes) and now - self.last >= self.minutes * 60)
+
+    def saved(self, now: float) -> None:
+        self.last = now
+
+
 def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str, Any]:
     """Train as `cfg` says with the framework `make_loop` builds; returns the summary (every rank)."""
     out = Path(cfg.output_dir)
@@ -171,13 +190,16 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                         else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [],
                         tracker=tracker)
     start_step = step
+    # Rank 0 alone decides and writes (checkpoint_state and save are rank 0's own: no collective to agree on).
+    cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_minutes, the_plan.stop_at, time.monotonic())
 
     def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
         if done % cfg.log_every == 0 or done == the_plan.stop_at:
             reporter.record(done, averaged_loss(), the_plan.lr(done - 1))  # every rank joins the average
-        if rank0 and (done % cfg.checkpoint_every == 0 or done == the_plan.stop_at):
+        if rank0 and cadence.due(done, time.monotonic()):
             checkpoint.save(ckpt_dir, done, loop.checkpoint_state(done), loop.save_checkpoint, cfg.keep_checkpoints,
                             loop.checkpoint_suffix)
+            cadence.saved(time.monotonic())
 
     if step < the_plan.stop_at:
         step = loop.fit(step, the_plan.stop_at, the_plan.lr, after_step)

@@ -110,3 +110,27 @@ def test_train_help_describes_training_not_the_package():
     out = subprocess.run([sys.executable, "-m", "training", "train", "--help"], capture_output=True, text=True,
                          check=True).stdout
     assert TRAIN_HELP.splitlines()[0] in out and "Commands:" not in out
+
+
+def test_a_checkpoint_is_written_at_least_every_checkpoint_minutes_of_training():
+    """--checkpoint-minutes bounds what an eviction loses: with steps that take 7 minutes each and a checkpoint
+    every 500 steps, a 30-minute bound writes one at step 5 (35 minutes in), then 30+ minutes after that."""
+    c = cfg("--steps", "1000", "--checkpoint-every", "500", "--checkpoint-minutes", "30")
+    cadence = runner.CheckpointCadence(c.checkpoint_every, c.checkpoint_minutes, 1000, last=0.0)
+    written = []
+    for step in range(1, 1001):
+        now = step * 7 * 60.0
+        if cadence.due(step, now):
+            written.append(step)
+            cadence.saved(now)
+    assert written[:3] == [5, 10, 15] and 500 in written and written[-1] == 1000
+    gaps = [b - a for a, b in zip([0, *written], written)]
+    assert max(gaps) * 7 <= 35  # never more than one step past the 30-minute bound
+
+
+def test_checkpoint_minutes_zero_checkpoints_by_steps_only_and_a_negative_one_is_refused():
+    cadence = runner.CheckpointCadence(500, 0.0, 1200, last=0.0)
+    assert [s for s in range(1, 1201) if cadence.due(s, s * 3600.0)] == [500, 1000, 1200]
+    assert cfg().checkpoint_minutes == 30.0  # bounded by default
+    with pytest.raises(UsageError, match="--checkpoint-minutes must be >= 0"):
+        cfg("--checkpoint-minutes", "-1").validate()
