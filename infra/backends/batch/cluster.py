@@ -19,6 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+# azure-native 3.x's batch module calls Microsoft.Batch API 2024-07-01 (its Pool docstring; 3.x has no versioned
+# submodules), which https://github.com/Azure/Batch/issues/140 puts among the API versions retired (those before
+# 2025-06-01, added 2026-05-15). Moving needs a local SDK (`pulumi package add azure-native batch 2025-06-01`) or an
+# azure-native release whose default is 2025-06-01: not done here (issue 25, left open).
 from pulumi_azure_native import authorization, batch
 
 from infra.components import roles
@@ -27,8 +31,13 @@ from infra.core import security
 from infra.core.config import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
-HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2204", version="latest")
-NODE_AGENT = "batch.node.ubuntu 22.04"
+# Ubuntu-HPC 24.04 (https://github.com/Azure/azhpc-images: ubuntu/ubuntu-24.x) with its node agent: Batch's
+# support of Ubuntu 22.04 is on its retirement list (https://github.com/Azure/Batch/issues/140, 2026-05-15).
+# The version stays `latest` (Batch resolves it when a node is created): Azure lists the versions only online
+# (`az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2404 --all`, or Batch's List Supported
+# Images), and no document or spec seen here names one; pin it here once read from there.
+HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2404", version="latest")
+NODE_AGENT = "batch.node.ubuntu 24.04"
 AUTOSCALE_INTERVAL = "PT5M"
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",

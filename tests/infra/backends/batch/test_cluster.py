@@ -35,6 +35,8 @@ def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips
     assert network["publicIPAddressConfiguration"] == {"provision": "NoPublicIPAddresses"}
     vm = pool["deploymentConfiguration"]["virtualMachineConfiguration"]
     assert vm["imageReference"]["offer"] == "ubuntu-hpc"  # InfiniBand and GPU drivers come with the image
+    # Ubuntu 24.04 and its agent: Batch's Ubuntu 22.04 support is on its retirement list (Azure/Batch issue 140).
+    assert (vm["imageReference"]["sku"], vm["nodeAgentSkuId"]) == ("2404", "batch.node.ubuntu 24.04")
 
 
 def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
