@@ -6,6 +6,7 @@ Commands:
   benchmark        synthetic ResNet50 throughput: our best settings vs the Horovod benchmark recipe
   data-demo        the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
   stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
+  rehearse         run a stack's own job here as Azure would (local nodes, Azurite, a local Batch endpoint; root)
 
 Examples:
   python -m devtools synth-data --out /tmp/ds --classes 4 --per-class 32 --size 64
@@ -19,7 +20,8 @@ import sys
 from training.errors import UsageError
 
 COMMANDS = {"synth-data": "devtools.synth_data", "benchmark": "devtools.benchmark",
-            "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark"}
+            "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark",
+            "rehearse": "devtools.rehearsal.run"}
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
-"""Azure Batch's part, played on local nodes: a `BatchService` (infra/backends/batch/service.py) that runs the job and
-task dicts `infra submit` and `pulumi up` send, by Batch's documented rules for a multi-instance task.
+"""Azure Batch's part, played on local nodes: `RehearsalBatch`, the account behind the rehearsal's Batch endpoint
+(devtools/rehearsal/batch_endpoint.py), runs the jobs and tasks `infra submit` and `pulumi up` send through the
+real azure-batch client, by Batch's documented rules for a multi-instance task.
 
 Rules played (each from the page cited where it is applied):
 - the pool's start task runs on every node before any task, and must succeed (startTask.waitForSuccess);
@@ -23,8 +24,8 @@ The container is the one thing not played: the commands run in a local training 
 environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py).
 
 The account's state (jobs, tasks, where the primary's task folder is) is written to STATE_FILE in the rehearsal's
-folder on every change, so `python -m infra status|logs|download|cancel --rehearsal`, run from another shell
-while the rehearsal runs or after it, reads it through `RecordedBatch`, the same BatchService seam.
+folder on every change; once the rehearsal has ended, `python -m devtools rehearse --serve` serves it
+(`RecordedAccount`) behind the same endpoint.
 """
 from __future__ import annotations
 
@@ -41,12 +42,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from devtools.rehearsal import batch_endpoint as rest
 from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, node_folders, task_folders
 from devtools.rehearsal.storage import Account
-from infra.backends.shared import JobNotFound
 
 STATE_FILE = "batch-state.json"
-CANCEL_DIR = "cancel"  # a file named after a job here asks the running rehearsal to terminate it
 POLL_S = 0.5
 
 
@@ -56,7 +56,7 @@ class ResourceFilesFailed(Exception):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return rest.iso(datetime.now(timezone.utc))
 
 
 def wall_clock_seconds(duration: str | None) -> float | None:
@@ -68,15 +68,6 @@ def wall_clock_seconds(duration: str | None) -> float | None:
         raise ValueError(f"unsupported duration {duration!r}")
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     return hours * 3600 + minutes * 60 + seconds
-
-
-def read_from(file: Path, offset: int) -> bytes:
-    """A task file's bytes from `offset` on; b'' while it does not exist (the task has not started)."""
-    if not file.is_file():
-        return b""
-    with open(file, "rb") as f:
-        f.seek(offset)
-        return f.read()
 
 
 def output_blob_names(pattern: str, working_dir: Path, path: str) -> dict[Path, str]:
@@ -148,55 +139,110 @@ class RehearsalBatch:
         self.processes: dict[str, list[subprocess.Popen]] = {}
         self.terminated: set[str] = set()
         self.started_nodes = False
-        self.retried_at: list[float] = []  # time.monotonic() of each retry, for the fault tests
+        self.lock = threading.RLock()  # the endpoint's threads and the job's
+        self.retried_at: list[float] = []
+        self.uploaded: dict[str, list[str]] = {}  # job -> the blobs its output files uploaded  # time.monotonic() of each retry, for the fault tests
 
-    # --- BatchService ------------------------------------------------------------------------------------------
-    def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
-        # As AzureBatch.submit: the job waits (noaction) until its task is in, then ends with its tasks.
-        self.jobs[job["id"]] = {**job, "state": "active", "creationTime": _now(), "onAllTasksComplete": "noaction"}
-        self.tasks[job["id"]] = {**task, "state": "active", "executionInfo": {"retryCount": 0}}
-        self.jobs[job["id"]]["onAllTasksComplete"] = "terminatejob"
-        self.save()
-        thread = threading.Thread(target=self._run_job, args=(job["id"],), daemon=True)
-        self.threads[job["id"]] = thread
-        thread.start()
+    # --- the account behind the Batch endpoint (devtools/rehearsal/batch_endpoint.BatchAccount) ----------------
+    def add_job(self, job: dict[str, Any]) -> None:
+        with self.lock:
+            if job["id"] in self.jobs:
+                raise rest.job_exists()
+            self.jobs[job["id"]] = job
+            self.save()
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
+    def job(self, job_id: str) -> dict[str, Any]:
         if job_id not in self.jobs:
-            raise JobNotFound(f"job {job_id} not found")
-        return dict(self.jobs[job_id])
+            raise rest.job_not_found()
+        return self.jobs[job_id]
 
-    def get_task(self, job_id: str, task_id: str) -> dict[str, Any]:
-        if job_id not in self.tasks:
-            raise JobNotFound(f"job {job_id} not found")
-        return dict(self.tasks[job_id])
+    def list_jobs(self) -> list[dict[str, Any]]:
+        return list(self.jobs.values())
 
-    def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
-        jobs = [dict(j) for i, j in self.jobs.items() if i.startswith(prefix)]
-        return sorted(jobs, key=lambda j: j["creationTime"], reverse=True)
+    def update_job(self, job_id: str, changes: dict[str, Any]) -> None:
+        with self.lock:
+            job = self.job(job_id)
+            job.update(changes)
+            self._end_with_tasks(job_id)
+            self.save()
 
-    def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
-        return read_from(self._task_dir(self.pool.nodes[0], job_id, task_id) / path, offset)
-
-    def terminate(self, job_id: str) -> None:
-        if job_id not in self.jobs:
-            raise JobNotFound(f"job {job_id} not found")
-        self.terminated.add(job_id)
+    def terminate_job(self, job_id: str, reason: str) -> None:
+        """The job's running tasks are stopped; it is `terminating` until they have ended, then completed
+        (https://learn.microsoft.com/rest/api/batchservice/job/terminate)."""
+        with self.lock:
+            job = self.job(job_id)
+            if job["state"] == "completed":
+                raise rest.job_completed()
+            job["executionInfo"]["terminateReason"] = reason
+            self.terminated.add(job_id)
+            task = self.tasks.get(job_id)
+            job["state"] = "terminating" if task and task["state"] == "running" else "completed"
+            self.save()
         for process in self.processes.get(job_id, []):
             if process.poll() is None:
                 process.kill()
 
-    def delete(self, job_id: str) -> None:
-        if job_id in self.jobs:
-            self.terminate(job_id)
+    def delete_job(self, job_id: str) -> None:
+        if job_id in self.jobs and self.jobs[job_id]["state"] != "completed":
+            self.terminate_job(job_id, "UserTerminate")
+        with self.lock:
+            self.job(job_id)
             self.jobs.pop(job_id)
             self.tasks.pop(job_id, None)
+            self.save()
+
+    def add_task(self, job_id: str, task: dict[str, Any]) -> None:
+        with self.lock:
+            if self.job(job_id)["state"] == "completed":
+                raise rest.job_completed()
+            self.tasks[job_id] = task
+            self.save()
+        thread = threading.Thread(target=self._run_job, args=(job_id,), daemon=True)
+        self.threads[job_id] = thread
+        thread.start()
+
+    def task(self, job_id: str, task_id: str) -> dict[str, Any]:
+        self.job(job_id)
+        task = self.tasks.get(job_id)
+        if task is None or task["id"] != task_id:
+            raise rest.task_not_found()
+        return task
+
+    def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
+        """The subtasks of a multi-instance task: one per node but the primary's (ids 1..n-1; Tasks_ListSubTasks)."""
+        task = self.task(job_id, task_id)
+        nodes = self.pool.nodes[:task["multiInstanceSettings"]["numberOfInstances"]]
+        return [{"id": index, "nodeInfo": {"nodeId": f"tvm-{index}", "poolId": "gpu"},
+                 "state": "completed" if task["state"] == "completed" else "running"}
+                for index in range(1, len(nodes))]
+
+    def task_file(self, job_id: str, task_id: str, path: str) -> bytes:
+        self.task(job_id, task_id)
+        file = self._task_dir(self.pool.nodes[0], job_id, task_id) / path
+        if not file.is_file():
+            raise rest.file_not_found()
+        return file.read_bytes()
+
+    def pool(self, pool_id: str) -> dict[str, Any]:
+        if pool_id != "gpu":
+            raise rest.pool_not_found()
+        return {"id": pool_id, "state": "active", "allocationState": "steady",
+                "currentDedicatedNodes": len(self.pool.nodes), "currentLowPriorityNodes": 0}
+
+    def _end_with_tasks(self, job_id: str) -> None:
+        # onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
+        task = self.tasks.get(job_id)
+        job = self.jobs[job_id]
+        if job.get("onAllTasksComplete") == "terminatejob" and task and task["state"] == "completed":
+            job["state"] = "completed"
+            job["executionInfo"]["endTime"] = rest.iso(datetime.now(timezone.utc))
 
     def wait(self, job_id: str, timeout: float | None = None) -> None:
         self.threads[job_id].join(timeout)
 
     def save(self) -> None:
-        """The state other processes read (RecordedBatch), replaced in one rename so they never see half of it."""
+        """The state `python -m devtools rehearse --serve` serves once the rehearsal has ended (RecordedAccount),
+        replaced in one rename so it is never half written."""
         state = {"pid": os.getpid(), "azurite_port": self.account.azurite.port,
                  "primary_batch_root": str(self.pool.nodes[0].batch_root), "jobs": self.jobs, "tasks": self.tasks}
         partial = self.work / f".{STATE_FILE}.partial"
@@ -231,8 +277,8 @@ class RehearsalBatch:
                 try:
                     return process.wait(timeout=POLL_S)
                 except subprocess.TimeoutExpired:
-                    if (self.work / CANCEL_DIR / job_id).exists():  # `infra cancel --rehearsal` from another shell
-                        self.terminate(job_id)
+                    if job_id in self.terminated:  # terminated while this command started
+                        process.kill()
                     elif deadline is not None and time.monotonic() > deadline:
                         process.kill()
                         process.wait()
@@ -340,7 +386,8 @@ class RehearsalBatch:
                 try:
                     code = self._attempt(job_id, task)
                 except subprocess.TimeoutExpired:
-                    code, info["failureInfo"] = -1, {"code": "MaxWallClockTimeExpiry"}
+                    code, info["failureInfo"] = -1, {"category": "UserError", "code": "MaxWallClockTimeExpiry",
+                                                     "message": "The task ran longer than its maxWallClockTime"}
                     break
                 finally:
                     for node in self.pool.nodes:
@@ -359,66 +406,93 @@ class RehearsalBatch:
             info.update(result="failure", failureInfo={"category": "UserError", "code": "ResourceFileDownloadFailed",
                                                        "message": str(err)})
         except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
-            info.update(exitCode=-1, result="failure", failureInfo={"code": "RehearsalError", "message": str(err)})
+            info.update(exitCode=-1, result="failure", failureInfo={"category": "ServerError", "code": "RehearsalError",
+                                                                    "message": str(err)})
         primary = self.pool.nodes[0]
         working_dir = self._task_dir_on_node(job_id, task["id"]) / "wd"
         try:
-            info["uploaded"] = self._upload_outputs(primary, task, working_dir)
+            self.uploaded[job_id] = self._upload_outputs(primary, task, working_dir)
         except Exception as err:  # noqa: BLE001 - Batch reports upload errors on the task, not as an exception
             info["result"] = "failure"
-            info["failureInfo"] = {"code": "FileUploadError", "message": str(err).splitlines()[0]}
-        task["state"], info["endTime"] = "completed", _now()
-        if self.jobs[job_id]["onAllTasksComplete"] == "terminatejob":
-            self.jobs[job_id]["state"] = "completed"
-        self.save()
+            info["failureInfo"] = {"category": "UserError", "code": "FileUploadError",
+                                   "message": str(err).splitlines()[0]}
+        with self.lock:
+            task["state"], info["endTime"] = "completed", _now()
+            if self.jobs[job_id]["state"] == "terminating":
+                self.jobs[job_id]["state"] = "completed"
+            self._end_with_tasks(job_id)
+            self.save()
 
 
-class RecordedBatch:
-    """The BatchService of a rehearsal, read from the state it records (STATE_FILE), for the verbs run in another
-    process: status and logs read the state and the primary's task folder; cancel asks the running rehearsal to
-    terminate the job, as `terminate` asks Batch."""
+def running(work: Path) -> bool:
+    """Whether the rehearsal that recorded its state in `work` still runs."""
+    try:
+        os.kill(int(json.loads((work / STATE_FILE).read_text())["pid"]), 0)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        return False
+    return True
+
+
+class RecordedAccount:
+    """A rehearsal's Batch account as it left it (STATE_FILE and the primary's task folders), for
+    `python -m devtools rehearse --serve`: the jobs and files read as they are; nothing runs any more, so a job
+    still active is terminated at once."""
 
     def __init__(self, work: Path):
-        self.work = work
         try:
-            self.state = json.loads((work / STATE_FILE).read_text())
+            state = json.loads((work / STATE_FILE).read_text())
         except (OSError, json.JSONDecodeError):
             raise FileNotFoundError(f"no rehearsal state in {work}") from None
+        self.jobs, self.tasks = state["jobs"], state["tasks"]
+        self.primary_batch_root = Path(state["primary_batch_root"])
 
-    def running(self) -> bool:
-        """Whether the rehearsal that recorded this state is still running (and its Azurite with it)."""
-        try:
-            os.kill(int(self.state["pid"]), 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+    def add_job(self, job):
+        raise rest.BatchRefusal(403, "OperationNotPermittedOnRecordedRehearsal",
+                                "a rehearsal's recorded account takes no new job: run `python -m devtools rehearse`")
 
-    def submit(self, job: dict[str, Any], task: dict[str, Any]) -> None:
-        raise NotImplementedError("a rehearsal runs the job `python -m infra rehearse` submits")
+    def job(self, job_id):
+        if job_id not in self.jobs:
+            raise rest.job_not_found()
+        return self.jobs[job_id]
 
-    def get_job(self, job_id: str) -> dict[str, Any]:
-        if job_id not in self.state["jobs"]:
-            raise JobNotFound(f"job {job_id} not found")
-        return dict(self.state["jobs"][job_id])
+    def list_jobs(self):
+        return list(self.jobs.values())
 
-    def get_task(self, job_id: str, task_id: str) -> dict[str, Any]:
-        self.state = RecordedBatch(self.work).state  # a running rehearsal moves on between calls
-        if job_id not in self.state["tasks"]:
-            raise JobNotFound(f"job {job_id} not found")
-        return dict(self.state["tasks"][job_id])
+    def update_job(self, job_id, changes):
+        self.job(job_id).update(changes)
 
-    def list_jobs(self, prefix: str) -> list[dict[str, Any]]:
-        jobs = [dict(j) for i, j in self.state["jobs"].items() if i.startswith(prefix)]
-        return sorted(jobs, key=lambda j: j["creationTime"], reverse=True)
+    def terminate_job(self, job_id, reason):
+        job = self.job(job_id)
+        if job["state"] == "completed":
+            raise rest.job_completed()
+        job["state"] = "completed"
+        job.setdefault("executionInfo", {})["terminateReason"] = reason
 
-    def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
+    def delete_job(self, job_id):
+        self.job(job_id)
+        self.jobs.pop(job_id)
+        self.tasks.pop(job_id, None)
+
+    add_task = add_job
+
+    def task(self, job_id, task_id):
+        self.job(job_id)
+        task = self.tasks.get(job_id)
+        if task is None or task["id"] != task_id:
+            raise rest.task_not_found()
+        return task
+
+    def subtasks(self, job_id, task_id):
+        self.task(job_id, task_id)
+        return []
+
+    def task_file(self, job_id, task_id, path):
+        self.task(job_id, task_id)
         task_dir = RehearsalBatch._task_dir_on_node(job_id, task_id).relative_to(BATCH_ROOT)
-        return read_from(Path(self.state["primary_batch_root"]) / task_dir / path, offset)
+        file = self.primary_batch_root / task_dir / path
+        if not file.is_file():
+            raise rest.file_not_found()
+        return file.read_bytes()
 
-    def terminate(self, job_id: str) -> None:
-        self.get_job(job_id)
-        (self.work / CANCEL_DIR).mkdir(exist_ok=True)
-        (self.work / CANCEL_DIR / job_id).touch()
-
-    def delete(self, job_id: str) -> None:
-        raise NotImplementedError("a rehearsal's jobs go with its folder")
+    def pool(self, pool_id):
+        raise rest.pool_not_found()

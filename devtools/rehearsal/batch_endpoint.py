@@ -71,7 +71,7 @@ class BatchAccount(Protocol):
 
     def job(self, job_id: str) -> dict[str, Any]: ...
 
-    def jobs(self) -> list[dict[str, Any]]: ...
+    def list_jobs(self) -> list[dict[str, Any]]: ...
 
     def update_job(self, job_id: str, changes: dict[str, Any]) -> None: ...
 
@@ -234,7 +234,7 @@ class BatchEndpoint:
             if not found:
                 raise BatchRefusal(400, "InvalidQueryParameterValue", "Value for one of the query parameters "
                                                                       "specified in the request URI is invalid.")
-            return 200, {}, {"value": [job for job in account.jobs() if job["id"].startswith(found[1])]}
+            return 200, {}, {"value": [job for job in account.list_jobs() if job["id"].startswith(found[1])]}
         if len(parts) == 2 and parts[0] == "pools" and method == "GET":
             return 200, {}, account.pool(parts[1])
         if len(parts) == 2 and parts[0] == "jobs":

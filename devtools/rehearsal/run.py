@@ -1,4 +1,5 @@
-"""`python -m infra rehearse --stack NAME`: what the stack hands to Azure, run here as Azure would run it.
+"""`python -m devtools rehearse --stack NAME` (or `python -m infra rehearse`, which runs it): what the stack hands
+to Azure, run here as Azure would run it.
 
 The Pulumi program is evaluated offline (as `plan` does); from what it declares, and through the same
 functions `pulumi up` and `infra submit` use (batch_spec.job_inputs, job_spec, task_spec), this:
@@ -11,14 +12,17 @@ functions `pulumi up` and `infra submit` use (batch_spec.job_inputs, job_spec, t
    `status` report), and the gate passes; after the job, the job's data folder is scanned as the trainer does;
 3. plays Batch (devtools/rehearsal/batch.py) on N local nodes (devtools/rehearsal/nodes.py): start task,
    common resource files, coordination (the job's own sshd) on every node, the application command on the
-   primary, retries, output files to `outputs`;
+   primary, retries, output files to `outputs`; its data plane is a local HTTPS endpoint
+   (devtools/rehearsal/batch_endpoint.py) that the real azure-batch client reaches, signed in at the
+   rehearsal's Azure AD (devtools/rehearsal/azure_ad.py) as the deployer;
 4. follows the job with the same verbs a user has (`infra logs --follow`, `status`, `download`), checks the
    model with onnxruntime, and reports what ran where and what was not rehearsed.
 
 Everything stays in the rehearsal's folder (default .rehearsal/<stack>, replaced by the stack's next rehearsal):
-the nodes' Batch trees, the export, Azurite's data and the Batch state, so that from another shell, while it
-runs or afterwards, `python -m infra status|logs [--follow]|download|cancel --stack NAME --rehearsal` work on
-it as they do on a deployed stack.
+the nodes' Batch trees, the export, Azurite's data and the Batch state, and REHEARSAL_FILE (the local endpoints
+and the deployer's sign-in, mode 0600), through which, from another shell, `python -m infra
+status|logs [--follow]|download|cancel --stack NAME --rehearsal` reach the rehearsal exactly as they reach Azure.
+Once it has ended, `python -m devtools rehearse --serve` serves what it left until interrupted.
 """
 from __future__ import annotations
 
@@ -26,14 +30,15 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.backends.shared import JobError, StackOutputs, now_utc, require_staged
+from infra.backends.shared import REHEARSAL_FILE, JobError, StackOutputs, now_utc, require_staged
 from training import frameworks
 
 VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
@@ -99,9 +104,11 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
     submitted): the tests' ways to break things as Azure can."""
     from devtools.emulator import Azurite
+    from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.batch import RehearsalBatch
+    from devtools.rehearsal.batch_endpoint import BatchEndpoint
     from devtools.rehearsal.nodes import Pool
-    from devtools.rehearsal.storage import Account, principal_of
+    from devtools.rehearsal.storage import Account, identities_by_client_id, principal_of
     from infra.backends.batch import operate
     from infra.preview import offline
     from infra.backends.batch import spec as batch_spec
@@ -133,22 +140,31 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
              f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
         if tamper_storage:
             tamper_storage(account)
-        uploaded = _stage_data(account, ev, work, export, node_env)
-        _people_sas(account, work)
-        for node in pool.nodes:
-            _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's users)")
-
-        identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
-        service = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
-        job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
-        if fault:
-            fault(service, pool, job)
-        if follow:
-            operate.logs(service, job, "stdout", True, sys.stdout, sleep=time.sleep)
-        service.wait(job)
+        _grant_deployer(account, containers)
+        with AzureAd(account, {**identities_by_client_id(ev), DEPLOYER_CLIENT_ID: DEPLOYER}, work / "azure-ad") as ad:
+            uploaded = _stage_data(account, ev, work, export, node_env, ad)
+            _people_sas(account, work)
+            for node in pool.nodes:
+                _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's "
+                     "users)")
+            identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
+            batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
+            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)), authorized=_deployer_token(ad)) as endpoint:
+                env = write_endpoints(work, ev, endpoint.url, ad)
+                _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "
+                     f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
+                service = _batch_client(endpoint.url, env)
+                job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
+                if fault:
+                    fault(batch, pool, job)
+                if follow:  # as a user follows it: `infra logs --follow --rehearsal` in its own process
+                    subprocess.run([sys.executable, "-m", "infra", "logs", "--stack", stack, "--job", job,
+                                    "--follow", "--rehearsal", str(work)], cwd=REPO_ROOT, check=False)
+                batch.wait(job)
+                status = operate.status(service, job)
+                task = service.get_task(job, batch_spec.TASK_ID)
         _say(_data_the_job_saw(export, uploaded))
-        print("\n".join(operate.status(service, job).lines()), flush=True)
-        task = service.get_task(job, batch_spec.TASK_ID)
+        print("\n".join(status.lines()), flush=True)
         info = task["executionInfo"]
         if info.get("failureInfo"):
             _say(f"task failure: {info['failureInfo']}")
@@ -173,7 +189,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
             for _ in range(int(slots or 1)):
                 placement.append(f"rank {len(placement)} on {names.get(address, '?')} ({address})")
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
-                         info.get("uploaded", []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
+                         batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
                          info.get("failureInfo"))
 
 
@@ -188,66 +204,134 @@ def _verb_flags(stack: str, work: Path) -> str:
 
 def prepare_work(work: Path) -> None:
     """An empty folder for a rehearsal: a new or empty one, or a previous rehearsal's (emptied); never another."""
-    from devtools.rehearsal.batch import RecordedBatch, STATE_FILE
-
     if work.exists() and any(work.iterdir()):
         if not (work / MARKER).exists():
             raise RehearsalRefused(f"--work {work}: the folder is not empty and not a rehearsal's; name a new or "
                                    "empty folder")
-        if (work / STATE_FILE).exists() and RecordedBatch(work).running():
-            raise RehearsalRefused(f"--work {work}: a rehearsal is running there (pid "
-                                   f"{RecordedBatch(work).state['pid']}); wait for it or use another folder")
+        pid = _serving_pid(work)
+        if pid:
+            raise RehearsalRefused(f"--work {work}: a rehearsal is running there (pid {pid}); wait for it or use "
+                                   "another folder")
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    (work / MARKER).write_text("a `python -m infra rehearse` folder; the next rehearsal here replaces it\n")
+    (work / MARKER).write_text("a `python -m devtools rehearse` folder; the next rehearsal here replaces it\n")
+
+
+def _serving_pid(work: Path) -> int | None:
+    """The process that serves the folder's local Azure (a rehearsal or --serve), if it still runs."""
+    try:
+        pid = int(json.loads((work / REHEARSAL_FILE).read_text())["pid"])
+        os.kill(pid, 0)
+    except (OSError, ValueError, KeyError, json.JSONDecodeError):
+        return None
+    return pid
 
 
 class RehearsalRefused(Exception):
     """A rehearsal request that cannot go on; `str()` names the input and the fix."""
 
 
-class RecordedRehearsal:
-    """A rehearsal's folder as the job verbs see it: its BatchService (RecordedBatch) and its `outputs`
-    container (the rehearsal's Azurite while it runs, else one started on its data for as long as needed)."""
-
-    def __init__(self, work: Path, stack: str):
-        from devtools.rehearsal.batch import RecordedBatch
-
-        try:
-            self.service = RecordedBatch(work)
-        except FileNotFoundError:
-            raise RehearsalRefused(f"no rehearsal in {work}: run `python -m infra rehearse --stack {stack}` (as root) "
-                                   "first, or name the folder it used: --rehearsal WORK") from None
-        self.work, self._open = work, ExitStack()
-
-    def outputs_url(self) -> str:
-        """The deployer's read access to `outputs` (Azure AD in the real stack; a read+list SAS here)."""
-        from devtools.emulator import Azurite
-
-        if self.service.running():
-            azurite = Azurite(port=self.service.state["azurite_port"], location=self.work / "azurite")
-        else:
-            azurite = self._open.enter_context(Azurite(location=self.work / "azurite"))
-        return azurite.container_url("outputs", "rl")
-
-    def __enter__(self) -> "RecordedRehearsal":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._open.close()
+# The deployer, as the job verbs sign in at the rehearsal: a managed identity of the rehearsal's Azure AD (the
+# token endpoint serves only the identities it knows), with the roles the README gives the deployer: Storage
+# Blob Data Contributor on the account and a Batch role on the Batch account.
+DEPLOYER_CLIENT_ID = "00000000-0000-4000-8000-00000000de91"
+DEPLOYER = "rehearsal-deployer"
 
 
-def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str]) -> int:
+def _grant_deployer(account, containers: list[str]) -> None:
+    from devtools.rehearsal.storage import Grant
+
+    account.grants += [Grant(DEPLOYER, container, "racwdl") for container in containers]
+
+
+def _deployer_token(ad):
+    """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer."""
+    return lambda token: ad.tokens.get(token) == DEPLOYER
+
+
+def write_endpoints(work: Path, ev, batch_url: str, ad) -> dict[str, str]:
+    """REHEARSAL_FILE (infra/backends/shared.py): the stack's outputs with the local endpoints (no SAS: the verbs
+    sign in) and the sign-in environment, mode 0600 from its creation (the header secret is a credential).
+    Returns the environment."""
+    outputs = {key: value for key, value in ev.outputs.items() if key != "sas"}
+    outputs["batchAccountEndpoint"] = batch_url
+    outputs["containerUrls"] = {name: ad.container_url(url) for name, url in ev.outputs["containerUrls"].items()}
+    env = {**ad.env(), "AZURE_CLIENT_ID": DEPLOYER_CLIENT_ID}
+    partial = work / f".{REHEARSAL_FILE}.partial"
+    partial.unlink(missing_ok=True)
+    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        json.dump({"pid": os.getpid(), "outputs": outputs, "env": env}, f, indent=1, default=str)
+    partial.replace(work / REHEARSAL_FILE)
+    return env
+
+
+def _batch_client(url: str, env: dict[str, str]):
+    """The rehearsal's own AzureBatch (its submit, its status): the real azure-batch client signed in as the
+    deployer at the rehearsal's token endpoint, as the verbs are in their own processes."""
+    from azure.batch import BatchClient
+    from azure.identity import ManagedIdentityCredential
+
+    from infra.backends.batch.service import CLIENT_OPTIONS, AzureBatch
+
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)  # the credential reads its endpoint from the environment when it is made
+    try:
+        credential = ManagedIdentityCredential(client_id=env["AZURE_CLIENT_ID"])
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
+    return AzureBatch(url, client=BatchClient(url, credential, connection_verify=env["REQUESTS_CA_BUNDLE"],
+                                              **CLIENT_OPTIONS))
+
+
+def serve(stack: str, work: Path) -> None:
+    """A finished rehearsal's local Azure, again: its recorded Batch account (devtools/rehearsal/batch.py's
+    RecordedAccount) behind the Batch endpoint, its Azurite data behind the Azure AD front, REHEARSAL_FILE
+    rewritten; until interrupted (Ctrl-C or SIGTERM)."""
+    from devtools.emulator import Azurite
+    from devtools.rehearsal.azure_ad import AzureAd
+    from devtools.rehearsal.batch import RecordedAccount
+    from devtools.rehearsal.batch_endpoint import BatchEndpoint
+    from devtools.rehearsal.storage import Account
+    from infra.core import config
+    from infra.preview import offline
+
+    pid = _serving_pid(work)
+    if pid:
+        raise RehearsalRefused(f"--work {work}: served already (pid {pid}); the job verbs reach it with --rehearsal")
+    try:
+        recorded = RecordedAccount(work)
+    except FileNotFoundError:
+        raise RehearsalRefused(f"no rehearsal in {work}: run `python -m devtools rehearse --stack {stack}` (as root) "
+                               "first, or name the folder it used: --work WORK") from None
+    ev = offline.evaluate(config.from_stack_file(stack))
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with Azurite(location=work / "azurite") as azurite:
+        account = Account(azurite, ev)
+        _grant_deployer(account, [account.container(url) for url in ev.outputs["containerUrls"].values()])
+        with AzureAd(account, {DEPLOYER_CLIENT_ID: DEPLOYER}, work / "azure-ad") as ad, \
+                BatchEndpoint(recorded, tls=(str(ad.cert), str(ad.key)), authorized=_deployer_token(ad)) as endpoint:
+            write_endpoints(work, ev, endpoint.url, ad)
+            _say(f"serving the rehearsal in {work}: Batch at {endpoint.url}, storage through Azure AD; the job verbs "
+                 f"reach it with --rehearsal; Ctrl-C ends it")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+
+
+def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str], ad) -> int:
     """The NFS server's part, in the order of a first deploy: `up` creates the server with the empty `data`
     container; the VM's user data, read by cloud-init's own code, writes the staging unit and its timer; the
     timer's first run finds nothing (the gate refuses a job); the deployer uploads the dataset into the stack
     that now exists; the timer's next run stages it, signing in as the VM's identity; the gate passes.
     Returns the number of files uploaded."""
-    import subprocess
 
-    from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.nfs_server import NfsServer
-    from devtools.rehearsal.storage import identities_by_client_id
     from infra.backends.batch.spec import DATASET, STAGED_MARKER
     from infra.backends import staging
 
@@ -261,25 +345,24 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str])
     config = server.boot()
     _say(f"nfs: {vm.name}'s user data read by cloud-init's own code: {len(config['write_files'])} files written "
          f"under {server.root}; the setup script (RAID, XFS, nfs-kernel-server) needs a VM and is not run")
-    with AzureAd(account, identities_by_client_id(ev), work / "azure-ad") as ad:
-        urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
-        _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
-        try:
-            require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
-            raise RuntimeError("the submit gate let a job through onto an empty dataset")
-        except JobError as refused:
-            _say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
-        python = node_env["PATH"].split(":")[0] + "/python"
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        source = work / "dataset"
-        subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
-                        "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-        subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
-                       env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        uploaded = sum(1 for p in source.rglob("*") if p.is_file())
-        _say(f"data: {uploaded} files uploaded to `data` by the deployer, after the stack exists")
-        _say(f"nfs: the timer's next run: {server.run_staging_unit(urls, ad.env())}")
+    urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
+    _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
+    try:
+        require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
+        raise RuntimeError("the submit gate let a job through onto an empty dataset")
+    except JobError as refused:
+        _say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
+    python = node_env["PATH"].split(":")[0] + "/python"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    source = work / "dataset"
+    subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
+                    "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    uploaded = sum(1 for p in source.rglob("*") if p.is_file())
+    _say(f"data: {uploaded} files uploaded to `data` by the deployer, after the stack exists")
+    _say(f"nfs: the timer's next run: {server.run_staging_unit(urls, ad.env())}")
     count = sum(1 for p in (export / DATASET).rglob("*") if p.is_file() and not p.name.startswith("."))
     marker = (export / DATASET / STAGED_MARKER).exists()
     # The gate `infra submit` and `pulumi up` apply before submitting: the unit's report against `data` now.
@@ -304,7 +387,6 @@ def _people_sas(account, work: Path) -> None:
     """The SAS the stack exports for people (`pulumi stack output sas --show-secrets`), minted as the program asks
     listStorageAccountServiceSAS; each is tried for what it must allow and refuse, and the README's use of the
     data SAS (stage the dataset elsewhere) is run."""
-    import subprocess
 
     account.write_probes()
     lines = []
@@ -350,7 +432,6 @@ def report(result: Rehearsal) -> str:
 
 def check_model(path: Path, framework: str) -> str:
     """Run the downloaded model.onnx in onnxruntime (in the framework's environment, which has it)."""
-    import subprocess
 
     python = REPO_ROOT / VENVS[framework] / "bin" / "python"
     code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1]); i = s.get_inputs()[0]; "
@@ -361,7 +442,7 @@ def check_model(path: Path, framework: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infra rehearse", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m devtools rehearse", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
     parser.add_argument("--nodes", type=int, default=2, help="local nodes (default: 2)")
@@ -371,6 +452,9 @@ def main(argv: list[str]) -> int:
                                        "trainingArgs are sized for GPUs)")
     parser.add_argument("--work", type=Path, help="folder for the nodes, the export, the storage and the results "
                                                   "(default: .rehearsal/STACK; the next rehearsal there replaces it)")
+    parser.add_argument("--serve", action="store_true",
+                        help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "
+                             "verbs' --rehearsal reach it again; until Ctrl-C")
     args = parser.parse_args(argv)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
@@ -385,6 +469,9 @@ def main(argv: list[str]) -> int:
 
     try:
         work = (args.work or default_work(args.stack)).resolve()
+        if args.serve:
+            serve(args.stack, work)
+            return 0
         prepare_work(work)
         result = go(work)
     except (config.ConfigError, JobError, RehearsalUnavailable, RehearsalRefused) as err:

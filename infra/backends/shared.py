@@ -107,6 +107,40 @@ def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...
     return StackOutputs.from_json(values)
 
 
+# `python -m devtools rehearse` writes, in its folder, where its local Azure is and how to sign in there: the job
+# verbs' `--rehearsal` reads it and then reaches the rehearsal exactly as it reaches Azure (the real SDK clients,
+# DefaultAzureCredential, TLS). Keys: "pid" (the process serving it), "outputs" (the stack outputs with the local
+# Batch and storage endpoints, no SAS), "env" (the managed identity endpoint and its header secret, the deployer's
+# client ID, the CA bundle). Mode 0600: the header secret is the rehearsal deployer's credential.
+REHEARSAL_FILE = "azure.json"
+
+
+def rehearsal_endpoints(work: Path, stack: str) -> tuple[StackOutputs, dict[str, str]]:
+    """The outputs and the sign-in environment a rehearsal's folder names; JobError (one line) when there is no
+    rehearsal there, it is not running, or the file could be read by others."""
+    import os
+    import stat
+
+    file = work / REHEARSAL_FILE
+    try:
+        mode = file.stat().st_mode
+        values = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError):
+        raise JobError(f"no rehearsal in {work}: run `python -m infra rehearse --stack {stack}` (as root) first, or "
+                       "name the folder it used: --rehearsal WORK") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise JobError(f"{file}: readable by others ({stat.filemode(mode)}), and it holds the rehearsal's sign-in "
+                       f"secret; run `chmod 600 {file}` if you trust who could read it, or rehearse again")
+    try:
+        os.kill(int(values["pid"]), 0)
+    except PermissionError:
+        pass  # running, as another user
+    except (ProcessLookupError, KeyError, ValueError, TypeError):
+        raise JobError(f"the rehearsal in {work} has ended, and its local Azure with it: `python -m devtools rehearse "
+                       f"--serve --work {work}` (as root) serves what it left; then run this again") from None
+    return StackOutputs.from_json(values["outputs"]), dict(values["env"])
+
+
 # NCCL and UCX over InfiniBand on the HPC image (ND A100 v4 / H100 v5): relaxed PCI ordering for the
 # NICs, the size's topology file (skus.py), and TCP bootstrap on the Ethernet interface.
 NCCL_IB_ENV = {

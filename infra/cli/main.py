@@ -2,7 +2,8 @@
 
 The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
 and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
-With --rehearsal, status, logs, download and cancel work on the stack's rehearsal instead (no Azure needed).
+With --rehearsal, status, logs, download and cancel reach the stack's rehearsal instead, by the same path: its
+folder's endpoints file names the local Batch and storage endpoints and the sign-in there (no Azure needed).
 """
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ EXAMPLES = """Examples:
   python -m infra logs --stack dev --follow
   python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
   python -m infra download --stack dev --dest results/
-  sudo python -m infra rehearse --stack dev          # then, from another shell while it runs or after:
+  sudo python -m infra rehearse --stack dev          # then, from another shell while it runs:
   python -m infra logs --stack dev --rehearsal --follow
   python -m infra download --stack dev --rehearsal --dest results/
+  sudo python -m devtools rehearse --stack dev --serve   # once it has ended: serve what it left, for the verbs
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,37 +116,33 @@ def _job_verb_errors(args: argparse.Namespace, verb) -> int:
         return 1
 
 
-def _rehearsal_verb(args: argparse.Namespace) -> int:
-    """status/logs/download/cancel on a rehearsal's folder (`python -m infra rehearse`), through the same
-    operate functions and BatchService seam as on a deployed stack."""
-    from devtools.rehearsal.run import RecordedRehearsal, RehearsalRefused, default_work
-    from infra.backends.batch import operate
-    from infra.backends.shared import JobError, resolve_job
+def _rehearsal_verb(args: argparse.Namespace, batch_factory, staged) -> int:
+    """A job verb on the stack's rehearsal (`python -m infra rehearse`) by the same path as on Azure: only the
+    outputs and the sign-in come from the rehearsal's folder (infra.backends.shared.REHEARSAL_FILE) instead of
+    `pulumi stack output` and your Azure sign-in."""
+    from infra.backends import backend
+    from infra.backends.shared import JobError, rehearsal_endpoints
+    from infra.core import config
+    from training.errors import UsageError
 
-    work = Path(args.rehearsal) if args.rehearsal else default_work(args.stack)
+    work = Path(args.rehearsal) if args.rehearsal else REPO_ROOT / ".rehearsal" / args.stack
     if args.command == "register-model":
         print("error: register-model --rehearsal: rehearsals play the Batch backend only, which has no model "
               "registry; a rehearsal's model is run/model.onnx in what `download --rehearsal` fetches (on an azureml "
               "stack, run register-model without --rehearsal after `pulumi up`)", file=sys.stderr)
         return 1
     try:
-        with RecordedRehearsal(work.resolve(), args.stack) as rehearsal:
-            job = resolve_job(rehearsal.service, args.stack, args.job)
-            if args.command == "download":
-                print(operate.download(rehearsal.outputs_url(), job, args.dest))
-                print(f"outputs of {job} in {args.dest / job}")
-            elif args.command == "status":
-                print("\n".join(operate.status(rehearsal.service, job).lines()))
-            elif args.command == "logs":
-                operate.logs(rehearsal.service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
-            elif args.command == "cancel":
-                operate.cancel(rehearsal.service, job)
-                print(f"asked the rehearsal to cancel {job}; `python -m infra status --stack {args.stack} "
-                      "--rehearsal` shows when it has stopped")
-    except (RehearsalRefused, JobError) as err:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        outputs, env = rehearsal_endpoints(work.resolve(), args.stack)
+        os.environ.update(env)  # DefaultAzureCredential signs in at the rehearsal's token endpoint; TLS trusts its CA
+        return backend(stack_config.backend).run_verb(
+            args, stack_config, outputs, lambda o: batch_factory(o.batch_account_endpoint), staged)
+    except config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (JobError, UsageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return 0
 
 
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
@@ -153,7 +152,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
     from training.errors import UsageError
 
     if getattr(args, "rehearsal", None) is not None:
-        return _rehearsal_verb(args)
+        return _rehearsal_verb(args, batch_factory, staged)
     # How each backend's service is reached from the stack outputs (the tests pass their own factories).
     connect = {"batch": lambda outputs: batch_factory(outputs.batch_account_endpoint),
                "azureml": aml_factory or _azure_ml}
@@ -226,9 +225,10 @@ def _azure_batch(endpoint: str):
 
 
 def _rehearse(argv: list[str]) -> int:
-    from devtools.rehearsal.run import main as rehearse_main
-
-    return rehearse_main(argv)
+    """`python -m infra rehearse ...` is `python -m devtools rehearse ...`: the rehearsal is a developer's tool,
+    which infra does not import (tests/infra/test_layout.py)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    os.execve(sys.executable, [sys.executable, "-m", "devtools", "rehearse", *argv], env)
 
 
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml) -> int:

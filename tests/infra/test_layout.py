@@ -47,3 +47,24 @@ def test_every_repository_path_a_file_cites_exists():
             if not (REPO_ROOT / path).exists():
                 missing.add(f"{name} cites {path}")
     assert not missing, sorted(missing)
+
+
+def test_infra_imports_nothing_from_devtools():
+    """The layout's one direction: devtools (the rehearsal among them) builds on infra, never the reverse, lazy
+    imports inside functions included; `python -m infra rehearse` runs `python -m devtools rehearse` as a program."""
+    import ast
+
+    found = []
+    for path in sorted((REPO_ROOT / "infra").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(REPO_ROOT)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] == "devtools"]
+    assert not found, found
+
+
+def test_infra_rehearse_runs_devtools_rehearse():
+    result = subprocess.run([sys.executable, "-m", "infra", "rehearse", "--help"], cwd="/", capture_output=True,
+                            text=True, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+    assert result.returncode == 0 and result.stdout.startswith("usage: python -m devtools rehearse"), result

@@ -1,5 +1,6 @@
 """The rehearsal: the dev stack's own job, run as Azure Batch runs it, on two local nodes (network namespaces with
 their own addresses), with the job's real sshd between them and Azurite as the storage account."""
+import contextlib
 import json
 import re
 import subprocess
@@ -10,6 +11,7 @@ import time
 import pytest
 
 from infra import REPO_ROOT
+from infra.backends.shared import REHEARSAL_FILE
 from tests.infra.backends.batch import job_nodes
 
 WHY_NOT = job_nodes.unavailable()  # why this machine cannot host the rehearsal's nodes, or ''
@@ -27,6 +29,22 @@ def verb(*args, timeout=600):
     """A job verb in its own process, as a user runs it from another shell."""
     return subprocess.run([sys.executable, "-m", "infra", *args, "--stack", "dev"], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def served(work):
+    """`python -m devtools rehearse --serve`: an ended rehearsal's local Azure again, for the verbs."""
+    process = subprocess.Popen([sys.executable, "-m", "devtools", "rehearse", "--stack", "dev", "--serve", "--work",
+                                str(work)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while json.loads((work / REHEARSAL_FILE).read_text())["pid"] != process.pid:
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.5)
+        yield
+    finally:
+        process.terminate()
+        process.communicate(timeout=60)
 
 
 def start_rehearsal(work, train_args):
@@ -77,21 +95,25 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
                            "outputs sp=cw: list refused, read refused, write yes; scripts sp=rl: list yes, read yes, "
                            "write refused"), people
 
-    status = verb("status", "--rehearsal", str(work))
-    assert status.returncode == 0 and f"job {job}: completed" in status.stdout
-    assert "task: completed, exit code 0, retried 0 time(s)" in status.stdout
-    # After the rehearsal has ended: its storage comes back up for the download.
-    fetched = tmp_path / "fetched"
-    download = verb("download", "--rehearsal", str(work), "--dest", str(fetched))
-    assert download.returncode == 0, download.stderr
+    # After the rehearsal has ended, its local Azure has gone with it, and the verbs say how to bring it back.
+    ended = verb("status", "--rehearsal", str(work))
+    assert ended.returncode == 1 and "has ended, and its local Azure with it: `python -m devtools rehearse --serve" \
+        in ended.stderr, ended.stderr
+    with served(work):
+        status = verb("status", "--rehearsal", str(work))
+        assert status.returncode == 0 and f"job {job}: completed" in status.stdout, status.stderr
+        assert "task: completed, exit code 0, retried 0 time(s)" in status.stdout
+        fetched = tmp_path / "fetched"  # through the Azure AD front, signed in as the deployer
+        download = verb("download", "--rehearsal", str(work), "--dest", str(fetched))
+        assert download.returncode == 0, download.stderr
+        cancel = verb("cancel", "--rehearsal", str(work))
+    assert cancel.returncode == 1 and "has already completed; nothing to cancel" in cancel.stderr
     run = fetched / job / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 30
     # Uploaded by Batch's output files with the nodes' identity, fetched by `infra download`, run in onnxruntime.
     assert (fetched / job / "logs" / "stdout.txt").is_file()
     assert check_model(run / "model.onnx", "pytorch") == "(2, 4)"
-    cancel = verb("cancel", "--rehearsal", str(work))
-    assert cancel.returncode == 1 and "has already completed; nothing to cancel" in cancel.stderr
 
 
 def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
@@ -101,13 +123,14 @@ def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
     while "step 5/" not in verb("logs", "--rehearsal", str(work)).stdout:
         assert rehearsal.poll() is None and time.monotonic() < deadline, rehearsal.communicate()
         time.sleep(1)
-    cancel = verb("cancel", "--rehearsal", str(work))
     asked = time.monotonic()
-    assert cancel.returncode == 0 and "asked the rehearsal to cancel" in cancel.stdout, cancel.stderr
+    cancel = verb("cancel", "--rehearsal", str(work))  # returns once Batch's job has left `terminating`
+    assert cancel.returncode == 0 and "cancelled train-dev-" in cancel.stdout, cancel.stderr
     out, err = rehearsal.communicate(timeout=300)
     assert time.monotonic() - asked < 60, "the task did not stop within a minute"
     assert rehearsal.returncode == 1, out[-2000:] + err[-2000:]
-    status = verb("status", "--rehearsal", str(work)).stdout
+    with served(work):
+        status = verb("status", "--rehearsal", str(work)).stdout
     assert "completed" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
 
 

@@ -49,7 +49,7 @@ class MemoryAccount:
             raise rest.job_not_found()
         return self.jobs_by_id[job_id]
 
-    def jobs(self):
+    def list_jobs(self):
         return list(self.jobs_by_id.values())
 
     def update_job(self, job_id, changes):
