@@ -62,7 +62,8 @@ def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
 
 def test_plan_unknown_stack_names_the_known_ones():
     result = run_plan("--stack", "nope")
-    assert result.returncode == 2 and "stacks here: dev, nlp, vision" in result.stderr
+    assert result.returncode == 2 and f"stacks here: {', '.join(config.stack_names())}" in result.stderr
+    assert "dev, nlp, trial, vision" in result.stderr
     assert "Traceback" not in result.stderr
 
 

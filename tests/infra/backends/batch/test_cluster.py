@@ -27,7 +27,8 @@ def ev(request) -> offline.Evaluation:
 def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips(ev):
     pool = ev.one(POOL).inputs
     sku = ev.config.nodes.sku
-    assert pool["vmSize"] == ev.config.nodes.gpu_sku and sku.infiniband
+    # InfiniBand wherever a job may span nodes (the trial stack is one single-GPU node).
+    assert pool["vmSize"] == ev.config.nodes.gpu_sku and (sku.infiniband or ev.config.nodes.max_nodes == 1)
     assert pool["interNodeCommunication"] == "Enabled"
     assert pool["taskSlotsPerNode"] == 1
     network = pool["networkConfiguration"]
@@ -59,7 +60,9 @@ def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
     assert mount["nfsMountConfiguration"]["source"] == ev.outputs["nfsMountSource"]
     assert mount["nfsMountConfiguration"]["relativeMountPath"] == batch_spec.NFS_MOUNT
     formula = pool["scaleSettings"]["autoScale"]["formula"]
-    assert formula == batch_spec.autoscale_formula(ev.config.nodes.min_nodes, ev.config.nodes.max_nodes)
+    nodes = ev.config.nodes
+    assert formula == batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot)
+    assert f"$Target{'LowPriority' if nodes.spot else 'Dedicated'}Nodes = $target;" in formula
     assert "$NodeDeallocationOption = taskcompletion;" in formula
     assert "fixedScale" not in pool["scaleSettings"]
 
@@ -80,6 +83,8 @@ def test_batch_account_takes_azure_ad_only_and_denies_by_default(ev):
 
 
 def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
+    if ev.config.nfs.kind != "vm":
+        pytest.skip("nfsKind azure-files: no file server VM (test_azure_files_kind_is_an_nfs_share_...)")
     vm = ev.one("azure-native:compute:VirtualMachine")
     nic = ev.one("azure-native:network:NetworkInterface").inputs
     assert nic["ipConfigurations"][0]["subnet"]["id"] == ev.outputs["storageSubnetId"]
@@ -103,6 +108,8 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
 
 
 def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_sas(ev):
+    if ev.config.nfs.kind != "vm":
+        pytest.skip("nfsKind azure-files: no file server VM (test_azure_files_kind_is_an_nfs_share_...)")
     vm = ev.one("azure-native:compute:VirtualMachine")
     identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity", "nfs-id").state["id"]
     assert vm.inputs["identity"]["type"] == "SystemAssigned, UserAssigned"  # Entra login + storage
@@ -148,8 +155,10 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     assert job.inputs["node_identity_id"] == ev.outputs["pullIdentityId"]
     assert job.inputs["scripts_url"] == ev.outputs["containerUrls"]["scripts"]
     assert "sig=" not in repr(job.inputs)
-    # Submitted only once `data` holds the dataset and the NFS server reports it staged (vm kind).
-    assert job.inputs["data_status_url"] == ev.outputs["containerUrls"]["status"]
+    # Submitted only once `data` holds the dataset and the NFS server reports it staged (vm kind; azure-files
+    # stages at the job's start).
+    vm = ev.config.nfs.kind == "vm"
+    assert job.inputs["data_status_url"] == (ev.outputs["containerUrls"]["status"] if vm else "")
     assert job.inputs["data_container_url"] == ev.outputs["containerUrls"]["data"]
     assert job.inputs["max_hours"] == ev.config.training.max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
@@ -216,8 +225,9 @@ def test_up_grants_the_deployer_what_up_itself_does_on_the_data_plane(ev):
                 for g in ev.of_type("azure-native:authorization:RoleAssignment") if g.inputs["principalId"] == "deployer"}
     data, status = (ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"] for c in ("data", "status"))
     account = ev.one("azure-native:batch:BatchAccount").state["id"]
-    assert set(deployer) == {(data, roles.BLOB_DATA_READER), (status, roles.BLOB_DATA_READER),
-                             (account, roles.BATCH_JOB_SUBMITTER)}
+    # The staging report is read with nfsKind vm only (azure-files has no file server to report).
+    assert set(deployer) == {(data, roles.BLOB_DATA_READER), (account, roles.BATCH_JOB_SUBMITTER),
+                             *([(status, roles.BLOB_DATA_READER)] if ev.config.nfs.kind == "vm" else [])}
     assert {g.inputs["principalType"] for g in deployer.values()} == {ev.config.deployer_principal_type}
     assert all(g.inputs["description"].startswith(roles.DEPLOYER) for g in deployer.values())
     # The job is submitted (and deleted on destroy) while the grants exist.
