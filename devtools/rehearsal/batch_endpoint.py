@@ -151,6 +151,7 @@ class BatchEndpoint:
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.requests: list[tuple[str, str, str]] = []
         self.refuse: tuple[int, str, str] | None = None
+        self.faults: list[str] = []  # the endpoint's own errors, answered as 500 InternalServerError
         self.lock = threading.Lock()
         self._etags = 0
         endpoint = self
@@ -176,7 +177,14 @@ class BatchEndpoint:
                         if authorized is not None and not authorized(token):
                             raise BatchRefusal(401, "InvalidAuthenticationTokenAudience" if token else
                                                "AuthenticationFailed", "Server failed to authenticate the request.")
-                        status, headers, payload = endpoint.answer(self.command, path, query, body, byte_range)
+                        try:
+                            status, headers, payload = endpoint.answer(self.command, path, query, body, byte_range)
+                        except BatchRefusal:
+                            raise
+                        except Exception as err:  # noqa: BLE001 - a fault here is the service's 500, not a hang-up
+                            endpoint.faults.append(f"{self.command} {path}: {err!r}")
+                            raise BatchRefusal(500, "InternalServerError", "The server encountered an internal "
+                                                                           "error. Please retry the request.") from err
                 except BatchRefusal as refusal:
                     status, headers = refusal.status, {"Content-Type": "application/json;odata=minimalmetadata"}
                     payload = json.dumps({"odata.metadata": f"{endpoint.url}/$metadata#Microsoft.Azure.Batch."
@@ -240,7 +248,7 @@ class BatchEndpoint:
         if len(parts) == 2 and parts[0] == "jobs":
             if method == "GET":
                 job = account.job(parts[1])
-                return 200, {"ETag": job["eTag"]}, job
+                return 200, {"ETag": job.get("eTag", "")}, job
             if method == "PATCH":
                 account.update_job(parts[1], body)
                 return 200, {"DataServiceId": f"{self.url}/jobs/{parts[1]}"}, b""

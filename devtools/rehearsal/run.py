@@ -158,6 +158,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 if fault:
                     fault(batch, pool, job)
                 if follow:  # as a user follows it: `infra logs --follow --rehearsal` in its own process
+                    sys.stdout.flush()  # what this process printed first comes first
                     subprocess.run([sys.executable, "-m", "infra", "logs", "--stack", stack, "--job", job,
                                     "--follow", "--rehearsal", str(work)], cwd=REPO_ROOT, check=False)
                 batch.wait(job)
