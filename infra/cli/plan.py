@@ -218,9 +218,24 @@ def _spot_lines(cfg) -> list[str]:
     return [f"  spot: true: Spot nodes bill the Spot rate of {cfg.nodes.gpu_sku} in {cfg.location}, which varies "
             "with region and demand and is at most the pay-as-you-go price: every node figure above is its upper "
             "bound, not a discounted estimate (the Azure Retail Prices API gives today's rate, type 'Spot')",
-            "  an evicted node bills until Azure removes it, and its replacement while it starts; the job's task is "
-            "requeued and the run resumes from its newest checkpoint (`--checkpoint-minutes N` in trainingArgs "
-            "bounds what an eviction loses to N minutes of training)"]
+            "  an evicted node bills until Azure removes it, and its replacement while it starts; "
+            + _after_eviction(cfg)]
+
+
+def _after_eviction(cfg) -> str:
+    """What the job does when a Spot node is evicted: where the backend retries (Batch requeues the task: "tasks
+    that were running on the preempted node VMs are requeued", https://learn.microsoft.com/azure/batch/batch-spot-vms)
+    the rerun resumes from the checkpoints on the NFS share; Azure ML's docs seen here do not say that a command
+    job is rerun, and a new job writes to a new output folder."""
+    from training.config import parse_args
+
+    minutes = parse_args(["--output-dir", "unused", *cfg.training.args]).checkpoint_minutes  # trainingArgs' value
+    if cost.applies("trainingRetries", cfg.backend):
+        bound = (f"--checkpoint-minutes {minutes:g} bounds what an eviction loses" if minutes
+                 else "--checkpoint-minutes 0: only --checkpoint-every bounds what an eviction loses")
+        return f"the job's task is requeued and the run resumes from its newest checkpoint (--resume auto; {bound})"
+    return ("Azure ML's docs do not say it reruns a command job whose node was evicted, and a new job starts a new "
+            "output folder: an eviction may end the run (its checkpoints stay in that job's outputs)")
 
 
 def render(evaluation: Evaluation) -> tuple[str, bool]:

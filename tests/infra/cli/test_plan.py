@@ -133,7 +133,9 @@ def test_plan_shows_batch_spot_nodes_their_cost_bound_and_their_quota():
     assert lines[0].startswith(f"  spot: true: Spot nodes bill the Spot rate of {cfg.nodes.gpu_sku} in {cfg.location}")
     assert "at most the pay-as-you-go price" in lines[0] and "upper bound" in lines[0]
     assert "evicted node bills until Azure removes it" in lines[1] and "newest checkpoint" in lines[1]
-    assert "--checkpoint-minutes" in lines[1]
+    assert "--checkpoint-minutes 30 bounds what an eviction loses" in lines[1]  # the default
+    trial = config.from_stack_file("trial")  # its trainingArgs set --checkpoint-minutes 10
+    assert "--checkpoint-minutes 10 bounds what an eviction loses" in plan._spot_lines(trial)[1]
     quota = next(line for line in plan.before_up(cfg) if "quota" in line)
     assert quota.startswith(f"Batch Spot core quota (the account's lowPriorityCoreQuota, one for all VM families, "
                             f"spot: true) in {cfg.location}: {cfg.nodes.max_nodes * cfg.nodes.sku.vcpus} vCPUs")

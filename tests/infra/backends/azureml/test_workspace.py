@@ -193,6 +193,8 @@ def test_plan_shows_the_azureml_resources_costs_and_what_is_not_built_yet():
     assert "is at most the pay-as-you-go price: every node figure above is its upper bound" in out
     assert "bill less" not in out and "discount" not in out.replace("not a discounted estimate", "")
     assert "an evicted node bills until Azure removes it" in out
+    # Azure ML sets no retries here and its docs do not say an evicted command job reruns: plan says so.
+    assert "an eviction may end the run" in out and "requeued" not in out
     assert "launched on `pulumi up` as an Azure ML command job: pytorch (horovod) on 4 node(s) x 8 GPUs" in out
     assert ("Azure ML low-priority core quota (Spot nodes, spot: true; one for all VM families) in westus2: 384 vCPUs "
             "(4 node(s) x 96) for StandardNDASv4_A100Family") in out
