@@ -141,7 +141,8 @@ def self_signed_certificate() -> tuple[str, str]:
 
 class BatchEndpoint:
     """`account` behind a local HTTPS endpoint (`url`; its certificate `ca_file`). `requests` lists (method, path,
-    range) as they arrived; `refuse` = (status, code, message) makes every request fail so (a firewall's 403, say).
+    range) as they arrived; `refuse` = (status, code, message) makes every request fail so (a firewall's 403, say),
+    `refusals_left`, if not None, only that many requests (Batch busy for a while: 503 ServerBusy).
     `tls`: (certificate, key) files (default: a self-signed one for 127.0.0.1); `authorized(token)`: whether a
     bearer token is one Azure AD issued (default: any), else 401 as the service answers a bad token."""
 
@@ -151,6 +152,7 @@ class BatchEndpoint:
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.requests: list[tuple[str, str, str]] = []
         self.refuse: tuple[int, str, str] | None = None
+        self.refusals_left: int | None = None
         self.faults: list[str] = []  # the endpoint's own errors, answered as 500 InternalServerError
         self.lock = threading.Lock()
         self._etags = 0
@@ -172,7 +174,9 @@ class BatchEndpoint:
                 token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
                 try:
                     with endpoint.lock:
-                        if endpoint.refuse:
+                        if endpoint.refuse and endpoint.refusals_left != 0:
+                            if endpoint.refusals_left is not None:
+                                endpoint.refusals_left -= 1
                             raise BatchRefusal(*endpoint.refuse)
                         if authorized is not None and not authorized(token):
                             raise BatchRefusal(401, "InvalidAuthenticationTokenAudience" if token else

@@ -139,3 +139,17 @@ def test_logs_follow_prints_a_growing_stdout_once_and_ends_with_the_task(local_a
     assert out == "step 1\nstep 2\nstep 3\ndone\n"
     ranges = [r for method, p, r in endpoint.requests if method == "GET" and p == path]
     assert ranges[0] == "bytes=0-" and len(ranges) == len(set(ranges)) == 3  # each part read once, from its offset
+
+
+def test_the_verbs_ride_out_batch_answering_503_for_a_while(local_azure):
+    """Batch busy (503 ServerBusy, https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes):
+    azure-core's retry policy, with the client options the verbs use (infra/backends/batch/service.py
+    CLIENT_OPTIONS: 3 retries), asks again and the verb succeeds."""
+    _, endpoint, work = local_azure
+    endpoint.refuse, endpoint.refusals_left = (503, "ServerBusy", "The server is currently unable to receive "
+                                                                  "requests. Please retry your request."), 2
+    result = verb(work, "status")
+    assert result.returncode == 0 and result.stdout.startswith(f"job {JOB}: active"), result.stderr
+    # The newest job is looked up first (GET /jobs): refused twice, answered the third time.
+    assert [r[:2] for r in endpoint.requests[:4]] == [("GET", "/jobs")] * 3 + [("GET", f"/jobs/{JOB}")]
+    assert endpoint.refusals_left == 0
