@@ -1,7 +1,8 @@
 """The one seam to the Azure Batch data plane: `BatchService` (what we need of it) and `AzureBatch` (the real
 thing: azure-batch signed in with Azure AD, never a shared key). The TrainingJob dynamic resource and the
-`python -m infra` job verbs take a `BatchService`; the tests run `AzureBatch` itself, with the real azure-batch
-client, against a local Batch REST endpoint (tests/infra/backends/batch/fake_batch.py).
+`python -m infra` job verbs take a `BatchService`; the tests and the rehearsal run `AzureBatch` itself, with the
+real azure-batch client, against a local Batch REST endpoint (devtools/rehearsal/batch_endpoint.py; the tests'
+account is tests/infra/backends/batch/fake_batch.py's).
 
 Jobs and tasks travel as plain dicts in the Batch REST API's shape (see infra/backends/batch/spec.py): what the
 SDK's models give with `as_dict()`.
