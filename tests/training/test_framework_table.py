@@ -120,7 +120,7 @@ def test_the_makefile_builds_each_tables_environment_and_demos_each_framework(tm
 
     def make(*args):
         result = subprocess.run(["make", "-f", str(REPO_ROOT / "Makefile"), "-pn", "help", *args], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, env=AS_FROM_A_SHELL)
         assert result.returncode == 0, result.stderr
         return result.stdout
 
@@ -136,10 +136,15 @@ def test_the_makefile_builds_each_tables_environment_and_demos_each_framework(tm
     assert re.search(r"^demo: \.venv/\.installed \.venv-tf/\.installed ", make("FRAMEWORK=keras"), re.M)
 
 
+# `make test` runs this file inside make: its MAKELEVEL/MAKEFLAGS would make these makes sub-makes (printing
+# "Entering directory", inheriting -j and --output-sync). Each make here runs as a user's would, from a shell.
+AS_FROM_A_SHELL = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
+
 def test_make_prints_each_environments_recipe_from_the_table():
     for image in frameworks.images():
         result = subprocess.run(["make", "-n", "-B", f"{image.venv}/.installed"], cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=60)
+                                text=True, timeout=60, env=AS_FROM_A_SHELL)
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == [
             f"python3 -m venv {image.venv}",
@@ -151,7 +156,7 @@ def test_make_prints_each_environments_recipe_from_the_table():
 
 def test_an_unknown_make_framework_stops_in_one_line():
     result = subprocess.run(["make", "-n", "demo-local", "FRAMEWORK=jax"], cwd=REPO_ROOT, capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=60, env=AS_FROM_A_SHELL)
     assert result.returncode != 0 and result.stdout == ""
     assert "FRAMEWORK=jax is not a training framework; use one of pytorch tensorflow keras" in result.stderr
 

@@ -32,7 +32,7 @@ def with_team(stack: str) -> offline.Evaluation:
 def scope_kind(ev: offline.Evaluation, scope: str) -> str:
     """What a grant's scope is, by the resource whose ID it is."""
     kinds = {ev.one("azure-native:resources:ResourceGroup").state["id"]: "resource group",
-             ev.one("azure-native:storage:StorageAccount").state["id"]: "storage account"}
+             ev.one("azure-native:storage:StorageAccount", "-data-").state["id"]: "storage account"}
     for container in ev.of_type("azure-native:storage:BlobContainer"):
         kinds[container.state["id"]] = f"container {container.inputs['containerName']}"
     for service in ev.of_type("azure-native:batch:BatchAccount") + ev.of_type(

@@ -56,7 +56,7 @@ def test_network_vnet_subnets_nsgs_and_nat(ev):
 
 def test_storage_account_invariants(ev):
     cfg = ev.config
-    account = ev.one("azure-native:storage:StorageAccount")
+    account = ev.one("azure-native:storage:StorageAccount", "-data-")
     p = account.inputs
     assert p["accountName"] == naming.storage_account(cfg.team, cfg.stack, cfg.location)
     assert len(p["accountName"]) <= 24 and p["accountName"].isalnum() and p["accountName"].islower()
@@ -177,7 +177,7 @@ def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
     assert workspace.inputs["retentionInDays"] == ev.config.monitoring.log_retention_days
     insights = ev.one("azure-native:applicationinsights:Component")
     assert insights.inputs["workspaceResourceId"] == workspace.state["id"]
-    account_id = ev.one("azure-native:storage:StorageAccount").state["id"]
+    account_id = ev.one("azure-native:storage:StorageAccount", "-data-").state["id"]
     settings = {d.inputs["resourceUri"]: d.inputs for d in ev.of_type("azure-native:monitor:DiagnosticSetting")}
     watched = {account_id, f"{account_id}/blobServices/default"}
     if ev.config.backend == "batch":
@@ -217,7 +217,7 @@ def test_single_addresses_reach_every_firewall_bare(stack):
     cfg = dataclasses.replace(base, network=dataclasses.replace(base.network, allowed_ip_ranges=given))
     ev = offline.evaluate(cfg, now=NOW)
     expected = ["20.50.1.7", "20.60.1.0", "20.60.1.1", "20.70.0.0/24"]
-    account = ev.one("azure-native:storage:StorageAccount").inputs
+    account = ev.one("azure-native:storage:StorageAccount", "-data-").inputs
     assert [r["iPAddressOrRange"] for r in account["networkRuleSet"]["ipRules"]] == expected
     if cfg.backend == "batch":
         batch = ev.one("azure-native:batch:BatchAccount").inputs
