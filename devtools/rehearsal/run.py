@@ -266,25 +266,38 @@ def write_endpoints(work: Path, ev, batch_url: str, ad) -> dict[str, str]:
     return env
 
 
+class _DeployerToken:
+    """The deployer's token from the rehearsal's managed identity endpoint, asked as ManagedIdentityCredential asks
+    it in the verbs' own processes (App Service protocol: GET ?api-version=2019-08-01&resource=...&client_id=...,
+    header X-IDENTITY-HEADER). This process does not take the verbs' environment: azure-identity reads it at each
+    token request, and the rehearsal may run inside a test's process."""
+
+    def __init__(self, env: dict[str, str]):
+        self.env = env
+
+    def get_token(self, *scopes, **kwargs):
+        import urllib.parse
+        import urllib.request
+
+        from azure.core.credentials import AccessToken
+
+        query = urllib.parse.urlencode({"api-version": "2019-08-01", "resource": scopes[0].removesuffix("/.default"),
+                                        "client_id": self.env["AZURE_CLIENT_ID"]})
+        request = urllib.request.Request(f"{self.env['IDENTITY_ENDPOINT']}?{query}",
+                                         headers={"X-IDENTITY-HEADER": self.env["IDENTITY_HEADER"]})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.loads(response.read())
+        return AccessToken(body["access_token"], int(body["expires_on"]))
+
+
 def _batch_client(url: str, env: dict[str, str]):
-    """The rehearsal's own AzureBatch (its submit, its status): the real azure-batch client signed in as the
-    deployer at the rehearsal's token endpoint, as the verbs are in their own processes."""
+    """The rehearsal's own AzureBatch (its submit, its status): the real azure-batch client, signed in as the
+    deployer at the rehearsal's token endpoint, trusting the rehearsal's CA."""
     from azure.batch import BatchClient
-    from azure.identity import ManagedIdentityCredential
 
     from infra.backends.batch.service import CLIENT_OPTIONS, AzureBatch
 
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)  # the credential reads its endpoint from the environment when it is made
-    try:
-        credential = ManagedIdentityCredential(client_id=env["AZURE_CLIENT_ID"])
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name)
-            else:
-                os.environ[name] = value
-    return AzureBatch(url, client=BatchClient(url, credential, connection_verify=env["REQUESTS_CA_BUNDLE"],
+    return AzureBatch(url, client=BatchClient(url, _DeployerToken(env), connection_verify=env["REQUESTS_CA_BUNDLE"],
                                               **CLIENT_OPTIONS))
 
 
