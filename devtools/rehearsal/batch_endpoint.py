@@ -153,7 +153,9 @@ class BatchEndpoint:
         self.requests: list[tuple[str, str, str]] = []
         self.refuse: tuple[int, str, str] | None = None
         self.refusals_left: int | None = None
-        self.faults: list[str] = []  # the endpoint's own errors, answered as 500 InternalServerError
+        # The endpoint's own errors, answered as 500 InternalError, Batch's code for it
+        # (https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes).
+        self.faults: list[str] = []
         self.lock = threading.Lock()
         self._etags = 0
         endpoint = self
@@ -187,7 +189,7 @@ class BatchEndpoint:
                             raise
                         except Exception as err:  # noqa: BLE001 - a fault here is the service's 500, not a hang-up
                             endpoint.faults.append(f"{self.command} {path}: {err!r}")
-                            raise BatchRefusal(500, "InternalServerError", "The server encountered an internal "
+                            raise BatchRefusal(500, "InternalError", "The server encountered an internal "
                                                                            "error. Please retry the request.") from err
                 except BatchRefusal as refusal:
                     status, headers = refusal.status, {"Content-Type": "application/json;odata=minimalmetadata"}

@@ -30,6 +30,7 @@ class Backend(Protocol):
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
     key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
+    max_tags: int  # the fewest tags any of its resources takes (Azure's per-type limits)
 
     def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the

@@ -469,11 +469,14 @@ class TaggingConfig:
     extra: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any]) -> TaggingConfig:
+    def parse(cls, values: Mapping[str, Any], backend_name: str) -> TaggingConfig:
+        from infra.backends import backend  # here: the registry imports this module's types
         extra = values["tags"]
-        room = MAX_TAGS - len(OWN_TAGS)
+        limit = min(MAX_TAGS, backend(backend_name).max_tags)
+        room = limit - len(OWN_TAGS)
         if len(extra) > room:
-            raise ConfigError("tags", f"{len(extra)} tags; Azure takes {MAX_TAGS} per resource and the stack sets "
+            where = "per resource" if limit == MAX_TAGS else f"on some of backend {backend_name}'s resources"
+            raise ConfigError("tags", f"{len(extra)} tags; Azure takes {limit} {where} and the stack sets "
                                       f"up to {len(OWN_TAGS)} itself, so give at most {room}")
         for name, value in extra:
             if name.lower() in OWN_TAGS:  # Azure's tag names are case-insensitive
@@ -590,7 +593,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
-                       tagging=TaggingConfig.parse(merged), placeholders=placeholders)
+                       tagging=TaggingConfig.parse(merged, backend), placeholders=placeholders)
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:

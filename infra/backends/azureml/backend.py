@@ -18,6 +18,10 @@ class AzureMlBackend:
     refused_verbs: dict[str, str] = {}
     # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
     key_vault_endpoint = True
+    # The workspace's private DNS zones and their VNet links take at most 15 tags ("Azure Private DNS (Zone, A
+    # records, and virtual network link)" in https://learn.microsoft.com/azure/azure-resource-manager/management/
+    # tag-resources#limitations), and every one of them gets the stack's tags.
+    max_tags = 15
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""

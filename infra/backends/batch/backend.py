@@ -16,6 +16,9 @@ class BatchBackend:
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
     key_vault_endpoint = False
+    # Azure's general limit: 50 tags per resource (every resource this backend declares takes 50).
+    # https://learn.microsoft.com/azure/azure-resource-manager/management/tag-resources#limitations
+    max_tags = 50
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 

@@ -167,6 +167,8 @@ BASE = {"allowedIpRanges": ["20.50.1.7"]}
     ({"tags": {"c" * 129: "1"}}, "tags", "1 to 128 characters"),
     ({"tags": {"owner": "x" * 257}}, "tags", "at most 256"),
     ({"tags": {f"t{i}": "x" for i in range(46)}}, "tags", "at most 45"),
+    # Azure ML's private DNS zones and links take 15 tags: the stack sets up to 5 of them itself.
+    ({"backend": "azureml", "tags": {f"t{i}": "x" for i in range(11)}}, "tags", "at most 10"),
     ({"tags": {"costCenter": 123}}, "tags", "quote numbers"),
     ({"tags": '{"costCenter": 123}'}, "tags", "quote numbers"),  # as Pulumi hands it over: JSON text
     ({"tags": "[1]"}, "tags", "map of names to text"),
@@ -183,6 +185,7 @@ def test_team_access_and_tags_as_pulumi_passes_them():
     assert cfg.access == config.AccessConfig(admins=(ADMINS,), members=(MEMBERS,))
     assert cfg.tags["costCenter"] == "00123" and cfg.tags["team"] == "dev"
     assert config.parse("x", {**BASE, "tags": {f"t{i}": "x" for i in range(45)}}).tags["t44"] == "x"
+    assert config.parse("x", {**BASE, "backend": "azureml", "tags": {f"t{i}": "x" for i in range(10)}}).tags["t9"]
 
 
 def test_the_restage_condition_lets_writes_reach_one_blob_only():
