@@ -27,6 +27,7 @@ from typing import Any
 
 from infra.core.config import SAS_EXPIRY_HOURS
 from infra.core.containers import SAS_PERMISSIONS
+from infra.core.role_ids import ROLE_NAMES
 
 Props = dict[str, Any]
 INTERNET_SOURCES = {"*", "Internet", "0.0.0.0/0", "Any", "any"}
@@ -244,6 +245,12 @@ def _role_not_privileged(props: Props) -> str | None:
     if role in PRIVILEGED_ROLES:
         return (f"grants {PRIVILEGED_ROLES[role]}, which can hand out any access: the stack grants no role that "
                 "creates role assignments (admins get Contributor)")
+    # An allowlist beside the named denylist: other built-ins can assign roles too (e.g. Key Vault Data Access
+    # Administrator), and a role the program never meant to grant is a mistake whatever it allows.
+    if role and role not in ROLE_NAMES:
+        return (f"grants role definition {role}, which is not one this stack grants "
+                f"({', '.join(sorted(ROLE_NAMES.values()))}: infra/core/role_ids.py); add it there, with its doc "
+                "link, if it is meant")
     return None
 
 
@@ -432,7 +439,8 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
         Check("role-assignment-within-resource-group", "Role assignments are scoped to the stack's resource group "
               "or below, never a subscription or management group.", _role_within_resource_group),
         Check("role-assignment-not-privileged", "No role assignment hands out Owner, User Access Administrator "
-              "or Role Based Access Control Administrator.", _role_not_privileged))),
+              "or Role Based Access Control Administrator, or any role the stack does not mean to grant.",
+              _role_not_privileged))),
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
     ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),

@@ -72,6 +72,8 @@ BAD_RESOURCES = [
     (ROLE, _grant(role="8e3af657-a8ff-443c-a75c-2fe8c4bcb635"), "role-assignment-not-privileged"),  # Owner
     (ROLE, _grant(role="18d7d88d-d35e-4fb5-a5c3-7773c20a72d9"), "role-assignment-not-privileged"),  # UAA
     (ROLE, _grant(role="F58310D9-A9F6-439A-9E8D-F62E7B41A168"), "role-assignment-not-privileged"),  # RBAC Admin
+    # Not named above, and it can assign roles: Key Vault Data Access Administrator (built-in roles, security page).
+    (ROLE, _grant(role="8b54135c-b56d-4d72-a534-26097cfdc8d8"), "role-assignment-not-privileged"),
     ("azure-native:storage:BlobContainer", {"publicAccess": "Blob"}, "blob-container-private"),
     ("azure-native:containerregistry:Registry", {"adminUserEnabled": True}, "registry-admin-user-disabled"),
     ("azure-native:containerregistry:Registry", {}, "registry-admin-user-disabled"),
