@@ -433,7 +433,7 @@ def running(work: Path) -> bool:
     return True
 
 
-class RecordedAccount:
+class RecordedAccount(rest.JobsInDicts):
     """A rehearsal's Batch account as it left it (STATE_FILE and the primary's task folders), for
     `python -m devtools rehearse --serve`: the jobs and files read as they are; nothing runs any more, so a job
     still active is terminated at once."""
@@ -450,14 +450,6 @@ class RecordedAccount:
         raise rest.BatchRefusal(403, "OperationNotPermittedOnRecordedRehearsal",
                                 "a rehearsal's recorded account takes no new job: run `python -m devtools rehearse`")
 
-    def job(self, job_id):
-        if job_id not in self.jobs:
-            raise rest.job_not_found()
-        return self.jobs[job_id]
-
-    def list_jobs(self):
-        return list(self.jobs.values())
-
     def update_job(self, job_id, changes):
         self.job(job_id).update(changes)
 
@@ -468,23 +460,7 @@ class RecordedAccount:
         job["state"] = "completed"
         job.setdefault("executionInfo", {})["terminateReason"] = reason
 
-    def delete_job(self, job_id):
-        self.job(job_id)
-        self.jobs.pop(job_id)
-        self.tasks.pop(job_id, None)
-
     add_task = add_job
-
-    def task(self, job_id, task_id):
-        self.job(job_id)
-        task = self.tasks.get(job_id)
-        if task is None or task["id"] != task_id:
-            raise rest.task_not_found()
-        return task
-
-    def subtasks(self, job_id, task_id):
-        self.task(job_id, task_id)
-        return []
 
     def task_file(self, job_id, task_id, path):
         self.task(job_id, task_id)

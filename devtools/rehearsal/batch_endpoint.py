@@ -93,6 +93,37 @@ class BatchAccount(Protocol):
     def pool(self, pool_id: str) -> dict[str, Any]: ...
 
 
+class JobsInDicts:
+    """The lookups every account answers the same way, over `jobs[id]` and `tasks[job id]` (one task per job, as
+    the project submits): the 404s Batch gives for a missing job or task, and deleting a job with its task."""
+    jobs: dict[str, dict[str, Any]]
+    tasks: dict[str, dict[str, Any]]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        if job_id not in self.jobs:
+            raise job_not_found()
+        return self.jobs[job_id]
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        return list(self.jobs.values())
+
+    def delete_job(self, job_id: str) -> None:
+        self.job(job_id)
+        del self.jobs[job_id]
+        self.tasks.pop(job_id, None)
+
+    def task(self, job_id: str, task_id: str) -> dict[str, Any]:
+        self.job(job_id)
+        task = self.tasks.get(job_id)
+        if task is None or task["id"] != task_id:
+            raise task_not_found()
+        return task
+
+    def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
+        self.task(job_id, task_id)
+        return []  # the project's multi-instance task is read as a whole; no subtask is listed
+
+
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

@@ -17,12 +17,12 @@ from infra.backends.batch.service import AzureBatch
 _START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 
-class MemoryAccount:
+class MemoryAccount(rest.JobsInDicts):
     """A rest.BatchAccount in dicts: `jobs[id]` and `tasks[job id]` (one task per job, as the project submits)
     are the REST JSON the service returns; `files[(job, path)]` the task's file contents; `pools[id]`."""
 
     def __init__(self):
-        self.jobs_by_id: dict[str, dict] = {}
+        self.jobs: dict[str, dict] = {}
         self.tasks: dict[str, dict] = {}
         self.files: dict[tuple[str, str], bytes] = {}
         self.pools: dict[str, dict] = {}
@@ -39,18 +39,10 @@ class MemoryAccount:
                                                          "endTime": rest.iso(self.now())})
 
     def add_job(self, job):
-        if job["id"] in self.jobs_by_id:
+        if job["id"] in self.jobs:
             raise rest.job_exists()
-        self.jobs_by_id[job["id"]] = job
+        self.jobs[job["id"]] = job
         self._end_with_tasks(job)
-
-    def job(self, job_id):
-        if job_id not in self.jobs_by_id:
-            raise rest.job_not_found()
-        return self.jobs_by_id[job_id]
-
-    def list_jobs(self):
-        return list(self.jobs_by_id.values())
 
     def update_job(self, job_id, changes):
         job = self.job(job_id)
@@ -64,26 +56,10 @@ class MemoryAccount:
         job.update(state="completed", executionInfo={**job["executionInfo"], "endTime": rest.iso(self.now()),
                                                      "terminateReason": reason})
 
-    def delete_job(self, job_id):
-        self.job(job_id)
-        del self.jobs_by_id[job_id]
-        self.tasks.pop(job_id, None)
-
     def add_task(self, job_id, task):
         if self.job(job_id)["state"] == "completed":
             raise rest.job_completed()
         self.tasks[job_id] = task
-
-    def task(self, job_id, task_id):
-        self.job(job_id)
-        task = self.tasks.get(job_id)
-        if task is None or task["id"] != task_id:
-            raise rest.task_not_found()
-        return task
-
-    def subtasks(self, job_id, task_id):
-        self.task(job_id, task_id)
-        return []
 
     def task_file(self, job_id, task_id, path):
         self.task(job_id, task_id)
@@ -118,7 +94,7 @@ class FakeBatch(AzureBatch):
         self.endpoint = rest.BatchEndpoint(self.account, clock=self.account.now)
         super().__init__(self.endpoint.url, client=BatchClient(self.endpoint.url, _Token(),
                                                                connection_verify=self.endpoint.ca_file))
-        self.jobs, self.tasks, self.files = self.account.jobs_by_id, self.account.tasks, self.account.files
+        self.jobs, self.tasks, self.files = self.account.jobs, self.account.tasks, self.account.files
         self.requests = self.endpoint.requests
 
     def close(self) -> None:
