@@ -1,7 +1,11 @@
 """The whole suite: the project root is on sys.path (pytest.ini), and each tests folder runs only where what it
 tests can be imported (a bare `pytest` in any environment collects without errors and says what it left out)."""
+import os
+import tempfile
 from importlib.util import find_spec
 from pathlib import Path
+
+import pytest
 
 from training import frameworks
 
@@ -44,3 +48,19 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_terminal_summary(terminalreporter):
     for folder in sorted(_left_out):
         terminalreporter.write_line(f"SKIPPED {folder}: {LEFT_OUT[folder]}")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def temp_files_stay_in_pytests_folder(tmp_path_factory):
+    """Every temp file of the suite and of the processes it starts (multiprocessing's pymp-*, torchrun's
+    torchelastic_*, what a killed process leaves) goes under pytest's own temp root, which pytest rotates: the suite
+    leaves nothing of its own in the host's /tmp."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = folder, None
+    yield
+    if before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before
+    tempfile.tempdir = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import ssl
 import tempfile
 import threading
@@ -242,7 +243,9 @@ class BatchEndpoint:
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_HEAD = _serve
 
+        # A certificate made here lives in a temp folder of its own, removed on close (nothing left behind in /tmp).
         cert, key = tls or self_signed_certificate()
+        self._own_tls_folder = None if tls else Path(cert).parent
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -256,6 +259,8 @@ class BatchEndpoint:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        if self._own_tls_folder:
+            shutil.rmtree(self._own_tls_folder, ignore_errors=True)
 
     def __enter__(self) -> "BatchEndpoint":
         return self

@@ -21,7 +21,6 @@ from infra.backends.batch import spec as batch_spec
 from infra.backends import staging
 from tests.infra.conftest import evaluation_for
 from tests.infra.backends.azureml.fake_aml import FakeAmlJobs
-from tests.infra.backends.batch.fake_batch import FakeBatch
 from tests.infra.backends.batch.test_spec import inputs as batch_inputs
 
 
@@ -89,13 +88,6 @@ class Data:
 def job_inputs(stack: str, kind: str) -> dict:
     """What the program registers for the job resource (the mocks' record of its inputs)."""
     return dict(next(r for r in evaluation_for(stack).of_type("pulumi-python:dynamic:Resource") if kind in r.inputs).inputs)
-
-
-@pytest.fixture
-def batch():
-    service = FakeBatch()
-    yield service
-    getattr(service, "close", lambda: None)()
 
 
 @pytest.fixture

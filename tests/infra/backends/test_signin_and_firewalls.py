@@ -19,7 +19,6 @@ from infra.backends.shared import JobError
 from infra.backends.azureml.service import AzureMlJobs
 from infra.backends.shared import StackOutputs
 from tests.infra.conftest import evaluation_for
-from tests.infra.backends.batch.fake_batch import FakeBatch
 from tests.infra.backends.batch.test_spec import inputs
 from tests.infra.backends.batch.test_operate import OUTPUTS
 from training.data import transfer
@@ -35,13 +34,6 @@ NO_LOGIN_BOUND_S = 5.0
 # a Batch account endpoint: Azure/BatchExplorer#2203).
 NOT_AUTHORIZED = ("AuthorizationFailure", "This request is not authorized to perform this operation.\n"
                                           "RequestId:6a0e1c2e-0000-0000-0000-000000000000\nTime:2026-11-23T10:00:00Z")
-
-
-@pytest.fixture
-def batch():
-    service = FakeBatch()
-    yield service
-    service.close()
 
 
 def no_azure_environment(home):

@@ -14,7 +14,6 @@ from infra.cli.main import main
 from infra.backends.shared import StackOutputs, load_outputs, now_utc
 from infra.backends.batch.training_job import INPUT_FIELDS, TrainingJobProvider
 from infra.backends.staging import Readiness
-from tests.infra.backends.batch.fake_batch import FakeBatch
 from tests.infra.backends.batch.test_spec import inputs
 
 OUTPUTS = {
@@ -29,13 +28,6 @@ OUTPUTS = {
 
 
 STATUS = OUTPUTS["containerUrls"]["status"]
-
-
-@pytest.fixture
-def batch():
-    service = FakeBatch()
-    yield service
-    service.close()
 
 
 def props(**changes):
