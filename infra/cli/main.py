@@ -98,8 +98,9 @@ def _azure_error_line(err: Exception) -> str | None:
     return None
 
 
-def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
-    return _job_verb_errors(args, lambda args: _run_job_verb(args, batch_factory, staged, aml_factory))
+def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None, spend_factory=None) -> int:
+    return _job_verb_errors(args, lambda args: _run_job_verb(args, batch_factory, staged, aml_factory,
+                                                             spend_factory))
 
 
 def _job_verb_errors(args: argparse.Namespace, verb) -> int:
@@ -145,7 +146,26 @@ def _rehearsal_verb(args: argparse.Namespace, batch_factory, staged) -> int:
         return 1
 
 
-def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None) -> int:
+# The verbs the budget guard speaks in (monthlyBudgetUsd): submit refuses at or over budget, status shows spend.
+BUDGET_VERBS = ("submit", "status")
+BUDGET_OUTPUTS = ("subscription_id", "resource_group_name")  # the Cost Management query's scope
+
+
+def _budget(stack_config, outputs, spend_factory):
+    """The spend guard's verdict for this stack (infra/core/budget.py), month-to-date spend read from Cost
+    Management (infra/backends/spend.py)."""
+    from infra.backends import spend
+    from infra.core import budget
+
+    reader = spend_factory()
+    try:
+        found, error = spend.read(reader, spend.scope(outputs.subscription_id, outputs.resource_group_name))
+    finally:
+        reader.close()
+    return budget.guard(stack_config.budget.monthly_usd, found, error)
+
+
+def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None, spend_factory=None) -> int:
     from infra.backends import backend
     from infra.backends.shared import JobError, load_outputs
     from infra.core import config
@@ -161,8 +181,17 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
         chosen = backend(stack_config.backend)
         if args.command in chosen.refused_verbs:  # before the outputs are read
             raise JobError(chosen.refused_verbs[args.command])
-        outputs = load_outputs(args.stack, args.outputs, chosen.required_outputs)
-        return chosen.run_verb(args, stack_config, outputs, connect[chosen.name], staged)
+        guarded = args.command in BUDGET_VERBS and stack_config.budget.monthly_usd is not None
+        outputs = load_outputs(args.stack, args.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()))
+        verdict = _budget(stack_config, outputs, spend_factory or _cost_management) if guarded else None
+        if verdict and args.command == "submit":
+            if not verdict.allowed:  # before anything reaches the job service
+                raise JobError(f"--stack {args.stack}: budget: {verdict.line}")
+            print(f"budget: {verdict.line}")
+        code = chosen.run_verb(args, stack_config, outputs, connect[chosen.name], staged)
+        if verdict and args.command == "status":
+            print(f"budget: {verdict.line}")
+        return code
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -218,6 +247,12 @@ def _azure_ml(outputs):
     return AzureMlJobs(outputs.subscription_id, outputs.resource_group_name, outputs.aml_workspace_name)
 
 
+def _cost_management():
+    from infra.backends.spend import CostManagementSpend
+
+    return CostManagementSpend()
+
+
 def _azure_batch(endpoint: str):
     from infra.backends.batch.service import AzureBatch
 
@@ -231,10 +266,12 @@ def _rehearse(argv: list[str]) -> int:
     os.execve(sys.executable, [sys.executable, "-m", "devtools", "rehearse", *argv], env)
 
 
-def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml) -> int:
-    """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness` and
-    `aml_factory(outputs) -> AmlJobs`: the tests pass their own; everyone else gets Azure Batch, the `data` and
-    `status` containers (infra/backends/staging.py) and Azure ML."""
+def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml,
+         spend_factory=_cost_management) -> int:
+    """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness`,
+    `aml_factory(outputs) -> AmlJobs` and `spend_factory() -> CostManagementSpend`: the tests pass their own;
+    everyone else gets Azure Batch, the `data` and `status` containers (infra/backends/staging.py), Azure ML and
+    Cost Management."""
     from infra.backends.staging import RECHECK_MINUTES
 
     if staged is None:
@@ -284,8 +321,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     teams.set_defaults(run=_teams)
 
     verbs = {
-        "submit": "start a training job on the stack's GPU pool (defaults from the stack config)",
-        "status": "show a job's state, exit code and retries",
+        "submit": "start a training job on the stack's GPU pool (defaults from the stack config); with "
+                  "monthlyBudgetUsd, refused once this month's spend reaches it",
+        "status": "show a job's state, exit code and retries; with monthlyBudgetUsd, this month's spend against it",
         "logs": "print a job's stdout (or --stderr); --follow streams it until the task ends",
         "download": "fetch a job's logs and run folder (metrics, summary, TensorBoard, model) from `outputs`",
         "cancel": "stop a job's task; outputs written so far stay",
@@ -321,7 +359,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
         if verb in ("download", "register-model"):
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
-        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged, aml_factory))
+        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged, aml_factory, spend_factory))
 
     restage = commands.add_parser(
         "restage", help="(nfsKind vm) ask the NFS server to stage `data` again now; --follow shows its reports",

@@ -2,7 +2,8 @@
 
 Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
 `StackConfig` or refuses them with a `ConfigError` that names the key and the fix. A `StackConfig` holds one
-frozen section per concern (network, nodes, storage, monitoring, registry, nfs, training, aml), each with its keys
+frozen section per concern (network, nodes, storage, monitoring, registry, nfs, training, aml, access, tagging,
+budget), each with its keys
 and its own validation beside them; a component takes only its section. Bounds and allowed values are written
 once, in RANGES and ALLOWED, which Pulumi.yaml's descriptions state (a test checks). The same `parse` serves the
 real program (`from_pulumi`: the values the engine hands over) and the offline `plan` and job verbs
@@ -83,6 +84,8 @@ RANGES = {
     "trainingMaxHours": Range(1, 168, " hours"),  # Batch's task maxWallClockTime; a week at most
     "trainingDataWaitMinutes": Range(5, 1440, " minutes"),
     "amlIdleMinutes": Range(1, 1440, " minutes"),
+    # US dollars a month (cents allowed): at least a dollar; above a million a typo is likelier than a plan.
+    "monthlyBudgetUsd": Range(1, 1_000_000, " USD"),
 }
 NFS_DISK_SIZE_GB = {"vm": Range(32, 4096), "azure-files": Range(100, 102400)}  # azure-files: premium share quota
 ALLOWED = {
@@ -491,9 +494,48 @@ class TaggingConfig:
         return cls(extra=extra)
 
 
+# An address as Azure's budget notifications take it (contactEmails): one @, a dotted domain, no spaces. The
+# Budgets API documents no pattern (https://learn.microsoft.com/rest/api/consumption/budgets/create-or-update):
+# this catches typos and pasted names, not every address a mail server refuses.
+EMAIL = re.compile(r"[^@\s,;<>]+@[^@\s,;<>]+\.[A-Za-z]{2,}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """The team's monthly budget and who hears of it (infra/components/budget.py: the budget and its guard)."""
+    KEYS = {"monthlyBudgetUsd": "monthly_usd", "budgetContacts": "contacts"}
+    monthly_usd: float | None = None  # None: no budget
+    contacts: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> BudgetConfig:
+        text, contacts = values["monthlyBudgetUsd"].strip(), values["budgetContacts"]
+        if not text:
+            if contacts:
+                raise ConfigError("budgetContacts", "is set but monthlyBudgetUsd is not; set monthlyBudgetUsd "
+                                                    "(e.g. 1500) or remove budgetContacts")
+            return cls()
+        bounds = RANGES["monthlyBudgetUsd"]
+        if not re.fullmatch(r"\d+(\.\d{1,2})?", text):
+            raise ConfigError("monthlyBudgetUsd", f"{text!r} is not an amount in US dollars; write {bounds} "
+                                                  "without sign or currency, such as 1500 or 1500.50")
+        amount = float(text)
+        if not bounds.low <= amount <= bounds.high:
+            raise ConfigError("monthlyBudgetUsd", f"{text} is outside {bounds}{bounds.unit}; give a budget above "
+                                                  "zero (leave the key out for no budget)")
+        if not contacts:
+            raise ConfigError("budgetContacts", "is empty; a budget needs at least one email address to notify, "
+                                                "e.g. [ml-platform@example.com]")
+        for contact in contacts:
+            if not EMAIL.fullmatch(contact):
+                raise ConfigError("budgetContacts", f"{contact!r} is not an email address; write one address "
+                                                    "per item, like name@example.com")
+        return cls(monthly_usd=amount, contacts=contacts)
+
+
 SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageConfig, "monitoring": MonitoringConfig,
             "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig,
-            "access": AccessConfig, "tagging": TaggingConfig}
+            "access": AccessConfig, "tagging": TaggingConfig, "budget": BudgetConfig}
 TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType")  # StackConfig's own fields
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`.
@@ -518,6 +560,7 @@ class StackConfig:
     aml: AmlConfig
     access: AccessConfig = AccessConfig()
     tagging: TaggingConfig = TaggingConfig()
+    budget: BudgetConfig = BudgetConfig()
     placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
 
     @property
@@ -593,7 +636,8 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
-                       tagging=TaggingConfig.parse(merged, backend), placeholders=placeholders)
+                       tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),
+                       placeholders=placeholders)
 
 
 def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
