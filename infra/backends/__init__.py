@@ -67,6 +67,10 @@ class Backend(Protocol):
     def service_id(self, env: Environment) -> Any:
         """The resource ID of its job service (the Batch account, the Azure ML workspace), once declared."""
 
+    def budget_stop(self, env: Environment) -> Any:
+        """What the budget guard does to stop its GPU nodes' spend (a StopAction of infra/components/budget.py):
+        the ARM call that scales them to zero and the one role it needs on them."""
+
     def fixed_costs(self, cfg: StackConfig) -> dict[str, float]:
         """Its always-on items, USD per hour."""
 

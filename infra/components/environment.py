@@ -18,6 +18,7 @@ from infra.backends import backend
 from infra.backends.shared import StackOutputs
 from infra.components import roles
 from infra.components.access import LEVELS, TeamAccess, TeamAccessArgs, team_grants
+from infra.components.budget import TeamBudget, TeamBudgetArgs, start_of_month
 from infra.core import naming
 from infra.core.config import StackConfig
 from infra.components.identity import NodeIdentity, NodeIdentityArgs
@@ -104,6 +105,14 @@ class Environment(pulumi.ComponentResource):
                       "service": backend(cfg.backend).service_id(self)}
             self.team_access = TeamAccess(f"{name}-team", TeamAccessArgs(cfg.access, scopes, {
                 level: team_grants(level, backend(cfg.backend).team_grants(cfg, level)) for level in LEVELS}), child)
+        # monthlyBudgetUsd: Azure's budget on the resource group, and the guard that scales the GPU nodes to zero
+        # when it runs out (budget.py).
+        self.budget = None
+        if cfg.budget.monthly_usd is not None:
+            self.budget = TeamBudget(f"{name}-budget", TeamBudgetArgs(
+                cfg.budget, resource_group_id=self.resource_group.id, resource_group_name=rg,
+                location=cfg.location, tags=cfg.tags, stop=backend(cfg.backend).budget_stop(self),
+                start_date=start_of_month(now)), child)
         # The export names (camelCase, the contract of `pulumi stack output`) come from StackOutputs.
         self.outputs = StackOutputs(**values).exports(tuple(values))
         self.register_outputs(self.outputs)

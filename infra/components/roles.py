@@ -11,8 +11,8 @@ from pulumi_azure_native import authorization
 
 # The roles by ID live in infra/core (the security checks read them too); the components name them as roles.X.
 from infra.core.role_ids import (  # noqa: F401
-    ACR_PULL, AZUREML_DATA_SCIENTIST, BATCH_JOB_SUBMITTER, BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, CONTRIBUTOR, READER,
-    ROLE_NAMES)
+    ACR_PULL, AZUREML_COMPUTE_OPERATOR, AZUREML_DATA_SCIENTIST, BATCH_ACCOUNT_CONTRIBUTOR, BATCH_JOB_SUBMITTER,
+    BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, CONTRIBUTOR, READER, ROLE_NAMES)
 
 # Who a grant is for, as ARM's principalType: managed identities are service principals. Setting it skips ARM's
 # directory lookup, which a principal created moments before may not pass yet (replication delay:

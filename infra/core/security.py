@@ -27,7 +27,7 @@ from typing import Any
 
 from infra.core.config import SAS_EXPIRY_HOURS
 from infra.core.containers import SAS_PERMISSIONS
-from infra.core.role_ids import ROLE_NAMES
+from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES
 
 Props = dict[str, Any]
 INTERNET_SOURCES = {"*", "Internet", "0.0.0.0/0", "Any", "any"}
@@ -254,6 +254,21 @@ def _role_not_privileged(props: Props) -> str | None:
     return None
 
 
+def _role_on_its_resource(props: Props) -> str | None:
+    """A role that manages a whole resource (the budget guard's: RESOURCE_ROLES) only on one resource of its
+    type: on the account, workspace or resource group it would reach every pool, cluster or job there."""
+    role = str(props.get("roleDefinitionId") or "").rstrip("/").rsplit("/", 1)[-1].lower()
+    scope = props.get("scope")
+    if role not in RESOURCE_ROLES or not isinstance(scope, str):
+        return None
+    provider, *types = RESOURCE_ROLES[role].split("/")
+    pattern = rf".*/providers/{re.escape(provider)}" + "".join(f"/{re.escape(t)}/[^/]+" for t in types)
+    if re.fullmatch(pattern, scope.rstrip("/"), re.IGNORECASE):
+        return None
+    return (f"grants {ROLE_NAMES[role]} on {scope!r}: it is granted on one {RESOURCE_ROLES[role]} resource only "
+            "(what the budget guard scales), never on its account, workspace or resource group")
+
+
 # --- Service rules: values the provider's types accept and Azure refuses at the service ---------------------------
 
 # RFC 1918 ranges, which Storage and Key Vault IP rules refuse (their VNets reach them through VNet rules).
@@ -440,7 +455,10 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
               "or below, never a subscription or management group.", _role_within_resource_group),
         Check("role-assignment-not-privileged", "No role assignment hands out Owner, User Access Administrator "
               "or Role Based Access Control Administrator, or any role the stack does not mean to grant.",
-              _role_not_privileged))),
+              _role_not_privileged),
+        Check("role-assignment-on-its-resource", "A role that manages a whole resource (Azure Batch Account "
+              "Contributor, AzureML Compute Operator) is granted on one pool or compute cluster only.",
+              _role_on_its_resource))),
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
     ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),

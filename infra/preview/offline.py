@@ -96,6 +96,8 @@ class AzureMocks(pulumi.runtime.Mocks):
         if args.typ.startswith("azure-native:"):
             state["id"] = _arm_id(args.typ, name)
         identity = state.get("identity")
+        if isinstance(identity, dict) and identity.get("type") == "SystemAssigned":
+            state["identity"] = {**identity, "principalId": f"principal-{name}", "tenantId": SUBSCRIPTION}
         if isinstance(identity, dict) and isinstance(identity.get("userAssignedIdentities"), list):
             # Inputs list the identity IDs; Azure answers with a map of ID -> principal.
             state["identity"] = {**identity, "userAssignedIdentities": {
@@ -146,6 +148,11 @@ class AzureMocks(pulumi.runtime.Mocks):
             a = args.args
             token = f"sv=2024-01-01&sr={a['resource']}&sp={a['permissions']}&spr={a['protocols']}&se={a['sharedAccessExpiryTime']}&{MOCK_SAS_SIGNATURE}"
             return {"serviceSasToken": token}
+        if args.token == "azure-native:logic:listWorkflowTriggerCallbackUrl":
+            # What Azure returns: the trigger's URL with its signature (sig), which the program keeps secret.
+            return {"value": f"https://prod-00.westeurope.logic.azure.com/workflows/{args.args.get('workflowName')}"
+                             f"/triggers/{args.args.get('triggerName')}/paths/invoke?api-version=2016-10-01"
+                             f"&sp=%2Ftriggers%2Fbudget%2Frun&sv=1.0&{MOCK_SAS_SIGNATURE}"}
         if args.token == "azure-native:authorization:getClientConfig":
             return {"subscriptionId": SUBSCRIPTION, "tenantId": SUBSCRIPTION, "clientId": "deployer",
                     "objectId": "deployer"}

@@ -190,6 +190,27 @@ class AzureMlBackend:
     def service_id(self, env):
         return env.azureml.workspace.id
 
+    def budget_stop(self, env):
+        """Compute - Update (ARM PATCH of ClusterUpdateParameters,
+        https://learn.microsoft.com/rest/api/azureml/compute/update: "Updates properties of a compute. This call
+        will overwrite a compute if it exists"; only the scale settings of an AmlCompute may change) with
+        maxNodeCount 0, so the cluster releases its nodes and starts none. NOT VERIFIED: the reference gives
+        ScaleSettings.maxNodeCount no minimum and no doc says whether 0 is accepted; if Azure ML refuses it, the
+        guard's Logic App run fails (its run history shows the refusal) and only the mails and `infra submit`'s
+        refusal remain. API version: the one pulumi-azure-native 3.29 declares the cluster with."""
+        import pulumi
+
+        from infra.components import roles
+        from infra.components.budget import StopAction
+
+        compute = env.azureml.compute
+        return StopAction(
+            target_id=pulumi.Output.concat(env.azureml.workspace.id, "/computes/", compute.name),
+            api_version="2025-12-01",
+            body={"properties": {"properties": {"scaleSettings": {"maxNodeCount": 0, "minNodeCount": 0}}}},
+            role=roles.AZUREML_COMPUTE_OPERATOR, why="scale the GPU cluster to zero nodes when the budget runs "
+                                                    "out (Compute - Update on this cluster only)")
+
     def fixed_costs(self, cfg) -> dict[str, float]:
         from infra.core import cost
 

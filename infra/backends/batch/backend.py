@@ -198,6 +198,26 @@ class BatchBackend:
     def service_id(self, env):
         return env.cluster.account.id
 
+    def budget_stop(self, env):
+        """Pool - Update (ARM PATCH, https://learn.microsoft.com/rest/api/batchmanagement/pool/update) with fixed
+        scale settings of zero nodes: the pool leaves its autoscale formula (ScaleSettings holds either fixedScale
+        or autoScale: https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools) and removes
+        its nodes; Requeue stops running tasks now and puts them back in the queue (nodeDeallocationOption), so a
+        job resumes from its checkpoint once `pulumi up` restores the formula. API version: the one
+        pulumi-azure-native 3.29 declares the pool with."""
+        import pulumi
+
+        from infra.components import roles
+        from infra.components.budget import StopAction
+
+        pool = env.cluster.pool
+        return StopAction(
+            target_id=pulumi.Output.concat(env.cluster.account.id, "/pools/", pool.name), api_version="2024-07-01",
+            body={"properties": {"scaleSettings": {"fixedScale": {
+                "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}}},
+            role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "
+                                                     "(Pool - Update on this pool only)")
+
     def fixed_costs(self, cfg) -> dict[str, float]:
         from infra.core import cost
 

@@ -1,0 +1,113 @@
+"""monthlyBudgetUsd under Pulumi's mocks: the Azure budget on the team's resource group (actual and forecast
+notifications to budgetContacts) and its guard (action group -> Logic App -> one ARM PATCH that scales the pool or
+cluster to zero, by the Logic App's own identity holding one role on that pool or cluster only)."""
+import dataclasses
+
+import pytest
+
+from infra.cli import plan
+from infra.core import config, role_ids, security
+from infra.preview import offline
+from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
+
+BUDGET = config.BudgetConfig(monthly_usd=1500.5, contacts=("ml-platform@example.com", "lead@example.com"))
+STACKS = [BATCH_STACKS[0], AML_STACKS[0]]
+_cache: dict[str, offline.Evaluation] = {}
+
+
+def with_budget(stack: str) -> offline.Evaluation:
+    if stack not in _cache:
+        cfg = dataclasses.replace(config.from_stack_file(stack), budget=BUDGET)
+        _cache[stack] = offline.evaluate(cfg, now=NOW)
+    return _cache[stack]
+
+
+@pytest.fixture(params=STACKS)
+def ev(request) -> offline.Evaluation:
+    return with_budget(request.param)
+
+
+def test_the_budget_counts_the_resource_group_monthly_and_mails_the_contacts(ev):
+    budget = ev.one("azure-native:consumption:Budget").inputs
+    assert budget["scope"] == ev.one("azure-native:resources:ResourceGroup").state["id"]
+    assert budget["amount"] == 1500.5 and budget["category"] == "Cost" and budget["timeGrain"] == "Monthly"
+    assert budget["timePeriod"] == {"startDate": "2026-11-01T00:00:00Z"}  # the first of NOW's month
+    notifications = {(n["thresholdType"], n["threshold"]): n for n in budget["notifications"].values()}
+    assert set(notifications) == {("Actual", 80), ("Actual", 100), ("Forecasted", 100)}
+    for n in notifications.values():
+        assert n["enabled"] and n["operator"] == "GreaterThan" and n["contactEmails"] == list(BUDGET.contacts)
+    group = ev.one("azure-native:monitor:ActionGroup")
+    # Only spend that has happened runs the guard; a forecast only mails.
+    assert [k for k, n in notifications.items() if n.get("contactGroups")] == [("Actual", 100)]
+    assert notifications[("Actual", 100)]["contactGroups"] == [group.state["id"]]
+
+
+def test_the_action_group_runs_the_logic_app_that_scales_the_nodes_to_zero(ev):
+    workflow = ev.one("azure-native:logic:Workflow")
+    [receiver] = ev.one("azure-native:monitor:ActionGroup").inputs["logicAppReceivers"]
+    assert receiver["resourceId"] == workflow.state["id"] and "/triggers/budget/" in receiver["callbackUrl"]
+    assert workflow.inputs["identity"] == {"type": "SystemAssigned"} and workflow.inputs["state"] == "Enabled"
+    definition = workflow.inputs["definition"]
+    assert definition["triggers"]["budget"]["type"] == "Request"
+    [action] = definition["actions"].values()
+    request = action["inputs"]
+    assert action["type"] == "Http" and request["method"] == "PATCH"
+    assert request["authentication"] == {"type": "ManagedServiceIdentity", "audience": "https://management.azure.com/"}
+    if ev.config.backend == "batch":
+        pool = ev.one("azure-native:batch:BatchAccount").state["id"] + "/pools/" + \
+            ev.one("azure-native:batch:Pool").state["name"]
+        assert request["uri"] == f"https://management.azure.com{pool}?api-version=2024-07-01"
+        assert request["body"]["properties"]["scaleSettings"] == {"fixedScale": {
+            "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}
+    else:
+        compute = ev.one("azure-native:machinelearningservices:Workspace").state["id"] + "/computes/" + \
+            ev.one("azure-native:machinelearningservices:Compute").state["name"]
+        assert request["uri"] == f"https://management.azure.com{compute}?api-version=2025-12-01"
+        assert request["body"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 0
+
+
+def test_the_guards_identity_gets_one_role_on_the_pool_or_cluster_only(ev):
+    workflow = ev.one("azure-native:logic:Workflow")
+    grants = [a.inputs for a in ev.of_type("azure-native:authorization:RoleAssignment")
+              if a.inputs["principalId"] == workflow.state["identity"]["principalId"]]
+    [grant] = grants
+    uri = workflow.inputs["definition"]["actions"]["scale_to_zero"]["inputs"]["uri"]
+    assert uri.startswith("https://management.azure.com" + grant["scope"] + "?")  # the resource it PATCHes
+    role = role_ids.BATCH_ACCOUNT_CONTRIBUTOR if ev.config.backend == "batch" else role_ids.AZUREML_COMPUTE_OPERATOR
+    assert grant["roleDefinitionId"].endswith(role) and grant["principalType"] == "ServicePrincipal"
+
+
+def test_every_check_passes_with_a_budget_and_the_trigger_url_is_never_shown(ev):
+    text, secure = plan.render(ev)
+    assert secure, [line for line in text.splitlines() if "FAIL" in line]
+    assert offline.MOCK_SAS_SIGNATURE not in text
+    for resource in ("Workflow", "ActionGroup"):  # taggable: they carry the team's tags
+        assert ev.one(f"azure-native:{'logic' if resource == 'Workflow' else 'monitor'}:{resource}").inputs["tags"][
+            "team"] == ev.config.team
+
+
+@pytest.mark.parametrize("role", sorted(role_ids.RESOURCE_ROLES))
+def test_the_guards_roles_are_refused_anywhere_wider_than_one_pool_or_cluster(role):
+    base = "/subscriptions/s/resourceGroups/rg"
+    ok = {role_ids.BATCH_ACCOUNT_CONTRIBUTOR: "/providers/Microsoft.Batch/batchAccounts/ba/pools/gpu",
+          role_ids.AZUREML_COMPUTE_OPERATOR: "/providers/Microsoft.MachineLearningServices/workspaces/w/computes/gpu"}
+    wider = ["", "/providers/Microsoft.Batch/batchAccounts/ba", "/providers/Microsoft.MachineLearningServices/"
+             "workspaces/w", "/providers/Microsoft.Storage/storageAccounts/st"]
+
+    def failing(scope):
+        props = {"scope": base + scope, "principalId": "p", "principalType": "ServicePrincipal",
+                 "roleDefinitionId": f"/subscriptions/s/providers/Microsoft.Authorization/roleDefinitions/{role}"}
+        return {f.check.name for f in security.apply_checks([security.Subject(
+            "azure-native:authorization:RoleAssignment", props)]) if f.message}
+
+    assert failing(ok[role]) == set()
+    for scope in wider:
+        assert failing(scope) == {"role-assignment-on-its-resource"}, scope
+    other = next(s for r, s in ok.items() if r != role)  # the other backend's resource type
+    assert failing(other) == {"role-assignment-on-its-resource"}
+
+
+def test_no_budget_declares_neither_budget_nor_guard():
+    ev = evaluation_for(BATCH_STACKS[0])
+    assert ev.config.budget.monthly_usd is None
+    assert not [r for r in ev.resources if r.type.split(":")[1] in ("consumption", "logic")]
