@@ -308,10 +308,11 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     new_team.set_defaults(run=_new_team)
 
     teams = commands.add_parser(
-        "teams", help="every stack file at a glance: backend, region, GPU size, nodes, cost, failing checks; offline",
+        "teams", help="every stack file at a glance: backend, region, GPU size, nodes, cost, budget, failing checks; "
+                      "offline",
         description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it:\n"
                     "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a\n"
-                    "month at min nodes, and the security checks and service rules that fail.\n"
+                    "month at min nodes, the monthly budget, and the security checks and service rules that fail.\n"
                     "Exit status: 0 every stack passes, 1 a stack is refused or fails a check.",
         epilog="--json prints a list, one object per stack file, with these keys:\n" + "\n".join(
             f"  {key}: {meaning}" for key, meaning in JSON_KEYS.items()),

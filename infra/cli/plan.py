@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from infra.backends import backend
-from infra.core import cost, security
+from infra.core import budget, cost, security
 from infra.preview.offline import Evaluation
 
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
@@ -207,6 +207,26 @@ def _month_and_job_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
     return lines
 
 
+def _budget_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
+    """monthlyBudgetUsd beside the hourly cost: what it buys at maxNodes, what a month at minNodes takes of it, and
+    what the guard (infra/components/budget.py) does and how late."""
+    amount = cfg.budget.monthly_usd
+    if amount is None:
+        return ["  monthly budget: none (monthlyBudgetUsd unset: nothing mails at a threshold or stops the nodes)"]
+    at_max, idle = estimate.at(cfg.nodes.max_nodes), cost.monthly(estimate.at(cfg.nodes.min_nodes))
+    lines = [f"  monthly budget: {amount:.2f} (monthlyBudgetUsd), mails {', '.join(cfg.budget.contacts)} at 80% and "
+             "100% of actual spend and at 100% of forecast spend",
+             f"  it buys {budget.hours_bought(amount, at_max):.1f} hours at maxNodes={cfg.nodes.max_nodes} "
+             f"({at_max:.2f} per hour); a month at minNodes={cfg.nodes.min_nodes} takes {idle:.0f} of it"]
+    if idle >= amount:
+        lines.append(f"  a month at minNodes alone ({idle:.0f}) reaches the budget: the guard would stop the nodes "
+                     "every month; raise monthlyBudgetUsd or lower minNodes")
+    lines.append(f"  at 100% of actual spend the guard scales the GPU nodes to zero (the rest keeps billing) and "
+                 f"`infra submit` refuses new jobs; Azure's cost data lags up to a day, so a job at maxNodes can pass the budget by up to "
+                 f"{24 * at_max:.0f} (24 hours x {at_max:.2f}) before either acts")
+    return lines
+
+
 def _spot_lines(cfg) -> list[str]:
     """spot: true: what the node price above means for Spot nodes, and what an eviction costs and does."""
     if not cfg.nodes.spot:
@@ -260,7 +280,8 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     nodes = cfg.nodes
     lines += [f"  at minNodes={nodes.min_nodes}: {estimate.at(nodes.min_nodes):.2f} per hour",
               f"  at maxNodes={nodes.max_nodes}: {estimate.at(nodes.max_nodes):.2f} per hour "
-              f"({nodes.max_nodes * sku.gpus} GPUs)"] + _month_and_job_lines(cfg, estimate) + _spot_lines(cfg)
+              f"({nodes.max_nodes * sku.gpus} GPUs)"] + _budget_lines(cfg, estimate) + _month_and_job_lines(
+                  cfg, estimate) + _spot_lines(cfg)
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)

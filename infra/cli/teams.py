@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core import config, cost
+from infra.core import budget, config, cost
 from infra.core.config import PROJECT, ConfigError, StackConfig
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 # The template team's own: its Entra groups would get the new stack's roles, its tags (owner, cost centre) would
-# bill the new team's spend to it. new-team leaves them out (those the schema declares) and says to set them.
-TEAM_OWN_KEYS = ("teamAdmins", "teamMembers", "tags")
+# bill the new team's spend to it, its budget would count the new team's spend against its figure and mail its
+# people. new-team leaves them out (those the schema declares) and says to set them.
+TEAM_OWN_KEYS = ("teamAdmins", "teamMembers", "tags", "monthlyBudgetUsd", "budgetContacts")
 
 
 def _spaces(stack: str, root: Path) -> tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]:
@@ -247,6 +248,8 @@ JSON_KEYS = {
     "usdPerHourAtMin": "estimated USD per hour at minNodes",
     "usdPerHourAtMax": "estimated USD per hour at maxNodes",
     "usdPerMonthAtMin": f"usdPerHourAtMin x {cost.HOURS_PER_MONTH} hours",
+    "monthlyBudgetUsd": "the stack's monthlyBudgetUsd, or null when it sets none",
+    "budgetHoursAtMax": "hours at maxNodes the monthly budget pays for (usdPerHourAtMax), or null",
     "priceRegion": "the region the prices are for (East US list prices)",
     "failing": "the names of the security checks and Azure service rules that fail ([] when all pass)",
     "placeholders": "values plan accepts but `pulumi up` refuses, each with its fix",
@@ -275,27 +278,33 @@ def team_row(stack: str, root: Path) -> dict:
                usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
                usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
                usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),
+               monthlyBudgetUsd=cfg.budget.monthly_usd,
+               budgetHoursAtMax=None if cfg.budget.monthly_usd is None else round(
+                   budget.hours_bought(cfg.budget.monthly_usd, estimate.at(cfg.nodes.max_nodes)), 1),
                priceRegion=cost.PRICES_REGION, failing=failing,
                placeholders=list(cfg.placeholders))
     return row
 
 
 def table(rows: list[dict]) -> str:
-    head = ("STACK", "BACKEND", "REGION", "GPU SIZE", "NODES", "$/H MIN", "$/H MAX", "$/MONTH MIN", "FAILING")
+    head = ("STACK", "BACKEND", "REGION", "GPU SIZE", "NODES", "$/H MIN", "$/H MAX", "$/MONTH MIN", "BUDGET",
+            "FAILING")
     body = []
     for r in rows:
         if r["error"]:
-            body.append((r["stack"], *["-"] * 7, "refused: " + r["error"]))
+            body.append((r["stack"], *["-"] * 8, "refused: " + r["error"]))
             continue
         failing = r["failing"]
         body.append((r["stack"], r["backend"], r["location"], r["gpuSku"], f"{r['minNodes']}-{r['maxNodes']}",
                      f"{r['usdPerHourAtMin']:.2f}", f"{r['usdPerHourAtMax']:.2f}", f"{r['usdPerMonthAtMin']:.0f}",
+                     "-" if r["monthlyBudgetUsd"] is None else f"{r['monthlyBudgetUsd']:.0f}",
                      f"{len(failing)}: {', '.join(failing)}" if failing else "0"))
     widths = [max(len(str(line[i])) for line in (head, *body)) for i in range(len(head) - 1)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + str(line[-1])
              for line in (head, *body)]
     placeholders = sum(bool(r["placeholders"]) for r in rows)
-    lines += ["", f"USD at {cost.price_label(None)} (a month = {cost.HOURS_PER_MONTH} h); "
+    lines += ["", f"USD at {cost.price_label(None)} (a month = {cost.HOURS_PER_MONTH} h); BUDGET: monthlyBudgetUsd "
+                  "(- for none); "
                   "`python -m infra plan --stack STACK` shows each line and each check."]
     if placeholders:
         lines.append(f"{placeholders} stack(s) still hold the example allowedIpRanges placeholder (plan names it; "

@@ -131,7 +131,9 @@ def test_teams_json_has_one_object_per_stack_file_with_stable_keys(capsys):
         assert row == {**row, "team": cfg.team, "backend": cfg.backend, "location": cfg.location,
                        "gpuSku": cfg.nodes.gpu_sku, "minNodes": cfg.nodes.min_nodes, "maxNodes": cfg.nodes.max_nodes,
                        "usdPerHourAtMin": round(at_min, 2), "usdPerHourAtMax": round(at_max, 2),
-                       "usdPerMonthAtMin": round(at_min * 730, 2), "priceRegion": "eastus", "failing": [],
+                       "usdPerMonthAtMin": round(at_min * 730, 2), "monthlyBudgetUsd": cfg.budget.monthly_usd,
+                       "budgetHoursAtMax": None if cfg.budget.monthly_usd is None else round(
+                           cfg.budget.monthly_usd / at_max, 1), "priceRegion": "eastus", "failing": [],
                        "error": None}
         assert row["placeholders"] == list(cfg.placeholders)
 
@@ -145,7 +147,8 @@ def test_teams_table_has_one_row_per_stack_file(capsys):
         row = next(line for line in lines if line.split()[0] == stack).split()
         assert row == [stack, cfg.backend, cfg.location, cfg.nodes.gpu_sku,
                        f"{cfg.nodes.min_nodes}-{cfg.nodes.max_nodes}", f"{at_min:.2f}", f"{at_max:.2f}",
-                       f"{at_min * 730:.0f}", "0"]
+                       f"{at_min * 730:.0f}", "-" if cfg.budget.monthly_usd is None else f"{cfg.budget.monthly_usd:.0f}",
+                       "0"]
     assert any("East US list prices" in line for line in lines)
 
 

@@ -111,3 +111,21 @@ def test_no_budget_declares_neither_budget_nor_guard():
     ev = evaluation_for(BATCH_STACKS[0])
     assert ev.config.budget.monthly_usd is None
     assert not [r for r in ev.resources if r.type.split(":")[1] in ("consumption", "logic")]
+
+
+def test_plan_shows_the_budget_beside_the_hourly_cost_and_the_hours_it_buys_at_max_nodes(ev):
+    from infra.core import cost
+
+    text, _ = plan.render(ev)
+    lines = text.splitlines()
+    at_max = cost.estimate(ev.config).at(ev.config.nodes.max_nodes)
+    first = next(i for i, line in enumerate(lines) if line.startswith("  monthly budget: 1500.50 (monthlyBudgetUsd)"))
+    assert lines[first - 1].startswith(f"  at maxNodes={ev.config.nodes.max_nodes}: {at_max:.2f} per hour")
+    assert "ml-platform@example.com, lead@example.com" in lines[first]
+    assert lines[first + 1].startswith(f"  it buys {1500.5 / at_max:.1f} hours at maxNodes={ev.config.nodes.max_nodes}")
+    assert "lags up to a day" in lines[first + 2] and f"{24 * at_max:.0f} (24 hours" in lines[first + 2]
+
+
+def test_plan_says_when_a_stack_has_no_budget():
+    text, _ = plan.render(evaluation_for(BATCH_STACKS[0]))
+    assert "  monthly budget: none (monthlyBudgetUsd unset" in text
