@@ -461,6 +461,10 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
               _role_on_its_resource))),
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
+    # The budget and its guard (infra/components/budget.py); the action group's callbackUrl is a secret, never shown.
+    ResourceType("azure-native:consumption:Budget", ("amount", "timeGrain", "category")),
+    ResourceType("azure-native:logic:Workflow", ("identity.type", "state")),
+    ResourceType("azure-native:monitor:ActionGroup", ("groupShortName", "logicAppReceivers.name")),
     ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),
     ResourceType("azure-native:compute:VirtualMachine", ("vmName", "hardwareProfile.vmSize",
                                                          "storageProfile.dataDisks.diskSizeGB",
