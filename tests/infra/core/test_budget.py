@@ -78,3 +78,16 @@ def test_the_guard_refuses_when_spend_cannot_be_read_or_compared():
 
 def test_hours_bought_at_a_price():
     assert budget.hours_bought(1000.0, 40.0) == 25.0 and budget.hours_bought(1000.0, 0.0) == math.inf
+
+
+def test_plan_stops_a_bad_budget_in_one_line_naming_the_key(tmp_path, capsys):
+    from infra.cli.main import main
+
+    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.t.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
+                                            "  azure-dl-training:monthlyBudgetUsd: 0\n"
+                                            "  azure-dl-training:budgetContacts: [ml-platform@example.com]\n")
+    assert main(["plan", "--stack", "t", "--project-dir", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert err == ("error: Pulumi.t.yaml: config key 'monthlyBudgetUsd': 0 is outside 1-1000000 USD; give a budget "
+                   "above zero (leave the key out for no budget)\n") and not out
