@@ -18,7 +18,8 @@ CONTACTS = ["ml-platform@example.com"]
     ({"monthlyBudgetUsd": "$1500", "budgetContacts": CONTACTS}, "monthlyBudgetUsd", "without sign or currency"),
     ({"monthlyBudgetUsd": "1e3", "budgetContacts": CONTACTS}, "monthlyBudgetUsd", "such as 1500 or 1500.50"),
     ({"monthlyBudgetUsd": "1500"}, "budgetContacts", "is empty; a budget needs at least one email"),
-    ({"monthlyBudgetUsd": "1500", "budgetContacts": ["ml platform"]}, "budgetContacts", "'ml platform' is not an email"),
+    ({"monthlyBudgetUsd": "1500", "budgetContacts": ["ml platform"]}, "budgetContacts",
+     "'ml platform' is not an email"),
     ({"monthlyBudgetUsd": "1500", "budgetContacts": ["a@b.com, c@d.com"]}, "budgetContacts", "one address per item"),
     ({"budgetContacts": CONTACTS}, "budgetContacts", "monthlyBudgetUsd is not; set monthlyBudgetUsd"),
 ])
