@@ -67,10 +67,13 @@ def _tree(evaluation: Evaluation) -> list[str]:
 
 
 def _subjects(evaluation: Evaluation) -> list[security.Subject]:
-    """The Azure resources as the checks see them, each with the subnets its VNet rules name (resolved by ID)."""
+    """The Azure resources as the checks see them, each with the subnets its VNet rules name (resolved by ID) and
+    the stack's own resource group."""
     subnets = {r.state.get("id"): r.inputs for r in evaluation.of_type(security.SUBNET)}
+    group = next((str(r.inputs.get("resourceGroupName")) for r in evaluation.of_type(security.RESOURCE_GROUP)), "")
     return [security.Subject(r.type, r.inputs, r.name,
-                             tuple(subnets[i] for i in security.vnet_rule_subnet_ids(r.type, r.inputs) if i in subnets))
+                             tuple(subnets[i] for i in security.vnet_rule_subnet_ids(r.type, r.inputs) if i in subnets),
+                             resource_group=group)
             for r in evaluation.resources if r.custom]
 
 

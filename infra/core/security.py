@@ -228,16 +228,23 @@ TAG_CHECK = Check("team-tag", "Taggable resources carry the owning team's tag.",
 PRIVILEGED_ROLES = {"8e3af657-a8ff-443c-a75c-2fe8c4bcb635": "Owner",
                     "18d7d88d-d35e-4fb5-a5c3-7773c20a72d9": "User Access Administrator",
                     "f58310d9-a9f6-439a-9e8d-f62e7b41a168": "Role Based Access Control Administrator"}
-# A scope inside one resource group: the group itself or a resource (or child) in it. ARM IDs are case-insensitive.
-_WITHIN_RESOURCE_GROUP = re.compile(r"/subscriptions/[^/]+/resourceGroups/[^/]+(/providers/.+)?", re.IGNORECASE)
+RESOURCE_GROUP = "azure-native:resources:ResourceGroup"  # the stack's own group, whose name StackCheck compares
 
 
-def _role_within_resource_group(props: Props) -> str | None:
+def _role_within_stack_group(props: Props, resource_group: str) -> str | None:
+    """The assignment's scope is the stack's own resource group or a resource (or child) in it: the shape alone
+    would admit another team's group in the same subscription. ARM IDs are case-insensitive."""
     scope = props.get("scope")
-    if not isinstance(scope, str) or _WITHIN_RESOURCE_GROUP.fullmatch(scope.rstrip("/")):
+    if not isinstance(scope, str):
+        return None  # not known yet (a preview): checked when it is
+    if not resource_group:
+        return (f"scope {scope!r} cannot be compared with the stack's resource group: the caller did not name it "
+                "(Subject.resource_group)")
+    within = rf"/subscriptions/[^/]+/resourceGroups/{re.escape(resource_group)}(/providers/.+)?"
+    if re.fullmatch(within, scope.rstrip("/"), re.IGNORECASE):
         return None
-    return (f"scope {scope!r} is wider than a resource group (a subscription, management group or the tenant): "
-            "grant on the stack's resource group or one of its resources")
+    return (f"scope {scope!r} is not the stack's resource group {resource_group!r} or a resource in it (another "
+            "group, the subscription, a management group or the tenant): grant on this stack's resources only")
 
 
 def _role_not_privileged(props: Props) -> str | None:
@@ -395,13 +402,27 @@ VNET_RULE_CHECK = SubnetCheck("vnet-rule-service-endpoints",
 
 
 @dataclass(frozen=True)
+class StackCheck:
+    """A check of one resource against the stack it belongs to: its own resource group, which the resource's
+    properties do not carry (plan reads it from the stack's ResourceGroup, the policy pack from the stack's
+    resources)."""
+
+    name: str
+    description: str
+    validate: Callable[[Props, str], str | None]
+
+    def message(self, subject: Subject) -> str | None:
+        return self.validate(subject.props, subject.resource_group)
+
+
+@dataclass(frozen=True)
 class ResourceType:
     """A resource type the program declares, in one place: what `plan` prints of it, the input naming it, its checks."""
 
     token: str
     shown: tuple[str, ...] = ()  # dotted paths into the inputs that `plan` prints beside each resource
     own_name: str = ""  # the input that carries the resource's own name, where the program sets one
-    checks: tuple[Check, ...] = ()  # the security invariants
+    checks: tuple[Check | StackCheck, ...] = ()  # the security invariants
     service_rules: tuple[Check, ...] = ()  # values the types accept and Azure refuses at the service
     vnet_rules: VnetRules | None = None
 
@@ -414,7 +435,7 @@ _VM_CONFIG = "deploymentConfiguration.virtualMachineConfiguration"
 _AML_NODES = "properties.properties"
 
 RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
-    ResourceType("azure-native:resources:ResourceGroup", ("resourceGroupName", "location"), "resourceGroupName"),
+    ResourceType(RESOURCE_GROUP, ("resourceGroupName", "location"), "resourceGroupName"),
     ResourceType(STORAGE_ACCOUNT, ("accountName", "kind", "sku.name", "minimumTlsVersion", "allowBlobPublicAccess",
                                    "networkRuleSet.defaultAction"), "accountName", checks=(
         Check("storage-https-only", "Storage accounts accept HTTPS only.", _storage_https),
@@ -451,8 +472,9 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
         Check("nic-no-public-ip", "Network interfaces (NFS server, nodes) have no public IP.", _nic_no_public_ip),)),
     ResourceType("azure-native:network:PrivateEndpoint", ("privateLinkServiceConnections.groupIds",)),
     ResourceType("azure-native:authorization:RoleAssignment", ("principalType",), "roleAssignmentName", checks=(
-        Check("role-assignment-within-resource-group", "Role assignments are scoped to the stack's resource group "
-              "or below, never a subscription or management group.", _role_within_resource_group),
+        StackCheck("role-assignment-within-resource-group", "Role assignments are scoped to the stack's own "
+                   "resource group or below, never another group, a subscription or management group.",
+                   _role_within_stack_group),
         Check("role-assignment-not-privileged", "No role assignment hands out Owner, User Access Administrator "
               "or Role Based Access Control Administrator, or any role the stack does not mean to grant.",
               _role_not_privileged),
@@ -514,11 +536,11 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
 ]}
 
 # The order `plan` reports them in.
-RESOURCE_CHECKS: list[Check] = [check for t in RESOURCE_TYPES.values() for check in t.checks]
+RESOURCE_CHECKS: list[Check | StackCheck] = [check for t in RESOURCE_TYPES.values() for check in t.checks]
 SERVICE_CHECKS: list[Check] = [check for token in (STORAGE_ACCOUNT, VAULT, BATCH_ACCOUNT)
                                for check in RESOURCE_TYPES[token].service_rules]
 # Every check that looks at one resource: the security invariants, the service rules, the tag.
-PER_RESOURCE_CHECKS: list[Check] = [*RESOURCE_CHECKS, *SERVICE_CHECKS, TAG_CHECK]
+PER_RESOURCE_CHECKS: list[Check | StackCheck] = [*RESOURCE_CHECKS, *SERVICE_CHECKS, TAG_CHECK]
 
 
 def vnet_rules(resource_type: str) -> VnetRules | None:
@@ -534,16 +556,17 @@ class Subject:
     props: Props
     name: str = ""  # how the caller names it in a finding (plan: the resource's name; the pack: its URN)
     subnets: tuple[Props, ...] = ()  # the subnets its VNet rules name, as the caller resolved them
+    resource_group: str = ""  # the stack's own resource group's name, as the caller resolved it (StackCheck)
 
 
 @dataclass(frozen=True)
 class Finding:
-    check: Check | SubnetCheck
+    check: Check | SubnetCheck | StackCheck
     subject: Subject
     message: str | None  # None: the subject complies
 
 
-def _applies(check: Check | SubnetCheck, subject: Subject) -> bool:
+def _applies(check: Check | SubnetCheck | StackCheck, subject: Subject) -> bool:
     if isinstance(check, SubnetCheck):
         return vnet_rules(subject.type) is not None
     if check is TAG_CHECK:  # every Azure type that takes tags, with or without a `tags` input
@@ -553,7 +576,8 @@ def _applies(check: Check | SubnetCheck, subject: Subject) -> bool:
 
 
 def apply_checks(subjects: Iterable[Subject],
-                 checks: Iterable[Check | SubnetCheck] = (*PER_RESOURCE_CHECKS, VNET_RULE_CHECK)) -> list[Finding]:
+                 checks: Iterable[Check | SubnetCheck | StackCheck] = (*PER_RESOURCE_CHECKS, VNET_RULE_CHECK)
+                 ) -> list[Finding]:
     """Every (check, subject) pair where the check applies, check by check in the order given: the one loop the
     tests, `plan` and the policy pack apply the checks with."""
     subjects = list(subjects)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
 from infra.core import security
-from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check, Subject, apply_checks
+from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check, StackCheck, Subject, apply_checks
 
 PACK_NAME = "dltrain-security"
 
@@ -46,5 +46,25 @@ def _vnet_rule_policy() -> StackValidationPolicy:
                                  validate=validate, enforcement_level=EnforcementLevel.MANDATORY)
 
 
+def _stack_group(resources) -> str:
+    """The stack's own resource group's name (its ResourceGroup resource; "" if the stack declares none)."""
+    return next((str(r.props.get("resourceGroupName") or "") for r in resources
+                 if r.resource_type == security.RESOURCE_GROUP), "")
+
+
+def _stack_check_policy(check: StackCheck) -> StackValidationPolicy:
+    """A check against the stack's own resource group, which one resource's properties do not carry."""
+    def validate(args, report_violation) -> None:
+        group = _stack_group(args.resources)
+        subjects = [Subject(r.resource_type, r.props, r.urn, resource_group=group) for r in args.resources]
+        for finding in apply_checks(subjects, [check]):
+            if finding.message:
+                report_violation(finding.message, finding.subject.name)
+
+    return StackValidationPolicy(name=check.name, description=check.description, validate=validate,
+                                 enforcement_level=EnforcementLevel.MANDATORY)
+
+
 def policies() -> list:
-    return [*(_policy(check) for check in PER_RESOURCE_CHECKS), _vnet_rule_policy()]
+    return [*(_stack_check_policy(check) if isinstance(check, StackCheck) else _policy(check)
+              for check in PER_RESOURCE_CHECKS), _vnet_rule_policy()]

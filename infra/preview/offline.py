@@ -72,10 +72,13 @@ class Evaluation:
         return found[0]
 
 
-def _arm_id(typ: str, name: str) -> str:
-    # azure-native:network:Subnet -> .../providers/Microsoft.Network/subnet/<name>, close enough for wiring.
+def _arm_id(typ: str, name: str, resource_group: str) -> str:
+    # azure-native:network:Subnet -> .../providers/Microsoft.Network/subnet/<name>, close enough for wiring; in the
+    # resource group the resource names (resourceGroupName), as Azure's IDs are, so scopes can be checked against it.
+    if typ == security.RESOURCE_GROUP:
+        return f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{name}"
     _, module, kind = (typ.split(":") + ["", ""])[:3]
-    return (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg-mock/providers/"
+    return (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{resource_group or 'rg-mock'}/providers/"
             f"Microsoft.{module.capitalize()}/{kind[:1].lower()}{kind[1:]}s/{name}")
 
 
@@ -94,7 +97,8 @@ class AzureMocks(pulumi.runtime.Mocks):
         name = explicit or f"{args.name}{hashlib.sha256(args.name.encode()).hexdigest()[:6]}"
         state = {**inputs, "name": name}
         if args.typ.startswith("azure-native:"):
-            state["id"] = _arm_id(args.typ, name)
+            group = inputs.get("resourceGroupName")
+            state["id"] = _arm_id(args.typ, name, group if isinstance(group, str) else "")
         identity = state.get("identity")
         if isinstance(identity, dict) and identity.get("type") == "SystemAssigned":
             state["identity"] = {**identity, "principalId": f"principal-{name}", "tenantId": SUBSCRIPTION}

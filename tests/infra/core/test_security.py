@@ -32,6 +32,7 @@ GOOD_BATCH = {"allowedAuthenticationModes": ["AAD"], "tags": {"team": "dev"},
 
 ROLE = "azure-native:authorization:RoleAssignment"
 RG_SCOPE = "/subscriptions/s/resourceGroups/rg-dltrain-dev-dev"
+OTHER_GROUP = "/subscriptions/s/resourceGroups/rg-dltrain-nlp-nlp"  # another team's group, same subscription
 
 
 def _grant(scope=RG_SCOPE, role="b24988ac-6180-42a0-ab88-20f7382dd24c"):  # Contributor
@@ -47,9 +48,13 @@ def _vault_ip(value):
     return {**GOOD_VAULT, "properties": {**GOOD_VAULT["properties"], "networkAcls": {
         "defaultAction": "Deny", "ipRules": [{"value": value}]}}}
 
+STACK_GROUP = "rg-dltrain-dev-dev"  # the stack's own resource group (RG_SCOPE), as plan and the pack name it
+
+
 def violations(resource_type, props):
     """(check, message) for each check one resource fails, through the loop plan and the policy pack use."""
-    return [(f.check, f.message) for f in security.apply_checks([security.Subject(resource_type, props)]) if f.message]
+    return [(f.check, f.message) for f in security.apply_checks([security.Subject(
+        resource_type, props, resource_group=STACK_GROUP)]) if f.message]
 
 
 # (resource type, properties, the check that must fail)
@@ -69,6 +74,11 @@ BAD_RESOURCES = [
     (ROLE, _grant(scope="/providers/Microsoft.Management/managementGroups/corp"),
      "role-assignment-within-resource-group"),
     (ROLE, _grant(scope="/"), "role-assignment-within-resource-group"),
+    # Another resource group, or a resource in it, or a group whose name only starts with the stack's.
+    (ROLE, _grant(scope=OTHER_GROUP), "role-assignment-within-resource-group"),
+    (ROLE, _grant(scope=OTHER_GROUP + "/providers/Microsoft.Storage/storageAccounts/st"),
+     "role-assignment-within-resource-group"),
+    (ROLE, _grant(scope=RG_SCOPE + "-x"), "role-assignment-within-resource-group"),
     (ROLE, _grant(role="8e3af657-a8ff-443c-a75c-2fe8c4bcb635"), "role-assignment-not-privileged"),  # Owner
     (ROLE, _grant(role="18d7d88d-d35e-4fb5-a5c3-7773c20a72d9"), "role-assignment-not-privileged"),  # UAA
     (ROLE, _grant(role="F58310D9-A9F6-439A-9E8D-F62E7B41A168"), "role-assignment-not-privileged"),  # RBAC Admin
@@ -118,19 +128,41 @@ class _Args:
         self.resource_type, self.props, self.urn, self.name = resource_type, props, f"urn:{resource_type}", "r"
 
 
+def _stack_args(resource_type, props):
+    """A stack of the stack's own resource group and one resource, as CrossGuard hands a stack policy."""
+    group = _resource(security.RESOURCE_GROUP, "rg", {"resourceGroupName": STACK_GROUP, "tags": {"team": "dev"}})
+    return StackValidationArgs([group, _resource(resource_type, "r", props)])
+
+
 def test_policy_pack_reports_the_same_violations_through_crossguard_api():
     by_name = {p.name: p for p in policies()}
     assert set(by_name) == {c.name for c in security.PER_RESOURCE_CHECKS} | {security.VNET_RULE_CHECK.name}
+    stack_policies = {c.name for c in security.PER_RESOURCE_CHECKS if isinstance(c, security.StackCheck)}
+    assert stack_policies == {"role-assignment-within-resource-group"}
     for resource_type, props, check in BAD_RESOURCES:
         reported = []
-        by_name[check].validate(_Args(resource_type, props), reported.append)
+        if check in stack_policies:
+            by_name[check].validate(_stack_args(resource_type, props), lambda m, urn=None: reported.append(m))
+        else:
+            by_name[check].validate(_Args(resource_type, props), reported.append)
         assert len(reported) == 1 and reported[0], check
     for policy in by_name.values():
-        if policy.name == security.VNET_RULE_CHECK.name:
-            continue  # a stack policy: below
         reported = []
-        policy.validate(_Args(ACCOUNT, GOOD_ACCOUNT), reported.append)
+        if policy.name in stack_policies:
+            policy.validate(_stack_args(ROLE, _grant()), lambda m, urn=None: reported.append(m))
+        elif policy.name != security.VNET_RULE_CHECK.name:  # a stack policy: below
+            policy.validate(_Args(ACCOUNT, GOOD_ACCOUNT), reported.append)
         assert reported == [], policy.name
+
+
+def test_a_grant_in_another_resource_group_is_refused_by_name_and_a_check_without_the_group_refuses_too():
+    [(check, message)] = violations(ROLE, _grant(scope=OTHER_GROUP))
+    assert check.name == "role-assignment-within-resource-group"
+    assert "rg-dltrain-nlp-nlp" in message and "'rg-dltrain-dev-dev'" in message
+    # The stack's group compared case-insensitively (ARM IDs are), and a caller that names no group gets no pass.
+    assert violations(ROLE, _grant(scope=RG_SCOPE.replace("rg-dltrain", "RG-DLTRAIN"))) == []
+    unnamed = security.apply_checks([security.Subject(ROLE, _grant())], [check])
+    assert "did not name it" in unnamed[0].message
 
 
 # --- Service rules ----------------------------------------------------------------------------------------------
