@@ -138,7 +138,10 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
                      "run `pulumi up` again later. The grants follow whoever runs `up`: when another identity runs "
                      "it, they move to that identity and the previous one loses them (give a team's deployers a "
                      "group or one service principal).")
-    return lines
+    from infra.components.access import deployer_note
+
+    note = deployer_note(evaluation.config.access)  # teamAdmins: no grants of the deployer's own (access.py)
+    return lines + ([note] if note else [])
 
 
 def _team_lines(evaluation: Evaluation) -> list[str]:

@@ -54,6 +54,28 @@ COMMON = {
 }
 
 
+def grants_deployer(access: AccessConfig) -> bool:
+    """Whether `up` grants the identity running it its data-plane roles (the backends' deployer grants).
+
+    Not when the stack has teamAdmins: those grants follow whoever runs `up`, so an admin's `up` after another
+    person's deletes the previous person's, and Contributor cannot delete role assignments (its NotActions:
+    Microsoft.Authorization/*/Delete, https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/general#contributor):
+    every admin's `up` would fail there, and the grants would pile up for an RBAC administrator to remove. The
+    admins' own group grants cover every deployer grant on the same scope (tests/infra/components/test_access.py),
+    so an admin running `up` needs none of their own."""
+    return not access.admins
+
+
+def deployer_note(access: AccessConfig) -> str | None:
+    """The line plan prints when `up` grants the deployer nothing (grants_deployer is False)."""
+    if grants_deployer(access):
+        return None
+    return ("teamAdmins is set, so `up` grants the identity running it no roles of its own (a Contributor could not "
+            "remove them when another admin runs `up`): run `up` as a member of a teamAdmins group, whose grants "
+            "cover what `up` does on the data plane; an `up` run by someone outside those groups (e.g. the first, "
+            "by whoever can assign roles) submits no job until they are in one, or set trainingLaunchOnUp false for it")
+
+
 def team_grants(level: str, service_grants: list[TeamGrant]) -> list[TeamGrant]:
     """A level's grants: the common ones, then its backend's. One grant per (scope, role): a role assignment
     is unique by scope, principal and role, and so is its name."""

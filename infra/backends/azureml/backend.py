@@ -31,6 +31,7 @@ class AzureMlBackend:
         from infra.backends.azureml.training_job import AmlTrainingJob, AmlTrainingJobArgs
         from infra.backends.azureml.workspace import AzureMl, AzureMlArgs
         from infra.components import roles
+        from infra.components.access import grants_deployer
         from infra.core import naming
 
         nodes = env.node_identity.identity
@@ -46,7 +47,7 @@ class AzureMlBackend:
         env.node_grants.append(env.storage.grant(
             "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR,
             condition=roles.blob_writes_except(("data", "scripts", "status"))))
-        if self.launches_on_up(cfg):
+        if self.launches_on_up(cfg) and grants_deployer(cfg.access):  # with teamAdmins, their group's grant
             env.deployer_grants.append(env.storage.grant(
                 "deployer-workspace", env.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
                 principal_type=cfg.deployer_principal_type,

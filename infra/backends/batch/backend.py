@@ -29,6 +29,7 @@ class BatchBackend:
         from infra.backends.batch.cluster import Cluster, ClusterArgs
         from infra.backends.batch.training_job import TrainingJob, TrainingJobArgs
         from infra.components import roles
+        from infra.components.access import grants_deployer
         from infra.components.nfs import NfsArgs, NfsNames, NfsServer
         from infra.core import naming
 
@@ -58,21 +59,24 @@ class BatchBackend:
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
             status = urls["status"] if cfg.nfs.kind == "vm" else ""
             # The deployer's grants for that: list `data` and read the staging report (the data check before the
-            # job is submitted), submit (and on destroy delete) the job.
-            env.deployer_grants.append(env.storage.grant(
-                "deployer-data", env.deployer, "data", roles.BLOB_DATA_READER,
-                principal_type=cfg.deployer_principal_type,
-                description=f"{roles.DEPLOYER}`pulumi up` checks that `data` holds the dataset before it submits "
-                            "the training job"))
-            if status:
+            # job is submitted), submit (and on destroy delete) the job. None with teamAdmins: the admins' group
+            # grants hold them (access.grants_deployer).
+            if grants_deployer(cfg.access):
                 env.deployer_grants.append(env.storage.grant(
-                    "deployer-status", env.deployer, "status", roles.BLOB_DATA_READER,
+                    "deployer-data", env.deployer, "data", roles.BLOB_DATA_READER,
                     principal_type=cfg.deployer_principal_type,
-                    description=f"{roles.DEPLOYER}`pulumi up` reads the NFS server's staging report before it "
+                    description=f"{roles.DEPLOYER}`pulumi up` checks that `data` holds the dataset before it "
                                 "submits the training job"))
-            env.deployer_grants.append(env.cluster.grant(
-                "deployer-jobs", env.deployer, roles.BATCH_JOB_SUBMITTER, principal_type=cfg.deployer_principal_type,
-                description=f"{roles.DEPLOYER}`pulumi up` submits the training job (and `destroy` deletes it)"))
+                if status:
+                    env.deployer_grants.append(env.storage.grant(
+                        "deployer-status", env.deployer, "status", roles.BLOB_DATA_READER,
+                        principal_type=cfg.deployer_principal_type,
+                        description=f"{roles.DEPLOYER}`pulumi up` reads the NFS server's staging report before it "
+                                    "submits the training job"))
+                env.deployer_grants.append(env.cluster.grant(
+                    "deployer-jobs", env.deployer, roles.BATCH_JOB_SUBMITTER,
+                    principal_type=cfg.deployer_principal_type,
+                    description=f"{roles.DEPLOYER}`pulumi up` submits the training job (and `destroy` deletes it)"))
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
                 pool_id=env.cluster.pool.name, image_refs=env.registry.image_refs,

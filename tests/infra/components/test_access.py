@@ -10,7 +10,7 @@ from infra.components import access, roles
 from infra.core import config, security
 from infra.core.config import ConfigError
 from infra.preview import offline
-from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW
+from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 
 ADMINS = "0b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
 MEMBERS = "1b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
@@ -102,12 +102,20 @@ def test_with_nfs_kind_azure_files_no_staging_report_is_read():
 
 
 @pytest.mark.parametrize("stack", BATCH_STACKS[:1] + AML_STACKS[:1])
-def test_admins_hold_every_data_plane_role_the_deployer_gets(stack):
-    """What `up` grants the deployer, admins have on the same scope (Contributor on a scope covers Reader there)."""
+def test_with_admins_up_grants_the_deployer_nothing_and_the_admins_hold_all_it_would_get(stack):
+    """The deployer's grants follow whoever runs `up`, and a Contributor (an admin) cannot delete the previous
+    runner's: with teamAdmins there are none, plan says why, and what `up` would have granted the deployer (the
+    same stack without groups), admins have on the same scope (Contributor on a scope covers Reader there)."""
     ev = with_team(stack)
     assignments = [a.inputs for a in ev.of_type(ROLE_ASSIGNMENT)]
-    deployer = {(a["scope"], a["roleDefinitionId"].rsplit("/", 1)[-1]) for a in assignments
-                if str(a.get("description", "")).startswith(roles.DEPLOYER)}
+    assert not [a for a in assignments if str(a.get("description", "")).startswith(roles.DEPLOYER)]
+    text, _ = plan.render(ev)
+    assert "teamAdmins is set, so `up` grants the identity running it no roles of its own" in text
+    assert "grants your identity" not in text
+    assert "no roles of its own" not in plan.render(evaluation_for(stack))[0]
+    deployer = {(a.inputs["scope"], a.inputs["roleDefinitionId"].rsplit("/", 1)[-1])
+                for a in evaluation_for(stack).of_type(ROLE_ASSIGNMENT)
+                if str(a.inputs.get("description", "")).startswith(roles.DEPLOYER)}
     admins = {(a["scope"], a["roleDefinitionId"].rsplit("/", 1)[-1]) for a in assignments
               if a["principalId"] == ADMINS}  # a condition here limits writes only: reads stay whole
     assert deployer
