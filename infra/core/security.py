@@ -147,6 +147,21 @@ def _pool_private(props: Props) -> str | None:
     return None
 
 
+def _pool_image_pinned(props: Props) -> str | None:
+    """A marketplace image by version, never `latest` (the default when none is given): Batch then resolves it
+    per node, and nodes of one job could boot different images and drivers
+    (imageReference.version, https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools)."""
+    vm = (props.get("deploymentConfiguration") or {}).get("virtualMachineConfiguration") or {}
+    image = vm.get("imageReference") or {}
+    if image.get("id") or not image:
+        return None  # a gallery image (its ID names its version) or no VM configuration to check
+    version = str(image.get("version") or "latest")
+    if version.lower() != "latest":
+        return None
+    return (f"imageReference.version is {version!r}: pin the image version (infra/backends/batch/cluster.py "
+            "HPC_IMAGE_VERSION) so every node of a pool boots the same image and driver")
+
+
 # The tag a workspace carries when the stack chose to open it (amlWorkspaceAccess: public): public access is then
 # a declared decision, visible in the portal, never a default or a typo.
 PUBLIC_ACCESS_TAG = "network-access"
@@ -502,10 +517,13 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
     ResourceType("azure-native:batch:Pool", ("poolName", "vmSize", "interNodeCommunication", "taskSlotsPerNode",
                                              "networkConfiguration.publicIPAddressConfiguration.provision",
                                              "mountConfiguration.nfsMountConfiguration.source",
-                                             f"{_VM_CONFIG}.imageReference.offer", f"{_VM_CONFIG}.osDisk.diskSizeGB",
+                                             f"{_VM_CONFIG}.imageReference.offer", f"{_VM_CONFIG}.imageReference.version",
+                                             f"{_VM_CONFIG}.osDisk.diskSizeGB",
                                              f"{_VM_CONFIG}.containerConfiguration.containerImageNames"),
                  "poolName", checks=(
-        Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.", _pool_private),)),
+        Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.", _pool_private),
+        Check("batch-pool-image-pinned", "The pool's image is a pinned version, never `latest`.",
+              _pool_image_pinned))),
     ResourceType(f"{_ML}:Workspace", ("workspaceName", "publicNetworkAccess", "systemDatastoresAuthMode"),
                  "workspaceName", checks=(
         Check("aml-workspace-access", "The Azure ML workspace is reached from the VNet only unless the stack opens it "

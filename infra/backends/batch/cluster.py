@@ -33,10 +33,19 @@ from infra.core.config import NfsConfig, NodesConfig, TrainingConfig
 POOL = "gpu"
 # Ubuntu-HPC 24.04 (https://github.com/Azure/azhpc-images: ubuntu/ubuntu-24.x) with its node agent: Batch's
 # support of Ubuntu 22.04 is on its retirement list (https://github.com/Azure/Batch/issues/140, 2026-05-15).
-# The version stays `latest` (Batch resolves it when a node is created): Azure lists the versions only online
-# (`az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2404 --all`, or Batch's List Supported
-# Images), and no document or spec seen here names one; pin it here once read from there.
-HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2404", version="latest")
+# Pinned, never `latest` ("A value of 'latest' can be specified to select the latest version of an image. If
+# omitted, the default is 'latest'": imageReference.version, https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools):
+# with `latest` every new node may boot a newer image, driver included, than the nodes beside it in the same
+# job; a new image arrives as a change to this line, reviewed and replacing the pool. The marketplace version is
+# 24.04.<release tag> of the azhpc-images release (tag ubuntu-hpc-2026072901); that release's versions.json gives
+# Ubuntu 24.04 x86_64 the NVIDIA driver 580.173.02 (R580, which CUDA 13 needs: images/pytorch.Dockerfile is CUDA 13.0)
+# and CUDA 13.0 (https://github.com/Azure/azhpc-images/blob/ubuntu-hpc-2026072901/versions.json). Azure lists the
+# versions a region offers with `az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2404 --all`
+# (not reachable here: the version is the release's, not read from a region's list); an old version can leave
+# the marketplace, and then creating a pool of it fails: move the pin forward.
+HPC_IMAGE_VERSION = "24.04.2026072901"
+HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2404",
+                                     version=HPC_IMAGE_VERSION)
 NODE_AGENT = "batch.node.ubuntu 24.04"
 AUTOSCALE_INTERVAL = "PT5M"
 # Pool properties Azure Batch cannot update in place (anything else is patched).

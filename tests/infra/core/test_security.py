@@ -51,6 +51,12 @@ def _vault_ip(value):
 STACK_GROUP = "rg-dltrain-dev-dev"  # the stack's own resource group (RG_SCOPE), as plan and the pack name it
 
 
+def _pool_image(version):
+    image = {"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc", "sku": "2404",
+             **({"version": version} if version else {})}
+    return {"deploymentConfiguration": {"virtualMachineConfiguration": {"imageReference": image}}}
+
+
 def violations(resource_type, props):
     """(check, message) for each check one resource fails, through the loop plan and the policy pack use."""
     return [(f.check, f.message) for f in security.apply_checks([security.Subject(
@@ -70,6 +76,9 @@ BAD_RESOURCES = [
     # A resource that takes tags and has none at all (the Batch pool had none until this check saw it).
     (ACCOUNT, {k: v for k, v in GOOD_ACCOUNT.items() if k != "tags"}, "team-tag"),
     ("azure-native:batch:Pool", {"vmSize": "Standard_ND96isr_H100_v5"}, "team-tag"),
+    # The pool's image by version: `latest`, or no version (Batch's default is `latest`), is refused.
+    ("azure-native:batch:Pool", _pool_image("latest"), "batch-pool-image-pinned"),
+    ("azure-native:batch:Pool", _pool_image(None), "batch-pool-image-pinned"),
     (ROLE, _grant(scope="/subscriptions/s"), "role-assignment-within-resource-group"),
     (ROLE, _grant(scope="/providers/Microsoft.Management/managementGroups/corp"),
      "role-assignment-within-resource-group"),

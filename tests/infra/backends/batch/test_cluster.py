@@ -10,7 +10,7 @@ from infra.components import roles
 from infra.core import nfs_user_data
 from infra.backends.batch import spec as batch_spec
 from infra.core import config
-from infra.backends.batch.cluster import REPLACE_ON_CHANGES
+from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES
 from infra.backends.shared import StackOutputs
 from infra.backends.batch.spec import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
@@ -38,6 +38,8 @@ def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips
     assert vm["imageReference"]["offer"] == "ubuntu-hpc"  # InfiniBand and GPU drivers come with the image
     # Ubuntu 24.04 and its agent: Batch's Ubuntu 22.04 support is on its retirement list (Azure/Batch issue 140).
     assert (vm["imageReference"]["sku"], vm["nodeAgentSkuId"]) == ("2404", "batch.node.ubuntu 24.04")
+    # Pinned: every node of the pool boots the same image and NVIDIA driver (R580 in this release, for CUDA 13).
+    assert vm["imageReference"]["version"] == HPC_IMAGE_VERSION == "24.04.2026072901"
 
 
 def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
