@@ -62,10 +62,14 @@ def retirement_warning(sku: GpuSku, today: date) -> str | None:
 CATALOG: dict[str, GpuSku] = {
     sku.name: sku
     for sku in [
-        # NCv3 (V100): the reference architecture's sizes. NC24rs_v3 retired on 2025-03-31
-        # (https://learn.microsoft.com/azure/virtual-machines/ncv3-nc24rs-retirement), the other NCv3 sizes on
-        # 2025-09-30 (https://learn.microsoft.com/azure/virtual-machines/ncv3-retirement).
-        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-03-31", "Standard_ND96asr_v4",
+        # NCv3 (V100): the reference architecture's sizes, all retired on 2025-09-30
+        # (https://learn.microsoft.com/azure/virtual-machines/ncv3-retirement). NC24rs_v3 too: its own page, first
+        # dated March 31, 2025, now reads "Migrate your Standard_NC24rs_v3 virtual machine size by September 30,
+        # 2025" and "All the NCv3-series VM sizes, including Standard_NC24rs_v3, will be retired on September 30,
+        # 2025" (https://learn.microsoft.com/azure/virtual-machines/ncv3-nc24rs-retirement). That page recommends
+        # NCadsH100_v5 (no InfiniBand); NC24rs_v3 was the reference's RDMA size for multi-node jobs, so its
+        # successor here is the InfiniBand ND A100 v4.
+        GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-09-30", "Standard_ND96asr_v4",
                quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
         GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, 24, "", "2025-09-30", "Standard_NC24ads_A100_v4",
                quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),

@@ -56,7 +56,7 @@ def test_plan_refuses_a_bad_stack_with_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip().splitlines() == [
-        "error: Pulumi.bad.yaml: config key 'gpuSku': Standard_NC24rs_v3 was retired on 2025-03-31; "
+        "error: Pulumi.bad.yaml: config key 'gpuSku': Standard_NC24rs_v3 was retired on 2025-09-30; "
         "use Standard_ND96asr_v4"]
 
 
