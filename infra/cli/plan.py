@@ -8,6 +8,7 @@ from typing import Any
 
 from infra.backends import backend
 from infra.core import budget, cost, security
+from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
@@ -280,8 +281,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
               + backend(cfg.backend).node_extra(cfg)[1]
-              + ("" if sku.price_checked else " (no East US pay-as-you-go price was checked for this size: a rough "
-                                              "figure; ask the Azure Retail Prices API before budgeting)")]
+              + price_note(sku)]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     nodes = cfg.nodes
     lines += [f"  at minNodes={nodes.min_nodes}: {estimate.at(nodes.min_nodes):.2f} per hour",

@@ -41,10 +41,21 @@ class GpuSku:
     aml_listed: bool | None = None  # Azure ML's supported-series table lists it (None: silent)
     retiring_on: str | None = None  # ISO date of an announced retirement that has not happened yet
     price_checked: bool = True  # False: no East US pay-as-you-go price was seen for it here (plan says so)
+    price_basis: str = ""  # how an unchecked price was estimated (plan prints it with price_note)
 
     @property
     def retired(self) -> bool:
         return self.retired_on is not None
+
+
+def price_note(sku: GpuSku) -> str:
+    """What plan adds beside a node price that no published figure backs ("" when one does)."""
+    if sku.price_checked:
+        return ""
+    basis = f"an estimate, {sku.price_basis}" if sku.price_basis else "a rough figure"
+    return (f" ({basis}: no published East US pay-as-you-go price was found for this size; ask the Azure Retail "
+            f"Prices API, https://prices.azure.com/api/retail/prices?$filter=armSkuName eq '{sku.name}' and "
+            "armRegionName eq 'eastus', before budgeting)")
 
 
 def retirement_warning(sku: GpuSku, today: date) -> str | None:
@@ -85,7 +96,8 @@ CATALOG: dict[str, GpuSku] = {
         GpuSku("Standard_NC40ads_H100_v5", 1, "H100 NVL 94GB", False, 6.98, 40,
                quota_family="StandardNCadsH100v5Family"),
         GpuSku("Standard_NC80adis_H100_v5", 2, "H100 NVL 94GB", False, 13.96, 80,
-               quota_family="StandardNCadsH100v5Family", price_checked=False),
+               quota_family="StandardNCadsH100v5Family", price_checked=False,
+               price_basis="twice NC40ads H100 v5's price"),
         # InfiniBand sizes: 8 GPUs per node, NVLink inside, 200-400 Gb/s IB per GPU between nodes.
         # Topology files: the Ubuntu HPC image ships one per ND family under /opt/microsoft
         # (https://learn.microsoft.com/azure/virtual-machines/workloads/hpc/configure, "NCCL topology").
@@ -98,11 +110,14 @@ CATALOG: dict[str, GpuSku] = {
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,
-        # and the HPC image writes /etc/nccl.conf per size at boot). Price: no
-        # East US pay-as-you-go figure was reachable here (price_checked False: plan says so); ND H100 v5's x 1.12
-        # is a rough upper guess until the Retail Prices API is asked.
+        # and the HPC image writes /etc/nccl.conf per size at boot). Price: no published East US pay-as-you-go
+        # figure was found here (checked 2026-11-23: Azure's pricing pages and the Retail Prices API,
+        # https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices, are not reachable
+        # from here and no stored copy of either names the size; one third-party table lists "~$84.80" in West US 3,
+        # not East US and not Azure's own), so ND H100 v5's x 1.12 stays, flagged (price_checked False: plan says so).
         GpuSku("Standard_ND96isr_H200_v5", 8, "H200 141GB", True, 110.12, 96, "/opt/microsoft/ndv5-topo.xml",
-               quota_family="standardNDISRH200V5Family", price_checked=False),
+               quota_family="standardNDISRH200V5Family", price_checked=False,
+               price_basis="ND H100 v5's price x 1.12"),
     ]
 }
 

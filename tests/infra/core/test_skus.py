@@ -40,6 +40,18 @@ def test_the_2026_sizes_are_in_the_catalog():
     assert not h200.price_checked and not nc80.price_checked and nc40.price_checked
 
 
+def test_an_estimated_price_says_it_is_one_and_how_it_was_made():
+    """ND H200 v5 has no published East US price seen here: plan prints the estimate's basis and where to ask."""
+    note = skus.price_note(skus.CATALOG["Standard_ND96isr_H200_v5"])
+    assert note.startswith(" (an estimate, ND H100 v5's price x 1.12: no published East US pay-as-you-go price")
+    assert "armSkuName eq 'Standard_ND96isr_H200_v5'" in note
+    h100 = skus.CATALOG["Standard_ND96isr_H100_v5"]
+    assert skus.CATALOG["Standard_ND96isr_H200_v5"].price_per_hour == pytest.approx(h100.price_per_hour * 1.12, 0.01)
+    assert "twice NC40ads H100 v5's price" in skus.price_note(skus.CATALOG["Standard_NC80adis_H100_v5"])
+    assert [s.name for s in skus.CATALOG.values() if not s.price_checked and not s.price_basis] == []
+    assert skus.price_note(h100) == ""
+
+
 def test_a_multi_node_h200_stack_passes_and_a_multi_node_nc_h100_one_is_refused():
     cfg = parse("x", {**BASE, "gpuSku": "Standard_ND96isr_H200_v5", "maxNodes": 2})
     assert cfg.nodes.sku.name == "Standard_ND96isr_H200_v5"
