@@ -47,3 +47,19 @@ def test_without_decay_a_zero_gradient_changes_nothing_and_the_loss_is_the_cross
     logits = tf.constant([[2.0, 0.0, 0.0, 0.0]])
     expected = -np.log(np.exp(2) / (np.exp(2) + 3))
     assert float(_loss_fn(tf, cfg)(tf.constant([[1.0, 0, 0, 0]]), logits)) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "keras"])
+def test_the_optimizers_variables_exist_from_the_build_so_a_step_is_traced_once(framework):
+    # A tf.function that creates variables on its first call is traced twice, and a ResNet50 step's trace is
+    # most of a short run: the slots, iterations and hyperparameters are made by _build, not by the first step.
+    model, optimizer, _ = build(framework, 0)
+    made = len(optimizer.variables())
+
+    @tf.function
+    def step():
+        optimizer.apply_gradients([(tf.zeros_like(w), w) for w in model.trainable_variables])
+
+    step()
+    assert step.experimental_get_tracing_count() == 1
+    assert len(optimizer.variables()) == made >= len(model.trainable_variables)
