@@ -167,6 +167,7 @@ class BatchBackend:
                  f"in {cfg.location}: {vcpus} for {sku.quota_family}" if cfg.nodes.spot else
                  f"Batch dedicated core quota for the {sku.name} family ({sku.quota_family}) in {cfg.location}: "
                  f"{vcpus}")
+        from infra.backends.batch.cluster import api_version_warning
         from infra.core.skus import BATCH_SIZES_DOC
 
         listed = ("Batch's supported-size table lists its series" if sku.batch_listed
@@ -179,7 +180,8 @@ class BatchBackend:
             "(portal: Batch account > Quotas > Request quota increase), or the pool stays at 0 nodes with a quota "
             "error in its resize errors.",
             "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
-            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs)."]
+            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs).",
+            *filter(None, [api_version_warning()])]
 
     def team_grants(self, cfg, level: str) -> list:
         """Both levels: the job verbs on the account; with nfsKind vm, `infra submit` reads the staging report

@@ -42,6 +42,25 @@ def test_pool_is_an_infiniband_gpu_pool_in_the_compute_subnet_without_public_ips
     assert vm["imageReference"]["version"] == HPC_IMAGE_VERSION == "24.04.2026072901"
 
 
+def test_the_batch_api_version_is_the_sdks_and_plan_warns_while_batch_retires_it():
+    """The account and pool go out with the API version pulumi-azure-native's batch module calls: read from the
+    SDK itself, so a release that moves it fails here until cluster.py follows (and the warning goes)."""
+    import inspect
+    import re
+
+    from infra.backends.batch import cluster
+    from infra.cli import plan
+    from pulumi_azure_native.batch import batch_account, pool
+
+    for module in (pool, batch_account):
+        assert set(re.findall(r"Uses Azure REST API version (\S+)\.", inspect.getsource(module))) == {
+            cluster.BATCH_API_VERSION}, module.__name__
+    warning = cluster.api_version_warning()
+    assert cluster.BATCH_API_VERSION < cluster.BATCH_API_KEPT_FROM == "2025-06-01" and warning
+    assert "Microsoft.Batch API 2024-07-01" in warning and "Azure/Batch/issues/140" in warning
+    assert warning in plan.before_up(evaluation_for(BATCH_STACKS[0]).config)
+
+
 def test_pool_pulls_images_with_the_managed_identity_not_a_password(ev):
     pool = ev.one(POOL).inputs
     identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity", "pull-id").state["id"]
