@@ -20,6 +20,9 @@ Rules played (each from the page cited where it is applied):
   https://learn.microsoft.com/rest/api/batchservice/task/add#outputfileblobcontainerdestination). Whether the
   folders below the pattern's fixed part are kept in the blob name, the docs do not say; here they are kept;
 - onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
+- a failure's executionInfo.failureInfo.category is one of the REST spec's BatchErrorSourceCategory values,
+  usererror or servererror (Azure/azure-rest-api-specs, Batch data plane 2025-06-01; checked by
+  tests/devtools/rehearsal/batch_rest_spec.py).
 The container is the one thing not played: the commands run in a local training environment with the image's
 environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py).
 
@@ -386,7 +389,7 @@ class RehearsalBatch:
                 try:
                     code = self._attempt(job_id, task)
                 except subprocess.TimeoutExpired:
-                    code, info["failureInfo"] = -1, {"category": "UserError", "code": "MaxWallClockTimeExpiry",
+                    code, info["failureInfo"] = -1, {"category": "usererror", "code": "MaxWallClockTimeExpiry",
                                                      "message": "The task ran longer than its maxWallClockTime"}
                     break
                 finally:
@@ -403,10 +406,10 @@ class RehearsalBatch:
             info["result"] = "success" if code == 0 else "failure"
         except ResourceFilesFailed as err:
             # Not retried here: the docs do not say whether Batch retries a task whose files failed to download.
-            info.update(result="failure", failureInfo={"category": "UserError", "code": "ResourceFileDownloadFailed",
+            info.update(result="failure", failureInfo={"category": "usererror", "code": "ResourceFileDownloadFailed",
                                                        "message": str(err)})
         except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
-            info.update(exitCode=-1, result="failure", failureInfo={"category": "ServerError", "code": "RehearsalError",
+            info.update(exitCode=-1, result="failure", failureInfo={"category": "servererror", "code": "RehearsalError",
                                                                     "message": str(err)})
         primary = self.pool.nodes[0]
         working_dir = self._task_dir_on_node(job_id, task["id"]) / "wd"
@@ -414,7 +417,7 @@ class RehearsalBatch:
             self.uploaded[job_id] = self._upload_outputs(primary, task, working_dir)
         except Exception as err:  # noqa: BLE001 - Batch reports upload errors on the task, not as an exception
             info["result"] = "failure"
-            info["failureInfo"] = {"category": "UserError", "code": "FileUploadError",
+            info["failureInfo"] = {"category": "usererror", "code": "FileUploadError",
                                    "message": str(err).splitlines()[0]}
         with self.lock:
             task["state"], info["endTime"] = "completed", _now()

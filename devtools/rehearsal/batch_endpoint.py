@@ -183,6 +183,9 @@ class BatchEndpoint:
         self.account = account
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.requests: list[tuple[str, str, str]] = []
+        # (method, path, status, body) of every answer, for the tests that check them against the REST spec
+        # (tests/devtools/rehearsal/batch_rest_spec.py).
+        self.responses: list[tuple[str, str, int, bytes]] = []
         self.refuse: tuple[int, str, str] | None = None
         self.refusals_left: int | None = None
         # The endpoint's own errors, answered as 500 InternalError, Batch's code for it
@@ -232,6 +235,7 @@ class BatchEndpoint:
                 if isinstance(payload, (dict, list)):
                     payload = json.dumps(payload).encode()
                     headers.setdefault("Content-Type", "application/json;odata=minimalmetadata")
+                endpoint.responses.append((self.command, path, status, payload))
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)

@@ -19,6 +19,7 @@ from devtools.rehearsal.storage import Account
 from infra import REPO_ROOT
 from infra.backends.batch import spec as batch_spec
 from infra.backends.shared import REHEARSAL_FILE
+from tests.devtools.rehearsal import batch_rest_spec
 from tests.infra.backends.batch.fake_batch import MemoryAccount
 
 JOB = "train-dev-20261121120000"
@@ -47,6 +48,8 @@ def local_azure(tmp_path, evaluation):
                                                                              "commandLine": "true"}, now, "0x2"),
                               "state": "running"})
         yield memory, endpoint, tmp_path
+        # Every answer the test drew from the endpoint, against the Batch REST spec's schemas.
+        assert batch_rest_spec.violations(endpoint.responses) == []
 
 
 def verb(work, *args, timeout=120):
@@ -93,19 +96,35 @@ def test_a_token_the_rehearsals_azure_ad_did_not_issue_is_refused(local_azure):
 
 
 def test_errors_come_back_with_batchs_status_and_code(local_azure):
-    """https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes"""
-    memory, endpoint, _ = local_azure
-    cases = [(lambda: endpoint.answer("GET", "/jobs/nope", {}, None, ""), 404, "JobNotFound"),
-             (lambda: endpoint.answer("GET", f"/jobs/{JOB}/tasks/nope", {}, None, ""), 404, "TaskNotFound"),
-             (lambda: endpoint.answer("GET", f"/jobs/{JOB}/tasks/{batch_spec.TASK_ID}/files/none.txt", {}, None, ""),
-              404, "FileNotFound"),
-             (lambda: endpoint.answer("POST", "/jobs", {}, {"id": JOB, "poolInfo": {"poolId": "gpu"}}, ""), 409,
-              "JobExists"),
-             (lambda: endpoint.answer("GET", "/pools/other", {}, None, ""), 404, "PoolNotFound")]
+    """Each refusal the verbs handle, drawn through the real azure-batch client over HTTPS: the status and Batch
+    error code of https://learn.microsoft.com/rest/api/batchservice/batch-status-and-error-codes, in the body the
+    SDK receives; the fixture then checks every body against the spec's BatchError."""
+    from azure.batch import models
+    from azure.core.exceptions import HttpResponseError
+
+    from devtools.rehearsal.run import _batch_client
+
+    memory, endpoint, work = local_azure
+    client = _batch_client(endpoint.url, json.loads((work / REHEARSAL_FILE).read_text())["env"]).client
+    memory.jobs["done"] = {**memory.jobs[JOB], "id": "done", "state": "completed"}
+    cases = [(lambda: client.get_job("nope"), 404, "JobNotFound"),
+             (lambda: client.get_task(JOB, "nope"), 404, "TaskNotFound"),
+             (lambda: client.get_task_file_properties(JOB, batch_spec.TASK_ID, "none.txt"), 404, None),
+             (lambda: b"".join(client.download_task_file(JOB, batch_spec.TASK_ID, "none.txt")), 404, "FileNotFound"),
+             (lambda: client.create_job(models.BatchJobCreateOptions(id=JOB, pool_info=models.BatchPoolInfo(
+                 pool_id="gpu"))), 409, "JobExists"),
+             (lambda: client.begin_terminate_job("done", {"terminateReason": "UserTerminate"}).result(), 409,
+              "JobCompleted"),
+             (lambda: client.get_pool("other"), 404, "PoolNotFound")]
     for call, status, code in cases:
-        with pytest.raises(rest.BatchRefusal) as refused:
+        with pytest.raises(HttpResponseError) as refused:
             call()
-        assert (refused.value.status, refused.value.code) == (status, code)
+        # The SDK maps 404/409 to ResourceNotFoundError/ResourceExistsError without parsing the body: read its code
+        # from the response the SDK holds. A HEAD answer has no body (HTTP), only the status.
+        body = refused.value.response.read()  # (a streamed download's error body is read here)
+        assert (refused.value.status_code, json.loads(body)["code"] if body else None) == (status, code)
+    assert [(m, s) for m, _, s, _ in endpoint.responses] == [
+        ("GET", 404), ("GET", 404), ("HEAD", 404), ("GET", 404), ("POST", 409), ("POST", 409), ("GET", 404)]
 
 
 def test_logs_follow_prints_a_growing_stdout_once_and_ends_with_the_task(local_azure):
@@ -153,3 +172,20 @@ def test_the_verbs_ride_out_batch_answering_503_for_a_while(local_azure):
     # The newest job is looked up first (GET /jobs): refused twice, answered the third time.
     assert [r[:2] for r in endpoint.requests[:4]] == [("GET", "/jobs")] * 3 + [("GET", f"/jobs/{JOB}")]
     assert endpoint.refusals_left == 0
+
+
+def test_the_spec_check_refuses_an_answer_batch_would_not_give():
+    """The check the fixture applies can fail: a task without requeueCount (required in BatchTaskExecutionInfo), a
+    key of the SDK's naming instead of the wire's, a failure category outside the spec's enum, an error whose
+    message is a bare string."""
+    now = datetime.now(timezone.utc)
+    task = rest.new_task(f"https://127.0.0.1:1/jobs/{JOB}", {"id": "train", "commandLine": "true"}, now, "0x2")
+    assert batch_rest_spec.violations([("GET", f"/jobs/{JOB}/tasks/train", 200, json.dumps(task).encode())]) == []
+    wrong = {**task, "executionInfo": {"retryCount": 0, "failureInfo": {"category": "UserError"}},
+             "terminationReason": "x"}
+    error = {"code": "JobNotFound", "message": "The specified job does not exist."}
+    found = batch_rest_spec.violations([("GET", f"/jobs/{JOB}/tasks/train", 200, json.dumps(wrong).encode()),
+                                        ("GET", "/jobs/nope", 404, json.dumps(error).encode())])
+    assert len(found) == 4, found
+    assert any("'requeueCount' is a required property" in line for line in found)
+    assert any("'UserError' is not one of ['usererror', 'servererror']" in line for line in found)
