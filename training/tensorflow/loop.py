@@ -213,7 +213,9 @@ class TfLoop:
 
         import horovod.tensorflow.keras as hvd_keras
 
-        self.model.compile(optimizer=self.optimizer, loss=self.loss_fn, metrics=["accuracy"])
+        # No compiled metrics: nothing reads them (top-1 is evaluate's), and Keras builds them inside the first
+        # step's trace, which then runs twice (variables made on a tf.function's first call).
+        self.model.compile(optimizer=self.optimizer, loss=self.loss_fn)
         callbacks = [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
                      hvd_keras.callbacks.MetricAverageCallback(), Steps()]
         # Keras counts epochs; we count steps. The stream starts at `step` exactly, the epochs are bookkeeping.

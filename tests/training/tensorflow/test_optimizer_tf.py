@@ -63,3 +63,17 @@ def test_the_optimizers_variables_exist_from_the_build_so_a_step_is_traced_once(
     step()
     assert step.experimental_get_tracing_count() == 1
     assert len(optimizer.variables()) == made >= len(model.trainable_variables)
+
+
+def test_keras_fit_traces_its_training_step_once(tmp_path, monkeypatch):
+    # Nothing Keras makes on its first step (compiled metrics, the optimizer's slots) may be a variable: the
+    # step's trace would run twice.
+    from training.tensorflow.loop import TfLoop
+
+    for pool in ("set_intra_op_parallelism_threads", "set_inter_op_parallelism_threads"):
+        monkeypatch.setattr(tf.config.threading, pool, lambda n: None)  # this process's TF has started its pools
+    cfg = parse_args(["--framework", "keras", "--data", "synthetic", "--image-size", "32", "--batch-size", "2",
+                      "--num-classes", "4", "--output-dir", str(tmp_path)])
+    loop = TfLoop(cfg)
+    assert loop.fit(0, 2, lambda step: 0.01, lambda step, loss: None) == 2
+    assert loop.model.train_function.experimental_get_tracing_count() == 1
