@@ -8,6 +8,8 @@ signs SAS here the way Azure's listServiceSas does in the real stack, and never 
 """
 from __future__ import annotations
 
+import os
+import select
 import shutil
 import socket
 import subprocess
@@ -20,6 +22,8 @@ from infra import REPO_ROOT
 
 AZURITE = REPO_ROOT / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
 ACCOUNT = "devstoreaccount1"
+# What azurite-blob prints once SIGTERM has closed its service and its databases (dist/src/blob/main.js).
+CLOSED = b"Azurite Blob service successfully closed"
 _DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
@@ -50,7 +54,7 @@ class Azurite:
         self.process = subprocess.Popen(
             [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.data_dir),
              "--skipApiVersionCheck", "--silent"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # a few lines: start, closing, closed
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -65,12 +69,30 @@ class Azurite:
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
+            # Once closed, Azurite still waits for every client's keep-alive socket to close, which an SDK client
+            # left open in this process never does: after it says its data is saved, the rest is a wait (10 s a
+            # stop, until this).
+            if self._said_closed(within=10):
+                self.process.kill()
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.process:
+            self.process.stdout.close()
         self.process = None
+
+    def _said_closed(self, within: float) -> bool:
+        fd, said, deadline = self.process.stdout.fileno(), b"", time.monotonic() + within
+        while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return False  # it exited
+            said += chunk
+            if CLOSED in said:
+                return True
+        return False
 
     def __enter__(self) -> "Azurite":
         return self.start()
