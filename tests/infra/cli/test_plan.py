@@ -19,8 +19,14 @@ def run_plan(*args):
                           capture_output=True, text=True, timeout=120)
 
 
-def test_plan_prints_tree_cost_and_verdicts_for_dev():
-    result = run_plan("--stack", "dev")
+@pytest.fixture(scope="module")
+def plans():
+    """`plan --stack NAME` for every stack in the repo, run once and read by several tests."""
+    return {stack: run_plan("--stack", stack) for stack in STACKS}
+
+
+def test_plan_prints_tree_cost_and_verdicts_for_dev(plans):
+    result = plans["dev"]
     assert result.returncode == 0, result.stderr
     out = result.stdout
     for expected in ("dltrain:index:Environment", "├─ dltrain:network:Network", "azure-native:storage:StorageAccount",
@@ -98,9 +104,8 @@ def test_the_deployers_grants_print_in_one_order_whatever_order_the_resources_re
     assert reordered == text
 
 
-def test_plan_passes_its_security_checks_for_every_stack_in_the_repo():
-    for stack in STACKS:
-        result = run_plan("--stack", stack)
+def test_plan_passes_its_security_checks_for_every_stack_in_the_repo(plans):
+    for result in plans.values():
         assert result.returncode == 0 and "FAIL" not in result.stdout, result.stdout + result.stderr
         assert "note: allowedIpRanges: 203.0.113.0/24" in result.stderr
 
