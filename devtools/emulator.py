@@ -71,28 +71,23 @@ class Azurite:
             self.process.terminate()
             # Once closed, Azurite still waits for every client's keep-alive socket to close, which an SDK client
             # left open in this process never does: after it says its data is saved, the rest is a wait (10 s a
-            # stop, until this).
-            if self._said_closed(within=10):
+            # stop, until this). It gets 10 s to say so, as it had to exit before.
+            self._wait_until_closed(within=10)
+            if self.process.poll() is None:
                 self.process.kill()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+            self.process.wait()
         if self.process:
             self.process.stdout.close()
         self.process = None
 
-    def _said_closed(self, within: float) -> bool:
+    def _wait_until_closed(self, within: float) -> None:
+        """Until Azurite says it has closed, or has exited, or `within` s have passed."""
         fd, said, deadline = self.process.stdout.fileno(), b"", time.monotonic() + within
         while (left := deadline - time.monotonic()) > 0 and select.select([fd], [], [], left)[0]:
             chunk = os.read(fd, 4096)
-            if not chunk:
-                return False  # it exited
             said += chunk
-            if CLOSED in said:
-                return True
-        return False
+            if not chunk or CLOSED in said:
+                return
 
     def __enter__(self) -> "Azurite":
         return self.start()
