@@ -17,7 +17,7 @@ import yaml
 from training import frameworks
 from training.errors import UsageError
 
-DIST_BACKENDS = ("horovod", "ddp")
+DIST_BACKENDS = ("horovod", "ddp", "native")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 SCHEDULES = ("auto", "cosine", "step", "poly")
 OPTIMIZERS = ("auto", "sgd", "lars")
@@ -39,8 +39,10 @@ class TrainConfig:
     # What and where
     framework: str = _opt(frameworks.names()[0], "framework and its training loop (training/frameworks.py)",
                           frameworks.names)
-    dist: str = _opt("horovod", "distribution: horovod (launch with horovodrun) or ddp (launch with torchrun; "
-                                "pytorch only)", DIST_BACKENDS)
+    dist: str = _opt("horovod", "distribution: horovod (launch with horovodrun), ddp (launch with torchrun; "
+                                "pytorch only) or native (tf.distribute.MultiWorkerMirroredStrategy: one process "
+                                "per node driving all its GPUs, the cluster in TF_CONFIG; tensorflow and keras "
+                                "only)", DIST_BACKENDS)
     data: str = _opt("synthetic", "'synthetic' (random tensors made on the device, like Horovod's benchmark) or "
                                   "an ImageNet-layout folder: train/<class>/*.JPEG, optional val/<class>/*.JPEG")
     output_dir: str = _opt("out", "metrics.jsonl, summary.json, TensorBoard events, checkpoints/, model export")
@@ -128,8 +130,8 @@ class TrainConfig:
         if self.lars_lr and self.optimizer == "sgd":
             raise UsageError("--lars-lr applies to --optimizer lars (sgd's peak LR comes from --base-lr)")
         if self.dist not in fw.dist:
-            raise UsageError(f"--dist {self.dist} applies to {which(lambda f: self.dist in f.dist)} only; launch "
-                             f"--framework {self.framework} with horovodrun")
+            raise UsageError(f"--dist {self.dist} applies to {which(lambda f: self.dist in f.dist)} only; "
+                             f"--framework {self.framework} takes --dist {'|'.join(fw.dist)}")
         if self.compile and fw.compiler != "compile":
             others = ", ".join(f"{f.name} has --{f.compiler}" for f in frameworks.FRAMEWORKS.values()
                                if f.compiler not in ("", "compile"))

@@ -42,7 +42,8 @@ class Framework:
     name: str  # --framework, the stack's trainingFramework
     loop: str  # the module whose main(cfg) trains: imported by name, only when training starts
     image: Image
-    dist: tuple[str, ...] = ("horovod",)  # --dist values (ddp: PyTorch's DDP under torchrun)
+    dist: tuple[str, ...] = ("horovod",)  # --dist values (ddp: PyTorch's DDP under torchrun; native:
+    # tf.distribute.MultiWorkerMirroredStrategy, one process per node with TF_CONFIG)
     optimizers: tuple[str, ...] = ("sgd",)  # --optimizer values besides auto
     loaders: tuple[str, ...] = ("pil",)  # --loader values besides auto
     folder_reader: str = ""  # what decodes folder data when --loader does not choose (named when one is refused)
@@ -59,9 +60,10 @@ TF = Image("tensorflow", requirements="training/requirements-tf-gpu.txt", venv="
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "training.pytorch.loop", TORCH, dist=("horovod", "ddp"), optimizers=("sgd", "lars"),
               loaders=("dali", "nvjpeg", "pil"), compiler="compile", channels_last=True),
-    Framework("tensorflow", "training.tensorflow.loop", TF, folder_reader="tf.data", compiler="xla"),
+    Framework("tensorflow", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
+              compiler="xla"),
     # Keras runs in the TensorFlow image, with the same loop module (Model.fit instead of the custom loop).
-    Framework("keras", "training.tensorflow.loop", TF, folder_reader="tf.data",
+    Framework("keras", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
               no_compiler="Keras fit would compile Horovod's allreduce into the step, which XLA cannot run"),
 )}
 

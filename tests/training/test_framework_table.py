@@ -98,7 +98,7 @@ def test_a_new_framework_is_one_row_plus_its_loop(tmp_path):
     checks = json.loads(result.stdout.splitlines()[-1])
     assert checks["exit"] == 0 and checks["trained"] == {"framework": "jax", "dist": "ddp", "steps": 3}
     # The refusals name whoever accepts the value, from the rows
-    assert checks["ddp"] == "--dist ddp applies to pytorch, jax only; launch --framework tensorflow with horovodrun"
+    assert checks["ddp"] == "--dist ddp applies to pytorch, jax only; --framework tensorflow takes --dist horovod|native"
     assert checks["dali"] == "--loader dali applies to pytorch only (jax reads folders with grain)"
     assert checks["config"] == [["pytorch", "tensorflow", "jaxish"], ["pytorch", "tensorflow", "keras", "jax"]]
     assert checks["refused"] == [
@@ -184,7 +184,7 @@ def test_the_table_is_whole_and_light():
         assert (REPO_ROOT / f.loop.replace(".", "/")).with_suffix(".py").is_file(), f.loop
         assert (REPO_ROOT / f.image.dockerfile).is_file() and (REPO_ROOT / f.image.requirements).is_file()
         assert (REPO_ROOT / f.image.venv_requirements).is_file()
-        assert f.compiler in ("", "compile", "xla") and set(f.dist) <= {"horovod", "ddp"}
+        assert f.compiler in ("", "compile", "xla") and set(f.dist) <= {"horovod", "ddp", "native"}
     assert sorted(p.name for p in (REPO_ROOT / "images").glob("*.Dockerfile")) == sorted(
         image.name + ".Dockerfile" for image in frameworks.images())
     with pytest.raises(frameworks.UsageError, match="--framework 'mxnet' is not one of pytorch, tensorflow, keras"):

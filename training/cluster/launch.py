@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -57,6 +58,81 @@ def hosts_from_batch(env: Mapping[str, str], slots: int) -> list[Host]:
         raise UsageError("no hosts: pass --hosts HOST:SLOTS,... or run inside an Azure Batch multi-instance task "
                          "(which sets AZ_BATCH_HOST_LIST)")
     return [Host(ip.strip(), slots) for ip in listed.split(",") if ip.strip()]
+
+
+TF_PORT = 2223  # MultiWorkerMirroredStrategy's gRPC server on every node (beside the job's sshd on 2222)
+
+
+def tf_config(workers: list[str], index: int) -> str:
+    """TF_CONFIG (JSON) for worker `index` of a MultiWorkerMirroredStrategy cluster: every worker's HOST:PORT in
+    one order (the same on every node, so task 0 is the first) and this worker's task
+    (https://www.tensorflow.org/guide/distributed_training#TF_CONFIG). Built here, never by a shell: a host
+    name is data, not a word of a command."""
+    if not 0 <= index < len(workers):
+        raise UsageError(f"worker index {index} is not one of the {len(workers)} worker(s)")
+    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}})
+
+
+def workers_on_this_host(text: str) -> int:
+    """How many of TF_CONFIG's workers share this worker's host (1 without TF_CONFIG): they share its cores."""
+    if not text:
+        return 1
+    config = json.loads(text)
+    workers = config["cluster"]["worker"]
+    mine = workers[config["task"]["index"]].rpartition(":")[0]
+    return sum(1 for address in workers if address.rpartition(":")[0] == mine)
+
+
+def dist_of(train_flags: list[str]) -> str:
+    """The --dist the training flags ask for (horovod unless they say otherwise)."""
+    for i, arg in enumerate(train_flags):
+        if arg == "--dist" and i + 1 < len(train_flags):
+            return train_flags[i + 1]
+        if arg.startswith("--dist="):
+            return arg.partition("=")[2]
+    return "horovod"
+
+
+def native_workers(hosts: list[Host], here: str, train_flags: list[str], *, python: str, cwd: str,
+                   env: Mapping[str, str], port: int = TF_PORT) -> list[tuple[list[str], str]]:
+    """--dist native (pure): one worker per host, (argv, TF_CONFIG) each, in the hosts' order (AZ_BATCH_HOST_LIST's,
+    the same on every node, so worker 0 is its first host). The worker on `here` (this node) runs directly, with
+    TF_CONFIG in its environment; each other one through the job's SSH (node-ssh's client config: its port and
+    key), as one remote command of quoted words: TF_CONFIG and the forwarded environment (what mpirun -x
+    forwards for Horovod: NCCL_, TF_, CUDA_...; no secrets) as `env NAME=VALUE`, then the training command."""
+    workers = [f"{h.name}:{port}" for h in hosts]
+    forwarded = {name: value for name, value in sorted(env.items()) if name.startswith(FORWARDED_PREFIXES)
+                 and name != "TF_CONFIG"}
+    train = [python, "-m", "training", "train", *train_flags]
+    plan = []
+    for index, host in enumerate(hosts):
+        config = tf_config(workers, index)
+        if host.name == here or host.name in LOCAL_NAMES:
+            plan.append((train, config))
+            continue
+        words = ["env", *(f"{name}={value}" for name, value in forwarded.items()), f"TF_CONFIG={config}", *train]
+        plan.append((["ssh", host.name, f"cd {shlex.quote(cwd)} && exec {shlex.join(words)}"], config))
+    return plan
+
+
+def run_native(plan: list[tuple[list[str], str]]) -> int:
+    """Start every worker, wait for all; the first failure stops the others (a worker alone would wait for its
+    peers forever). Returns the first non-zero exit status, or 0."""
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(argv, env={**os.environ, "TF_CONFIG": config}) for argv, config in plan]
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [c for c in codes if c]
+        if failed or all(c == 0 for c in codes):
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                p.wait()
+            return failed[0] if failed else 0
+        time.sleep(1)
 
 
 def build_command(hosts: list[Host], train_flags: list[str], *, python: str, horovodrun: str, ssh_port: int | None,
@@ -102,6 +178,14 @@ def main(argv: list[str]) -> int:
     if not train_flags:
         raise UsageError("no training flags after `--`; e.g. -- --data synthetic --steps 20 --output-dir OUT")
     hosts = parse_hosts(args.hosts) if args.hosts else hosts_from_batch(os.environ, args.slots)
+    if dist_of(train_flags) == "native":
+        # One worker per node (it drives all the node's GPUs); this node is Batch's primary, where launch runs:
+        # AZ_BATCH_MASTER_NODE is its IP:PORT (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
+        here = os.environ.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[0]
+        plan = native_workers(hosts, here, train_flags, python=sys.executable, cwd=os.getcwd(), env=os.environ)
+        for argv, config in plan:
+            print(f"launch: native worker, TF_CONFIG={config}: {shlex.join(argv)}", file=sys.stderr, flush=True)
+        return 0 if args.dry_run else run_native(plan)
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None)

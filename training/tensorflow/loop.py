@@ -16,15 +16,43 @@ from __future__ import annotations
 import math
 import os
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 from training import runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
+from training.cluster.launch import workers_on_this_host
 from training.tensorflow.data import Data
 
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 BN_MOMENTUM = 0.9
+
+
+def _setup_native(cfg: TrainConfig):
+    """Import TF and create tf.distribute.MultiWorkerMirroredStrategy first, before any other TF op (TensorFlow
+    requires it: https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy), from
+    TF_CONFIG (none: one worker); this process drives every GPU of its node. Horovod is not imported.
+    Returns (tf, strategy, cfg)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if not gpus:  # the cores shared fairly between the workers of one host, as Horovod's ranks share them
+        workers_here = workers_on_this_host(os.environ.get("TF_CONFIG", ""))
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, usable_cores() // workers_here))
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    # NCCL between GPUs, ring all-reduce (gRPC) between CPUs (tf.distribute.experimental.CommunicationOptions).
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation.NCCL if gpus else implementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    cfg = resolve_for_device(cfg, bool(gpus))
+    if cfg.precision in POLICIES:
+        tf.keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
+    return tf, strategy, cfg
 
 
 def _setup(cfg: TrainConfig):
@@ -63,7 +91,7 @@ def _build(tf, cfg: TrainConfig):
     # assign before each step (the runner's plan); a float set later would not reach the traced step.
     learning_rate = tf.Variable(cfg.base_lr, trainable=False, dtype=tf.float32, name="learning_rate")
     optimizer = tf.keras.optimizers.legacy.SGD(learning_rate=cfg.base_lr, momentum=cfg.momentum)
-    if cfg.framework == "keras":
+    if cfg.framework == "keras" and cfg.dist == "horovod":
         import horovod.tensorflow.keras as hvd_keras
 
         compression = hvd_keras.Compression.fp16 if cfg.fp16_allreduce else hvd_keras.Compression.none
@@ -92,7 +120,11 @@ def _weight_decay(tf, weight_decay: float):
 
 
 def _loss_fn(tf, cfg: TrainConfig):
-    xent = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing)
+    # Native: one loss per example; Keras fit and the custom loop divide by the global batch themselves (a
+    # strategy refuses a Keras loss that averages over the replica's batch outside fit).
+    reduction = tf.keras.losses.Reduction.NONE if cfg.dist == "native" else tf.keras.losses.Reduction.AUTO
+    xent = tf.keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=cfg.label_smoothing,
+                                                   reduction=reduction)
 
     def loss(labels, logits):
         return xent(labels, tf.cast(logits, tf.float32))
@@ -255,6 +287,153 @@ class TfLoop:
         pass  # Horovod shuts down at exit; Keras callbacks may still hold collectives until then
 
 
+class NativeLoop(TfLoop):
+    """--dist native: the same model, data, LR plan and checkpoints under MultiWorkerMirroredStrategy, one
+    worker process per node (rank: its TF_CONFIG task index; size: replicas, i.e. GPUs, in all). Each worker
+    reads its node's shard, batch_size per replica. Files are rank 0's: what it saves and exports is its own
+    copy of the variables (as under Horovod, batch-norm statistics are each replica's own), read without a
+    collective, so rank 0 alone may checkpoint whenever the runner says."""
+    distribution = "native"
+
+    def __init__(self, cfg: TrainConfig):
+        tf, strategy, cfg = _setup_native(cfg)
+        self.tf, self.strategy, self.cfg = tf, strategy, cfg
+        resolver = strategy.cluster_resolver
+        self.rank = (resolver.task_id or 0) if resolver and resolver.task_type else 0
+        self.size = strategy.num_replicas_in_sync
+        self.local = len(strategy.extended.worker_devices)  # replicas this worker drives
+        self.device = "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+        # The node's shard in batches of batch_size x local replicas, split into one batch per replica below.
+        self.data = Data(tf, replace(cfg, batch_size=cfg.batch_size * self.local), self.rank, self.size // self.local)
+        self.steps_per_epoch = self.data.steps_per_epoch
+        with strategy.scope():
+            self.model, self.optimizer, self.learning_rate = _build(tf, cfg)
+        self.loss_fn = _loss_fn(tf, cfg)
+        self.resumed = False
+        self._plain = None
+
+    def _local(self, variables) -> list:
+        # this worker's first copy of each variable: no cross-worker read (a synced-on-read one would all-reduce)
+        return [self.strategy.experimental_local_results(v)[0].numpy() for v in variables]
+
+    def checkpoint_state(self, step: int) -> dict:
+        return {"step": step, "model": self._local(self.model.weights),
+                "optimizer": self._local(self.optimizer.weights), "config": as_dict(self.cfg)}
+
+    def _replicated(self, make):
+        """A per-replica value: make(replica id) on each of this worker's replicas."""
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: make(ctx.replica_id_in_sync_group))
+
+    def _sum(self, per_replica) -> float:
+        return float(self.strategy.reduce(self.tf.distribute.ReduceOp.SUM, per_replica, axis=None))
+
+    def broadcast_object(self, obj):
+        tf = self.tf
+        data = pickle.dumps(obj) if self.rank == 0 else b""
+        length = int(self._sum(self._replicated(lambda r: tf.constant(float(len(data) if r == 0 else 0)))))
+        padded = list(data.ljust(length, b"\0"))
+        got = self.strategy.reduce(tf.distribute.ReduceOp.SUM, self._replicated(
+            lambda r: tf.constant(padded if r == 0 else [0] * length, dtype=tf.float32)), axis=None)
+        return pickle.loads(bytes(int(b) for b in got.numpy()))
+
+    def averaged(self, value) -> float:
+        tf = self.tf
+        return self._sum(self._replicated(lambda r: tf.constant(float(value) / self.size)))
+
+    def _summed(self, value: float) -> float:  # every worker's value once, whatever its replica count
+        return self._sum(self._replicated(lambda r: self.tf.constant(value / self.local)))
+
+    def fit(self, start, stop_at, lr_for, after_step) -> int:
+        tf, data, per_replica = self.tf, self.data, self.cfg.batch_size
+
+        def dataset(context):
+            stream = data.stream(start)
+            return stream.unbatch().batch(per_replica, drop_remainder=True) if self.local > 1 else stream
+        if self.cfg.framework == "keras":
+            return self._fit_keras(tf.keras.utils.experimental.DatasetCreator(dataset), start, stop_at, lr_for,
+                                   after_step)
+        return self._custom_loop(self.strategy.distribute_datasets_from_function(dataset), start, stop_at, lr_for,
+                                 after_step)
+
+    def _custom_loop(self, stream, step, stop_at, lr_for, after_step) -> int:
+        tf, strategy, cfg, model, optimizer = self.tf, self.strategy, self.cfg, self.model, self.optimizer
+        forward = tf.function(lambda images: model(images, training=True), jit_compile=cfg.xla)
+        scaled, loss_fn, global_batch = cfg.precision == "fp16", self.loss_fn, cfg.batch_size * self.size
+
+        def replica_step(images, labels):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(labels, forward(images)), global_batch_size=global_batch)
+                objective = optimizer.get_scaled_loss(loss) if scaled else loss
+            grads = tape.gradient(objective, model.trainable_variables)
+            if scaled:
+                grads = optimizer.get_unscaled_gradients(grads)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))  # all-reduces the sum over replicas
+            return loss
+
+        @tf.function
+        def train_step(batch):
+            return strategy.run(replica_step, args=batch)
+
+        for batch in stream:
+            self.learning_rate.assign(lr_for(step))
+            losses = train_step(batch)
+            step += 1
+            after_step(step, lambda: self._sum(losses))  # each replica's share of the global mean
+            if step >= stop_at:
+                break
+        return step
+
+    def _fit_keras(self, stream, step, stop_at, lr_for, after_step) -> int:
+        tf, loop = self.tf, self
+        position = {"step": step}
+
+        class Steps(tf.keras.callbacks.Callback):
+            """The runner's per-step LR, its after-step hook, and the stop at stop_at."""
+
+            def on_train_batch_begin(self, batch, logs=None):
+                loop.learning_rate.assign(lr_for(position["step"]))
+                self.model.reset_metrics()
+
+            def on_train_batch_end(self, batch, logs=None):
+                position["step"] += 1
+                after_step(position["step"], lambda: loop.averaged(logs["loss"]))  # each worker's own, averaged
+                if position["step"] >= stop_at:
+                    self.model.stop_training = True
+
+        self.model.compile(optimizer=self.optimizer, loss=self.loss_fn)
+        per_epoch = min(stop_at - step, 10_000)
+        self.model.fit(stream, steps_per_epoch=per_epoch, epochs=math.ceil((stop_at - step) / per_epoch),
+                       callbacks=[Steps()], verbose=0)
+        return position["step"]
+
+    def _plain_model(self):
+        """The model outside the strategy, with this worker's weights: evaluating or saving the distributed one
+        would read synced-on-read variables through a collective, which rank 0 alone (export) cannot do."""
+        if self._plain is None:
+            self._plain = self.tf.keras.models.clone_model(self.model)
+            self._plain.set_weights(self._local(self.model.weights))
+        return self._plain
+
+    def evaluate(self) -> float | None:
+        validation = self.data.validation()
+        if validation is None:
+            return None
+        tf, model = self.tf, self._plain_model()
+        correct = total = 0
+        for images, labels in validation:
+            logits = model(images, training=False)
+            correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == tf.argmax(labels, 1), tf.int32)))
+            total += int(labels.shape[0])
+        correct, total = self._summed(float(correct)), self._summed(float(total))
+        return correct / total if total else 0.0
+
+    def export(self, out: Path) -> dict[str, str]:
+        from training.tensorflow.export import export_checked
+
+        return export_checked(self.tf, self._plain_model(), out, self.cfg.image_size)
+
+
 def main(cfg: TrainConfig) -> int:
-    runner.run(cfg, TfLoop)
+    runner.run(cfg, NativeLoop if cfg.dist == "native" else TfLoop)
     return 0
