@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass
 from infra.backends.shared import StackOutputs, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.skus import CATALOG, GpuSku
+from training.cluster.launch import dist_of
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
 DATASET = "imagenet"  # the data container is staged into <share>/imagenet
@@ -222,7 +223,9 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
     outputs = f"{job}/"
     return {
         "id": TASK_ID,
-        "displayName": f"horovod {inputs.framework} x{inputs.nodes * inputs.slots}",
+        # --dist native: one worker per node (launch builds each node's TF_CONFIG from AZ_BATCH_HOST_LIST)
+        "displayName": (f"native {inputs.framework} x{inputs.nodes}" if dist_of(list(inputs.train_args)) == "native"
+                        else f"horovod {inputs.framework} x{inputs.nodes * inputs.slots}"),
         "commandLine": application_command(inputs, job),
         "containerSettings": {
             "imageName": inputs.image,

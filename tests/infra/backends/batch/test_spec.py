@@ -57,6 +57,16 @@ def test_task_runs_horovod_on_every_gpu_of_every_node(nodes):
     assert parsed.multi_instance_settings.number_of_instances == nodes
 
 
+def test_native_tensorflow_runs_one_worker_per_node_through_the_same_launch():
+    """--dist native: the same application command; launch (tests/training/cluster/test_launch_native.py) builds
+    each node's TF_CONFIG from AZ_BATCH_HOST_LIST and starts one worker per node."""
+    spec = inputs(3, framework="keras", train_args=("--dist", "native", "--epochs", "90"))
+    task = batch_spec.task_spec(spec, batch_spec.job_id(spec))
+    train = _script(task["commandLine"]).split("launch --slots 8 --ssh-port 2222 -- ")[1].split(";")[0]
+    assert shlex.split(train)[-4:] == ["--dist", "native", "--epochs", "90"]
+    assert task["displayName"] == "native keras x3"
+
+
 @pytest.mark.parametrize("sku,topology", [("Standard_ND96asr_v4", "/opt/microsoft/ndv4-topo.xml"),
                                           ("Standard_ND96amsr_A100_v4", "/opt/microsoft/ndv4-topo.xml"),
                                           ("Standard_ND96isr_H100_v5", "/opt/microsoft/ndv5-topo.xml")])
