@@ -144,6 +144,8 @@ class RehearsalBatch:
         self.started_nodes = False
         self.lock = threading.RLock()  # the endpoint's threads and the job's
         self.retried_at: list[float] = []
+        self.preempted: dict[str, str] = {}  # job -> the node preempted under its running task, until requeued
+        self.requeued_at: list[float] = []  # time.monotonic() of each requeue after a preemption
         self.uploaded: dict[str, list[str]] = {}  # job -> the blobs its output files uploaded  # time.monotonic() of each retry, for the fault tests
 
     # --- the account behind the Batch endpoint (devtools/rehearsal/batch_endpoint.BatchAccount) ----------------
@@ -239,6 +241,21 @@ class RehearsalBatch:
         if job.get("onAllTasksComplete") == "terminatejob" and task and task["state"] == "completed":
             job["state"] = "completed"
             job["executionInfo"]["endTime"] = rest.iso(datetime.now(timezone.utc))
+
+    def preempt(self, job_id: str, node: Node) -> int:
+        """A Spot node preempted while the job's task runs on it (https://learn.microsoft.com/azure/batch/batch-spot-vms:
+        "If a preemption occurs, the spot compute node will be evicted and all work that wasn't appropriately
+        checkpointed will be lost ... The running Batch task that was interrupted due to preemption will be
+        automatically requeued for execution by a different compute node"). The node's processes go with its VM;
+        the task's processes on its other nodes are stopped with the task (the docs do not say how Batch stops the
+        other subtasks of a requeued multi-instance task; here at once). _run_job then requeues the task. Returns
+        how many processes the evicted node had."""
+        with self.lock:
+            self.preempted[job_id] = node.hostname
+        killed = self.pool.kill(node)
+        for other in self.pool.nodes:
+            self.pool.kill(other)
+        return killed
 
     def wait(self, job_id: str, timeout: float | None = None) -> None:
         self.threads[job_id].join(timeout)
@@ -383,7 +400,9 @@ class RehearsalBatch:
         try:
             self._start_nodes()
             task["state"], info["startTime"] = "running", _now()
-            task["nodeInfo"] = {"nodeId": "tvm-0", "nodeUrl": self.pool.nodes[0].address}
+            # BatchNodeInfo (REST spec): nodeUrl is the node's URL on the account's endpoint, not its address; the
+            # account here does not know its endpoint's URL, so it is left out (optional in the spec).
+            task["nodeInfo"] = {"nodeId": "tvm-0", "poolId": "gpu"}
             self.save()
             while True:
                 try:
@@ -395,6 +414,23 @@ class RehearsalBatch:
                 finally:
                     for node in self.pool.nodes:
                         self.pool.kill(node)  # the task's containers end with it (its sshd included)
+                evicted = self.preempted.pop(job_id, None)
+                if evicted and job_id not in self.terminated:
+                    # Requeued, not retried: Batch's task model says "Retries due to recovery operations are
+                    # independent of and are not counted against the maxTaskRetryCount" (REST spec 2025-06-01,
+                    # BatchTask). The task is active again, then runs anew (startTime is the newest start; the spec's
+                    # lastRetryTime: "startTime is updated but the lastRetryTime is not"). requeueCount is left as
+                    # it is: the spec counts there requeues "as the result of a user request" (pool shrink, job
+                    # disable) and is silent on preemption. The node comes back as Batch seeks back to the target
+                    # count (batch-spot-vms); here it is the same local node.
+                    self.requeued_at.append(time.monotonic())
+                    task["state"] = "active"
+                    self.save()
+                    self.log(f"rehearsal: Spot node {evicted} was preempted; Batch requeues the task (not a retry: "
+                             f"retried {info['retryCount']} time(s)) and it runs again on the pool's nodes")
+                    task["state"], info["startTime"] = "running", _now()
+                    self.save()
+                    continue
                 if code == 0 or job_id in self.terminated or info["retryCount"] >= retries:
                     break
                 info["retryCount"] += 1

@@ -177,6 +177,58 @@ def test_a_node_lost_mid_training_fails_the_task_and_batchs_retry_resumes_it(tmp
     assert "resumed from" in (result.downloaded / "logs" / "stdout.txt").read_text()
 
 
+def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or_the_application(tmp_path):
+    """Cancel arrives while the coordination command runs on the nodes (Batch's job terminate, through the real
+    azure-batch client and the endpoint): the task ends, is not retried though retries are allowed, and the
+    application command never starts (https://learn.microsoft.com/rest/api/batchservice/job/terminate: running
+    tasks are terminated; https://learn.microsoft.com/azure/batch/batch-mpi: the application command runs only
+    once every coordination command has finished). Batch's own part on two nodes, with no training: seconds."""
+    from azure.batch import BatchClient
+
+    from devtools.emulator import Azurite
+    from devtools.rehearsal.batch import RehearsalBatch
+    from devtools.rehearsal.batch_endpoint import BatchEndpoint
+    from devtools.rehearsal.nodes import Pool
+    from devtools.rehearsal.storage import Account
+    from infra.backends.batch.service import AzureBatch
+    from infra.core import config
+    from infra.preview import offline
+    from tests.devtools.rehearsal import batch_rest_spec
+    from tests.infra.backends.batch.fake_batch import _Token
+
+    ev = offline.evaluate(config.from_stack_file("dev"))
+    job = {"id": "cancel-in-coordination", "poolInfo": {"poolId": "gpu"}, "onAllTasksComplete": "noaction"}
+    task = {"id": "train", "commandLine": "/bin/sh -c 'echo started > application-started'",
+            "constraints": {"maxTaskRetryCount": 2},
+            "multiInstanceSettings": {"numberOfInstances": 2,
+                                      "coordinationCommandLine": "/bin/sh -c 'touch coordinating; sleep 120'"}}
+    export = tmp_path / "export"
+    export.mkdir()
+    with Azurite(location=tmp_path / "azurite") as azurite, Pool(tmp_path / "nodes", 2, export, "nfs") as pool:
+        batch = RehearsalBatch(pool, Account(azurite, ev), {"PATH": "/usr/bin:/bin"}, {}, {}, tmp_path, log=print)
+        with BatchEndpoint(batch) as endpoint, BatchClient(endpoint.url, _Token(),
+                                                           connection_verify=endpoint.ca_file) as client:
+            service = AzureBatch(endpoint.url, client=client)
+            service.submit(job, task)
+            wd = [batch._task_dir(node, job["id"], "train") / "wd" for node in pool.nodes]
+            deadline = time.monotonic() + 60
+            while not all((folder / "coordinating").exists() for folder in wd):
+                assert time.monotonic() < deadline, "the coordination command did not start on both nodes"
+                time.sleep(0.1)
+            asked = time.monotonic()
+            service.terminate(job["id"])  # returns once the job has left `terminating`
+            batch.wait(job["id"], timeout=60)
+            took = time.monotonic() - asked
+            ended = service.get_task(job["id"], "train")
+            assert batch_rest_spec.violations(endpoint.responses) == []
+    assert took < 10, f"the task took {took:.1f}s to stop"
+    info = ended["executionInfo"]
+    assert ended["state"] == "completed" and info["retryCount"] == 0 and info["exitCode"] != 0, ended
+    assert batch.jobs[job["id"]]["state"] == "completed"
+    assert len(batch.processes[job["id"]]) == 2  # the two coordination commands, no application command
+    assert not (wd[0] / "application-started").exists() and batch.retried_at == []
+
+
 def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
     """Storage access is what the program's role assignments grant: the NFS server's identity may read `data`
     and write `status`, never write `outputs`; the nodes may read `scripts` but not write there."""
