@@ -7,6 +7,9 @@ One command job on the stack's compute cluster (https://learn.microsoft.com/azur
 - PyTorch DDP (trainingArgs with `--dist ddp`) as a PyTorch distribution: Azure ML sets MASTER_ADDR,
   MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK and NODE_RANK per process. LOCAL_WORLD_SIZE is not in that list,
   so the job sets it (one value for every process: the GPUs per node);
+- TensorFlow and Keras with `--dist native` (MultiWorkerMirroredStrategy) as a TensorFlow distribution with
+  worker_count = nodes: one process per node driving all its GPUs, Azure ML setting each one's TF_CONFIG
+  ("TensorFlow" in the guide above; TensorFlowDistribution, https://learn.microsoft.com/python/api/azure-ai-ml/azure.ai.ml.tensorflowdistribution);
 - instance_count = nodes; the `data` container as the `data` input (download to the nodes' local disk, or a
   read-only mount, as amlDataMode says), the run folder as the `run` output in the `outputs` container;
 - the training package as the job's code snapshot (the files `pulumi up` puts into `scripts` for Batch), so a
@@ -50,7 +53,7 @@ class AmlJobInputs:
 
     @property
     def distribution(self) -> str:
-        """horovod or ddp, as the train flags say (horovod unless `--dist ddp`)."""
+        """horovod, ddp or native, as the train flags say (horovod unless `--dist` says otherwise)."""
         args = list(self.train_args)
         for i, arg in enumerate(args):
             if arg == "--dist" and i + 1 < len(args):
@@ -104,10 +107,11 @@ def code_snapshot(folder: Path) -> Path:
 
 def build_job(inputs: AmlJobInputs, name: str, code: Path):
     """The job as azure-ai-ml's Command entity (validated by the SDK's own schema when built and dumped)."""
-    from azure.ai.ml import Input, MpiDistribution, Output, PyTorchDistribution, command
+    from azure.ai.ml import Input, MpiDistribution, Output, PyTorchDistribution, TensorFlowDistribution, command
     from azure.ai.ml.entities import ManagedIdentityConfiguration
 
     distribution = (PyTorchDistribution(process_count_per_instance=inputs.gpus) if inputs.distribution == "ddp"
+                    else TensorFlowDistribution(worker_count=inputs.nodes) if inputs.distribution == "native"
                     else MpiDistribution(process_count_per_instance=inputs.gpus))
     job = command(
         name=name, display_name=name, experiment_name=f"dltrain-{inputs.stack}",

@@ -1,5 +1,6 @@
 """The Azure ML job, built with azure-ai-ml's own entities and checked by the SDK itself: its REST object (what
 the service receives) and its YAML form loaded back with `load_job` (the SDK's schema validates it)."""
+import dataclasses
 import subprocess
 
 import pytest
@@ -56,6 +57,16 @@ def test_ddp_is_a_pytorch_distribution_with_the_local_world_size_set(tmp_path):
     assert rest["distribution"] == {"distributionType": "PyTorch", "processCountPerInstance": 8}
     assert loaded.resources.instance_count == 2
     assert loaded.environment_variables["LOCAL_WORLD_SIZE"] == "8"
+
+
+def test_native_tensorflow_is_a_tensorflow_distribution_with_one_worker_per_node(tmp_path):
+    # The nlp stack deploys pytorch only: its inputs with the TensorFlow image's environment in their place.
+    inputs = dataclasses.replace(stack_inputs(train_args=("--dist", "native", "--epochs", "1"), nodes=2),
+                                 framework="keras", environment="tensorflow:3")
+    rest, loaded, _ = built(tmp_path, inputs)
+    assert rest["distribution"] == {"distributionType": "TensorFlow", "workerCount": 2, "parameterServerCount": 0}
+    assert loaded.distribution.worker_count == 2 and loaded.resources.instance_count == 2
+    assert "--framework keras" in loaded.command and loaded.command.endswith("--dist native --epochs 1")
 
 
 def test_mount_mode_reads_the_data_in_place(tmp_path):
