@@ -324,6 +324,12 @@ def main(argv: list[str]) -> int:
         synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
                         [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours])
         runs, loaders = [recipe, synthetic], {}
+        if "native" in frameworks.get(args.framework).dist:
+            # Beside Horovod: the same synthetic run under MultiWorkerMirroredStrategy (one worker, no TF_CONFIG),
+            # so what leaving Horovod costs is a measured figure.
+            runs.append(Run("native", f"ours, --dist native: synthetic, {{settings}}, batch {batch}",
+                            [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours,
+                             "--dist", "native"]))
         if not args.skip_jpeg:
             data = args.data or jpeg_dataset((args.steps + 1) * batch, out / "jpeg", workers)
             jpeg = [*common, *steps, "--data", str(data), "--batch-size", str(batch), "--workers", str(workers), *ours]

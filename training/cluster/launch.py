@@ -183,8 +183,11 @@ def main(argv: list[str]) -> int:
         # AZ_BATCH_MASTER_NODE is its IP:PORT (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
         here = os.environ.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[0]
         plan = native_workers(hosts, here, train_flags, python=sys.executable, cwd=os.getcwd(), env=os.environ)
+        # The -H form of Horovod's line (one worker per host), which the rehearsal reads for its placement.
+        print(f"launch: --dist native, one worker per node -H {','.join(f'{h.name}:1' for h in hosts)}",
+              file=sys.stderr, flush=True)
         for argv, config in plan:
-            print(f"launch: native worker, TF_CONFIG={config}: {shlex.join(argv)}", file=sys.stderr, flush=True)
+            print(f"launch: worker TF_CONFIG={config}: {shlex.join(argv)}", file=sys.stderr, flush=True)
         return 0 if args.dry_run else run_native(plan)
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,

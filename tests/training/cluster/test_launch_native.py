@@ -42,4 +42,5 @@ def test_launch_dry_run_prints_one_worker_per_node(monkeypatch, capsys):
     monkeypatch.setenv("AZ_BATCH_MASTER_NODE", "10.0.0.4:6000")
     assert main(["--slots", "8", "--ssh-port", "2222", "--dry-run", "--", *FLAGS]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2 and '"index": 0' in lines[0] and "ssh 10.0.0.5" in lines[1]
+    assert lines[0] == "launch: --dist native, one worker per node -H 10.0.0.4:1,10.0.0.5:1"
+    assert len(lines) == 3 and '"index": 0' in lines[1] and "ssh 10.0.0.5" in lines[2]
