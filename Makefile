@@ -68,10 +68,10 @@ ifeq ($(TRAIN_VENV),)
 $(error FRAMEWORK=$(FRAMEWORK) is not a training framework; use one of $(FRAMEWORKS) (training/frameworks.py))
 endif
 endif
-demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK={frameworks})
+demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job, locally: plan the dev stack, then rehearse its job as Azure would run it on 2 local nodes (FRAMEWORK={frameworks}; DIST=native for tensorflow/keras without Horovod)
 	.venv/bin/python -m infra plan --stack dev
 	@if [ "$$(id -u)" = 0 ]; then \
-	    .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK); \
+	    .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework $(FRAMEWORK) $(if $(DIST),--dist $(DIST)); \
 	else \
 	    echo "not root: the rehearsal's nodes need root (network namespaces, the job's sshd); run \`sudo make demo\`." ; \
 	    echo "Instead: the data path on Azurite and 2 Horovod ranks on this machine."; \

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -464,6 +465,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--framework", choices=tuple(VENVS), help="default: the stack's trainingFramework")
     parser.add_argument("--args", help=f"train flags for the job (default: {DEFAULT_ARGS!r}; the stack's own "
                                        "trainingArgs are sized for GPUs)")
+    parser.add_argument("--dist", help="the job's --dist, added to its train flags (native: TensorFlow's and "
+                                       "Keras's MultiWorkerMirroredStrategy, one worker per node)")
     parser.add_argument("--work", type=Path, help="folder for the nodes, the export, the storage and the results "
                                                   "(default: .rehearsal/STACK; the next rehearsal there replaces it)")
     parser.add_argument("--serve", action="store_true",
@@ -475,7 +478,10 @@ def main(argv: list[str]) -> int:
     from infra.core import config
 
     def go(work: Path) -> Rehearsal:
-        result = rehearse(args.stack, args.nodes, args.framework, args.args, work, args.processes_per_node)
+        train_args = args.args if args.args is not None else DEFAULT_ARGS
+        if args.dist:
+            train_args += f" --dist {shlex.quote(args.dist)}"
+        result = rehearse(args.stack, args.nodes, args.framework, train_args, work, args.processes_per_node)
         model = result.downloaded / "run" / "model.onnx"
         if model.is_file():
             _say(f"model.onnx from `outputs` in onnxruntime: logits of shape {check_model(model, result.framework)}")
