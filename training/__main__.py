@@ -8,6 +8,8 @@ Commands:
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
   stage        copy a blob container onto NFS or local disk, verified, resumable; --extract unpacks tarballs
                (ImageNet's train/val archives into the trainer's train/<class>/*.JPEG, val/<class>/*.JPEG)
+  interconnect-check  all-reduce bus bandwidth over the job's process group before a multi-node run; below
+               --floor-gbps the job stops (unless --allow-slow-interconnect)
   report       draw runs' loss, LR and img/s against step into one PNG (each run also writes its own report.png)
 
 Examples:
@@ -23,7 +25,8 @@ import sys
 from training.errors import UsageError
 
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
-            "upload": "training.data.upload", "stage": "training.data.stage", "report": "training.report"}
+            "upload": "training.data.upload",
+            "interconnect-check": "training.interconnect", "stage": "training.data.stage", "report": "training.report"}
 
 
 TRAIN_HELP = """Train ResNet50 data-parallel, one process per GPU (or per CPU rank), under Horovod or PyTorch DDP, on
