@@ -10,8 +10,8 @@ The schemas are the spec's own definitions, vendored trimmed in batch_rest_spec_
 - every object takes only the properties its definition declares, plus `odata.metadata`, which every Batch JSON
   response carries: a misspelt or invented key fails (Swagger allows extra keys; this check is stricter on
   purpose: the emulator's JSON is ours, the spec's names are Batch's);
-- formats: date-time (ISO 8601), uri (scheme and host), int32 (range) are checked; others (duration, arm-id,
-  password) are not.
+- formats: date-time (ISO 8601), uri (scheme and host, or a bare host as registryServer's default),
+  int32 (range) are checked; others (duration, arm-id, password) are not.
 """
 from __future__ import annotations
 
@@ -59,8 +59,10 @@ def _date_time(value) -> bool:
 def _uri(value) -> bool:
     if not isinstance(value, str):
         return True
+    # The spec's own default for a "uri" property, ContainerRegistryReference.registryServer, is "docker.io": a
+    # bare host name passes too (what Batch's container docs write: myregistry.azurecr.io).
     parsed = urlparse(value)
-    return bool(parsed.scheme and parsed.netloc)
+    return bool(parsed.scheme and parsed.netloc) or bool(re.fullmatch(r"[A-Za-z0-9.-]+(:\d+)?(/\S*)?", value))
 
 
 @_FORMATS.checks("int32")

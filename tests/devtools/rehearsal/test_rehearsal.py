@@ -150,31 +150,50 @@ def test_keras_on_two_nodes(tmp_path):
     assert re.search(r"world size 2 on hosts \S+, \S+ ", result.stdout), result.stdout[-2000:]
 
 
-def test_a_node_lost_mid_training_fails_the_task_and_batchs_retry_resumes_it(tmp_path, capsys):
+def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_checkpoint(tmp_path, capsys):
+    """One run, two faults. First a Spot eviction of node 1 after the first checkpoint: Batch requeues the task,
+    not counted as a retry (RehearsalBatch.preempt, docs cited there), and the run resumes from its newest
+    checkpoint. Then, after a checkpoint of the resumed run, node 1 is lost (its processes die, no requeue): the
+    task fails and Batch's retry resumes it. The run reaches the same final step."""
     from devtools.rehearsal.run import rehearse as run_rehearsal
+    from tests.devtools.rehearsal import batch_rest_spec
 
-    killed = []
+    faults = {}
 
-    def kill_node_two_after_the_first_checkpoint(service, pool, job):
-        checkpoint = pool.export / "runs" / job / "checkpoints" / "ckpt-00000010.pt"
+    def evict_then_lose_node_one(service, pool, job):
+        checkpoints = pool.export / "runs" / job / "checkpoints"
 
         def watch():
             deadline = time.monotonic() + 600
-            while not checkpoint.exists() and time.monotonic() < deadline:
-                time.sleep(0.2)
+            while not (checkpoints / "ckpt-00000010.pt").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            faults["evicted"] = (time.monotonic(), service.preempt(job, pool.nodes[1]))
+            while not service.requeued_at and time.monotonic() < deadline:
+                time.sleep(0.1)
+            before = set(checkpoints.glob("ckpt-*.pt"))
+            while not set(checkpoints.glob("ckpt-*.pt")) - before and time.monotonic() < deadline:
+                time.sleep(0.2)  # a checkpoint the resumed run wrote
             time.sleep(1)
-            killed.append((time.monotonic(), pool.kill(pool.nodes[1]), service))
+            faults["lost"] = (time.monotonic(), pool.kill(pool.nodes[1]), service, job)
         threading.Thread(target=watch, daemon=True).start()
 
-    result = run_rehearsal("dev", 2, "pytorch", FAST + " --no-export", tmp_path, fault=kill_node_two_after_the_first_checkpoint)
+    result = run_rehearsal("dev", 2, "pytorch", FAST.replace("--steps 30", "--steps 40") + " --no-export", tmp_path,
+                           fault=evict_then_lose_node_one)
     out = capsys.readouterr().out
-    killed_at, processes, service = killed[0]
-    assert processes > 0
-    assert result.retries == 1 and result.exit_code == 0, out[-3000:]
-    assert service.retried_at[0] - killed_at < 60  # the task failed within a minute of losing the node
+    evicted_at, evicted_processes = faults["evicted"]
+    lost_at, lost_processes, service, job = faults["lost"]
+    assert evicted_processes > 0 and lost_processes > 0
+    assert "Spot node node1 was preempted; Batch requeues the task (not a retry: retried 0 time(s))" in out, out[-3000:]
+    assert len(service.requeued_at) == 1 and service.requeued_at[0] - evicted_at < 60
+    assert result.retries == 1 and result.exit_code == 0, out[-3000:]  # the loss is the one retry
+    assert service.retried_at[0] - lost_at < 60  # the task failed within a minute of losing the node
     summary = json.loads((result.downloaded / "run" / "summary.json").read_text())
-    assert summary["steps"] == 30 and summary["resumed_from_step"] >= 10
-    assert "resumed from" in (result.downloaded / "logs" / "stdout.txt").read_text()
+    assert summary["steps"] == 40 and summary["resumed_from_step"] >= 20
+    assert (result.downloaded / "logs" / "stdout.txt").read_text().count("resumed from") == 2
+    # What the endpoint answered for this task and job, as the REST spec has them.
+    answers = [("GET", f"/jobs/{job}", 200, json.dumps(service.jobs[job]).encode()),
+               ("GET", f"/jobs/{job}/tasks/train", 200, json.dumps(service.tasks[job]).encode())]
+    assert batch_rest_spec.violations(answers) == []
 
 
 def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or_the_application(tmp_path):
