@@ -29,6 +29,28 @@ LIKELY_CAUSES = ("NCCL_IB_DISABLE set (NCCL on TCP instead of InfiniBand), a wro
                  "interface, or a missing NCCL topology file (NCCL_TOPO_FILE)")
 
 
+ALLOW_SLOW = "--allow-slow-interconnect"  # a job flag (submit's training arguments): it reaches the check, not train
+
+
+def job_check(train_args: list[str], *, nodes: int, framework: str, floor_gbps: float | None,
+              output: str) -> tuple[list[str] | None, list[str]]:
+    """For a job builder (pure): (the check's flags, or None where no check runs; train's flags without
+    --allow-slow-interconnect). Only multi-node runs are checked (one node's all-reduce never leaves it), and
+    only Horovod and DDP ones (--dist native's TensorFlow collectives are not measured yet)."""
+    from training.cluster.launch import dist_of
+
+    train = [a for a in train_args if a != ALLOW_SLOW]
+    dist = dist_of(train)
+    if nodes < 2 or dist == "native":
+        return None, train
+    flags = ["--framework", framework, "--dist", dist, "--output", output]
+    if floor_gbps is not None:
+        flags += ["--floor-gbps", f"{floor_gbps:g}"]
+    if ALLOW_SLOW in train_args:
+        flags.append(ALLOW_SLOW)
+    return flags, train
+
+
 def bus_bandwidth_gbps(nbytes: int, seconds: float, ranks: int) -> float:
     """nccl-tests' all-reduce bus bandwidth in GB/s (1e9 bytes/s): algbw * 2(n-1)/n."""
     if seconds <= 0 or ranks < 1:

@@ -213,7 +213,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                                     "global_batch": the_plan.global_batch, "optimizer": cfg.optimizer,
                                     "lr_schedule": cfg.lr_schedule, "precision": cfg.precision,
                                     "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
-                                    "data_path": data_path(cfg), **peak_memory(loop)})
+                                    "data_path": data_path(cfg), **peak_memory(loop), **interconnect_figure(out)})
     reporter.close()
     if rank0:
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
@@ -241,6 +241,15 @@ def data_path(cfg: TrainConfig) -> str:
     if cfg.data == "synthetic":
         return "synthetic"
     return frameworks.get(cfg.framework).folder_reader or cfg.loader
+
+
+def interconnect_figure(out: Path) -> dict[str, Any]:
+    """The figure `python -m training interconnect-check --output OUT/interconnect.json` measured before this run
+    (multi-node jobs run it first), or nothing."""
+    import json
+
+    path = out / "interconnect.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def peak_memory(loop: Loop) -> dict[str, Any]:

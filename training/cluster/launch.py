@@ -136,7 +136,8 @@ def run_native(plan: list[tuple[list[str], str]]) -> int:
 
 
 def build_command(hosts: list[Host], train_flags: list[str], *, python: str, horovodrun: str, ssh_port: int | None,
-                  env_names: list[str], controller: str | None = None, has_mpi: bool = True) -> list[str]:
+                  env_names: list[str], controller: str | None = None, has_mpi: bool = True,
+                  command_name: str = "train") -> list[str]:
     """The horovodrun command line (pure): one rank per slot, `python -m training train FLAGS` each. Across
     nodes MPI where Open MPI is installed (the images), else Horovod's Gloo controller, which starts the remote
     ranks over the same SSH."""
@@ -149,7 +150,7 @@ def build_command(hosts: list[Host], train_flags: list[str], *, python: str, hor
     forwarded = sorted(name for name in env_names if name.startswith(FORWARDED_PREFIXES))
     if controller == "mpi" and forwarded:
         command += ["--mpi-args", " ".join(f"-x {name}" for name in forwarded)]
-    return command + [python, "-m", "training", "train", *train_flags]
+    return command + [python, "-m", "training", command_name, *train_flags]
 
 
 def _horovodrun() -> str:
@@ -171,6 +172,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--controller", choices=("gloo", "mpi"), default=None,
                         help="Horovod controller (default: gloo on one machine; across nodes mpi where "
                              "mpirun is installed, else gloo)")
+    parser.add_argument("--run", choices=("train", "interconnect-check"), default="train",
+                        help="what every rank runs, with the flags after `--` (default: train); the job runs "
+                             "interconnect-check first on a multi-node run, under this same launcher")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     args = parser.parse_args(argv)
     if args.slots < 1:
@@ -178,7 +182,7 @@ def main(argv: list[str]) -> int:
     if not train_flags:
         raise UsageError("no training flags after `--`; e.g. -- --data synthetic --steps 20 --output-dir OUT")
     hosts = parse_hosts(args.hosts) if args.hosts else hosts_from_batch(os.environ, args.slots)
-    if dist_of(train_flags) == "native":
+    if dist_of(train_flags) == "native" and args.run == "train":
         # One worker per node (it drives all the node's GPUs); this node is Batch's primary, where launch runs:
         # AZ_BATCH_MASTER_NODE is its IP:PORT (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
         here = os.environ.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[0]
@@ -191,7 +195,7 @@ def main(argv: list[str]) -> int:
         return 0 if args.dry_run else run_native(plan)
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
-                            has_mpi=shutil.which("mpirun") is not None)
+                            has_mpi=shutil.which("mpirun") is not None, command_name=args.run)
     ranks = sum(h.slots for h in hosts)
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:

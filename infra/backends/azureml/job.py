@@ -29,6 +29,7 @@ from infra.backends.shared import StackOutputs, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG
+from training.interconnect import job_check
 
 DATA_MODES = {"download": "download", "mount": "ro_mount"}  # amlDataMode -> the SDK's input mode
 SHM_SIZE = "32g"  # PyTorch DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB)
@@ -81,9 +82,15 @@ def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
 
 def command_line(inputs: AmlJobInputs) -> str:
     """What every process runs; `${{inputs.data}}` and `${{outputs.run}}` are Azure ML's own placeholders."""
+    check, train_args = job_check(list(inputs.train_args), nodes=inputs.nodes, framework=inputs.framework,
+                                  floor_gbps=CATALOG[inputs.gpu_sku].allreduce_floor_gbps,
+                                  output="${{outputs.run}}/interconnect.json")
     words = ["python", "-m", "training", "train", "--framework", shlex.quote(inputs.framework),
              "--data", "${{inputs.data}}", "--output-dir", "${{outputs.run}}", "--resume", "auto",
-             *(shlex.quote(arg) for arg in inputs.train_args)]
+             *(shlex.quote(arg) for arg in train_args)]
+    if check:  # every process runs the check first, under Azure ML's same launch: a slow interconnect stops here
+        words = ["python", "-m", "training", "interconnect-check",  # Azure ML's placeholder unquoted, as above
+                 *(a if a.startswith("${{outputs.run}}") else shlex.quote(a) for a in check), "&&", *words]
     return " ".join(words)
 
 

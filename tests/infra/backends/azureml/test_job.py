@@ -42,8 +42,12 @@ def test_horovod_is_an_mpi_job_with_one_process_per_gpu_on_every_node(tmp_path):
     assert loaded.outputs["run"].path == f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/"
     assert loaded.identity.client_id == outputs["pullIdentityClientId"]  # the cluster's identity reads the data
     assert loaded.limits.timeout == config.from_stack_file("nlp").training.max_hours * 3600
-    assert loaded.command.startswith("python -m training train --framework pytorch --data ${{inputs.data}} "
-                                     "--output-dir ${{outputs.run}} --resume auto --epochs 90")
+    # 4 nodes: every process checks the interconnect first (ND96asr_v4 has no floor: figure only), then trains
+    check, train = loaded.command.split(" && ")
+    assert check == ("python -m training interconnect-check --framework pytorch --dist horovod "
+                     "--output ${{outputs.run}}/interconnect.json")
+    assert train.startswith("python -m training train --framework pytorch --data ${{inputs.data}} "
+                            "--output-dir ${{outputs.run}} --resume auto --epochs 90")
     env = loaded.environment_variables
     assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
     assert "LOCAL_WORLD_SIZE" not in env
@@ -77,11 +81,26 @@ def test_mount_mode_reads_the_data_in_place(tmp_path):
     assert loaded.inputs["data"].mode == "ro_mount"
 
 
+@pytest.mark.parametrize("sku,nodes,floor", [("Standard_ND96isr_H100_v5", 2, "460"),
+                                              ("Standard_ND96isr_H200_v5", 2, "431"),
+                                              ("Standard_ND96isr_H100_v5", 1, None)])
+def test_the_interconnect_check_runs_on_multi_node_jobs_with_the_sizes_floor(sku, nodes, floor):
+    inputs = dataclasses.replace(stack_inputs(train_args=("--allow-slow-interconnect", "--epochs", "1")),
+                                 gpu_sku=sku, nodes=nodes)
+    line = aml_job.command_line(inputs)
+    train = line.split(" && ")[-1]
+    assert "--allow-slow-interconnect" not in train  # the check's flag, never train's
+    if floor is None:
+        assert "interconnect-check" not in line
+    else:
+        assert line.split(" && ")[0].endswith(f"--floor-gbps {floor} --allow-slow-interconnect")
+
+
 def test_no_user_text_reaches_the_shell(tmp_path):
     """Azure ML runs the command in a shell: user arguments arrive verbatim, and nothing in them runs."""
     hostile = ("--base-lr", "$(touch pwned)", "--note", "`id`; rm -rf / 'quoted'")
     line = aml_job.command_line(stack_inputs(train_args=hostile))
-    probe = line.replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
+    probe = line.split(" && ")[-1].replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
         .replace("${{outputs.run}}", "O")
     result = subprocess.run(["bash", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     assert result.stdout.splitlines()[-4:] == list(hostile) and not (tmp_path / "pwned").exists()
