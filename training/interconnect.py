@@ -97,7 +97,7 @@ def _torch_group(dist: str):
                 timed += time.perf_counter() - start
         return group.mean(timed / iters)  # every rank takes the same figure, so the same verdict
 
-    return group.rank, group.size, run, group.shutdown
+    return group.rank, group.size, run, group.shutdown, device == "cuda"
 
 
 def _tf_group(dist: str):
@@ -118,7 +118,7 @@ def _tf_group(dist: str):
                 timed += time.perf_counter() - start
         return float(hvd.allreduce(tf.constant(timed / iters), op=hvd.Average, name="interconnect_time"))
 
-    return hvd.rank(), hvd.size(), run, hvd.shutdown
+    return hvd.rank(), hvd.size(), run, hvd.shutdown, bool(tf.config.list_physical_devices("GPU"))
 
 
 def main(argv: list[str]) -> int:
@@ -128,21 +128,23 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--framework", default=frameworks.names()[0], choices=frameworks.names())
     parser.add_argument("--dist", default="horovod", help="horovod or ddp, as train's --dist (default: horovod)")
-    parser.add_argument("--size-mb", type=float, default=256.0,
-                        help="all-reduce buffer in MB (default 256, nccl-tests' large-message range)")
-    parser.add_argument("--iters", type=int, default=20, help="timed all-reduces after one warm-up (default 20)")
+    parser.add_argument("--size-mb", type=float, default=None,
+                        help="all-reduce buffer in MB (default: 256 on GPUs, nccl-tests' large-message range where "
+                             "busbw levels off; 4 on CPU, Gloo in the rehearsal: seconds, not minutes)")
+    parser.add_argument("--iters", type=int, default=None,
+                        help="timed all-reduces after one warm-up (default: 20 on GPUs, 3 on CPU)")
     parser.add_argument("--floor-gbps", type=float, default=None,
                         help="the node size's expected bus bandwidth; none: print the figure, no verdict")
     parser.add_argument("--allow-slow-interconnect", action="store_true", help="below the floor, warn and go on")
     parser.add_argument("--output", type=Path, default=None, help="rank 0 writes the figure here (JSON)")
     args = parser.parse_args(argv)
-    if args.size_mb <= 0 or args.iters < 1:
+    if (args.size_mb is not None and args.size_mb <= 0) or (args.iters is not None and args.iters < 1):
         raise UsageError("interconnect-check: --size-mb must be > 0 and --iters >= 1")
     framework = frameworks.get(args.framework)
     group = _torch_group if framework.image.package == "torch" else _tf_group
-    rank, size, run, shutdown = group(args.dist)
-    count = max(1, int(args.size_mb * 1e6) // 4)
-    seconds = run(count, args.iters)
+    rank, size, run, shutdown, gpu = group(args.dist)
+    count = max(1, int((args.size_mb or (256.0 if gpu else 4.0)) * 1e6) // 4)
+    seconds = run(count, args.iters or (20 if gpu else 3))
     shutdown()
     figure = bus_bandwidth_gbps(count * 4, seconds, size)
     record = {"interconnect_busbw_gbps": round(figure, 3), "interconnect_ranks": size,

@@ -78,6 +78,7 @@ class Rehearsal:
     retries: int
     downloaded: Path
     failure: dict | None = None
+    interconnect_gbps: float | None = None  # the job's interconnect check (multi-node), from summary.json
 
 
 def _node_env(framework: str) -> dict[str, str]:
@@ -192,7 +193,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 placement.append(f"rank {len(placement)} on {names.get(address, '?')} ({address})")
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
-                         info.get("failureInfo"))
+                         info.get("failureInfo"), summary.get("interconnect_busbw_gbps"))
 
 
 def default_work(stack: str) -> Path:
@@ -437,6 +438,9 @@ def report(result: Rehearsal) -> str:
              f"(rank order = host order)",
              f"  where: {'; '.join(result.placement) or '?'}",
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
+             "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
+                                         "no floor: rehearsal)" if result.interconnect_gbps is not None
+                                         else "not run (one node) or no figure"),
              f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "
              + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),
              f"  downloaded with `infra download` to {result.downloaded}",

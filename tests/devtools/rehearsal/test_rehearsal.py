@@ -111,6 +111,11 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     run = fetched / job / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["steps"] == 30
+    # The 2-node job checked its interconnect first, over the job's own 2 Gloo ranks (no floor in the rehearsal),
+    # and the report printed the same figure.
+    assert summary["interconnect_ranks"] == 2 and summary["interconnect_busbw_gbps"] > 0
+    assert summary["interconnect_floor_gbps"] is None
+    assert f"interconnect check: all-reduce bus bandwidth {summary['interconnect_busbw_gbps']} GB/s" in out
     # Uploaded by Batch's output files with the nodes' identity, fetched by `infra download`, run in onnxruntime.
     assert (fetched / job / "logs" / "stdout.txt").is_file()
     assert check_model(run / "model.onnx", "pytorch") == "(2, 4)"
