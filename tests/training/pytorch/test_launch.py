@@ -24,6 +24,10 @@ def test_batch_nodes_become_mpi_hosts_with_one_rank_per_gpu():
     assert command[5] == ",".join(f"10.0.0.{i}:8" for i in range(4, 12))
     assert command[6:10] == ["-p", "2222", "--mpi-args", "-x NCCL_IB_DISABLE -x UCX_TLS"]
     assert command[10:] == ["python", "-m", "training", "train", "--epochs", "1"]
+    # the interconnect check before training: the same horovodrun line, another command for every rank
+    check = build_command(hosts, ["--output", "O"], python="python", horovodrun="horovodrun", ssh_port=2222,
+                          env_names=["NCCL_IB_DISABLE", "UCX_TLS"], command_name="interconnect-check")
+    assert check[:10] == command[:10] and check[10:] == ["python", "-m", "training", "interconnect-check", "--output", "O"]
 
 
 def test_without_mpirun_nodes_use_horovods_gloo_controller_over_the_same_ssh():
