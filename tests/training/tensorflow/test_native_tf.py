@@ -11,6 +11,7 @@ from training import runner
 from training.cluster.launch import tf_config
 from training.config import parse_args
 from tests.training.tensorflow.conftest import PYTHON, env
+from tests.training.tensorflow.test_train_tf import SUMMARY_FIELDS
 
 FLAGS = ["--dist", "native", "--num-classes", "4", "--image-size", "32", "--batch-size", "4", "--workers", "1",
          "--steps", "3", "--log-every", "1", "--warmup-steps", "1", "--base-lr", "0.05", "--no-export"]
@@ -55,6 +56,7 @@ def test_keras_and_tensorflow_train_natively_on_two_workers_and_resume_across_cl
         assert [r["lr"] for r in records] == [plan.lr(s - 1) for s in steps], folder
         assert all(r["loss"] > 0 for r in records), folder
     summary = json.loads((tensorflow / "summary.json").read_text())
+    assert SUMMARY_FIELDS <= set(summary)  # the fields a Horovod run's summary has
     assert (summary["framework"], summary["distribution"], summary["world_size"], summary["global_batch"]) == \
         ("tensorflow", "native", 2, 8)
     assert (summary["steps"], summary["resumed_from_step"], summary["images_seen"]) == (3, 2, 8)
