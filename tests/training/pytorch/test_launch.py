@@ -27,7 +27,8 @@ def test_batch_nodes_become_mpi_hosts_with_one_rank_per_gpu():
     # the interconnect check before training: the same horovodrun line, another command for every rank
     check = build_command(hosts, ["--output", "O"], python="python", horovodrun="horovodrun", ssh_port=2222,
                           env_names=["NCCL_IB_DISABLE", "UCX_TLS"], command_name="interconnect-check")
-    assert check[:10] == command[:10] and check[10:] == ["python", "-m", "training", "interconnect-check", "--output", "O"]
+    assert check[:10] == command[:10]
+    assert check[10:] == ["python", "-m", "training", "interconnect-check", "--output", "O"]
 
 
 def test_without_mpirun_nodes_use_horovods_gloo_controller_over_the_same_ssh():
