@@ -44,11 +44,16 @@ class GpuSku:
     price_basis: str = ""  # how an unchecked price was estimated (plan prints it with price_note)
     # NCCL all-reduce bus bandwidth (GB/s, nccl-tests' busbw) below which `python -m training interconnect-check`
     # stops a multi-node job before training; None: measured and printed, no verdict (no InfiniBand, or no figure).
-    # Figures: Azure's node health checks, https://github.com/Azure/azurehpc-health-checks conf/<size>.conf,
-    # `check_nccl_allreduce 460.0 1 16G` (nd96isr_h100_v5) and `431.0` (nd96isr_h200_v5): an 8-GPU, 16 GB
-    # all-reduce on one node. Across nodes the ring also crosses InfiniBand (400 Gb/s per GPU on these sizes); the
-    # health checks publish no multi-node figure, so the one-node one is the floor: a run below it is worth a look,
-    # and --allow-slow-interconnect trains anyway. The A100 sizes' conf figures were not checked here: no floor.
+    # What it catches is NCCL falling back to TCP. Such a run crosses nodes over the VM's Ethernet NICs, whose
+    # "maximum aggregated bandwidth ... across all NICs" is 80000 Mbps = 10 GB/s on ND H100 v5 (sizes page, Network
+    # tab: https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h100-v5-series), so its bus
+    # bandwidth cannot pass 10 GB/s; InfiniBand gives 8 x 400 Gb/s = 400 GB/s per node. The floor is twice the
+    # Ethernet ceiling (20 GB/s): every TCP fallback stops, no healthy InfiniBand run does.
+    # Not the health checks' figures (https://github.com/Azure/azurehpc-health-checks conf/nd96isr_h100_v5.conf
+    # `check_nccl_allreduce 460.0 1 16G`, nd96isr_h200_v5.conf `431.0`): those are an 8-GPU all-reduce on ONE node
+    # over NVLink, and they publish no multi-node figure, so as a floor for a job across nodes they would stop
+    # healthy runs. ND H200 v5's network table was not found here: its floor assumes H100 v5's Ethernet figure.
+    # The A100 sizes: no floor set (not checked here).
     allreduce_floor_gbps: float | None = None
 
     @property
@@ -114,7 +119,7 @@ CATALOG: dict[str, GpuSku] = {
         GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml",
                quota_family="standardNDAMSv4_A100Family"),
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
-               quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=460.0),
+               quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0),
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,
@@ -125,7 +130,7 @@ CATALOG: dict[str, GpuSku] = {
         # not East US and not Azure's own), so ND H100 v5's x 1.12 stays, flagged (price_checked False: plan says so).
         GpuSku("Standard_ND96isr_H200_v5", 8, "H200 141GB", True, 110.12, 96, "/opt/microsoft/ndv5-topo.xml",
                quota_family="standardNDISRH200V5Family", price_checked=False,
-               price_basis="ND H100 v5's price x 1.12", allreduce_floor_gbps=431.0),
+               price_basis="ND H100 v5's price x 1.12", allreduce_floor_gbps=20.0),
     ]
 }
 

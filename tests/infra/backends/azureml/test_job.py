@@ -81,8 +81,8 @@ def test_mount_mode_reads_the_data_in_place(tmp_path):
     assert loaded.inputs["data"].mode == "ro_mount"
 
 
-@pytest.mark.parametrize("sku,nodes,floor", [("Standard_ND96isr_H100_v5", 2, "460"),
-                                              ("Standard_ND96isr_H200_v5", 2, "431"),
+@pytest.mark.parametrize("sku,nodes,floor", [("Standard_ND96isr_H100_v5", 2, "20"),
+                                              ("Standard_ND96isr_H200_v5", 2, "20"),
                                               ("Standard_ND96isr_H100_v5", 1, None)])
 def test_the_interconnect_check_runs_on_multi_node_jobs_with_the_sizes_floor(sku, nodes, floor):
     inputs = dataclasses.replace(stack_inputs(train_args=("--allow-slow-interconnect", "--epochs", "1")),
