@@ -440,7 +440,7 @@ def report(result: Rehearsal) -> str:
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
              "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
                                          "no floor: rehearsal)" if result.interconnect_gbps is not None
-                                         else "not run (one node) or no figure"),
+                                         else "not run (one node, or --dist native: not checked yet)"),
              f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "
              + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),
              f"  downloaded with `infra download` to {result.downloaded}",
