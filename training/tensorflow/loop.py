@@ -243,18 +243,21 @@ class TfLoop:
                 if position["step"] >= stop_at:
                     self.model.stop_training = True
 
-        import horovod.tensorflow.keras as hvd_keras
-
         # No compiled metrics: nothing reads them (top-1 is evaluate's), and Keras builds them inside the first
         # step's trace, which then runs twice (variables made on a tf.function's first call).
         self.model.compile(optimizer=self.optimizer, loss=self.loss_fn)
-        callbacks = [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
-                     hvd_keras.callbacks.MetricAverageCallback(), Steps()]
+        callbacks = self._keras_callbacks() + [Steps()]
         # Keras counts epochs; we count steps. The stream starts at `step` exactly, the epochs are bookkeeping.
         per_epoch = min(stop_at - step, 10_000)
         self.model.fit(stream, steps_per_epoch=per_epoch, epochs=math.ceil((stop_at - step) / per_epoch),
                        callbacks=callbacks, verbose=0)
         return position["step"]
+
+    def _keras_callbacks(self) -> list:
+        """Horovod's: every rank starts from rank 0's variables, and epoch-end logs are averaged over ranks."""
+        import horovod.tensorflow.keras as hvd_keras
+
+        return [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0), hvd_keras.callbacks.MetricAverageCallback()]
 
     def evaluate(self) -> float | None:
         validation = self.data.validation()
@@ -384,28 +387,8 @@ class NativeLoop(TfLoop):
                 break
         return step
 
-    def _fit_keras(self, stream, step, stop_at, lr_for, after_step) -> int:
-        tf, loop = self.tf, self
-        position = {"step": step}
-
-        class Steps(tf.keras.callbacks.Callback):
-            """The runner's per-step LR, its after-step hook, and the stop at stop_at."""
-
-            def on_train_batch_begin(self, batch, logs=None):
-                loop.learning_rate.assign(lr_for(position["step"]))
-                self.model.reset_metrics()
-
-            def on_train_batch_end(self, batch, logs=None):
-                position["step"] += 1
-                after_step(position["step"], lambda: loop.averaged(logs["loss"]))  # each worker's own, averaged
-                if position["step"] >= stop_at:
-                    self.model.stop_training = True
-
-        self.model.compile(optimizer=self.optimizer, loss=self.loss_fn)
-        per_epoch = min(stop_at - step, 10_000)
-        self.model.fit(stream, steps_per_epoch=per_epoch, epochs=math.ceil((stop_at - step) / per_epoch),
-                       callbacks=[Steps()], verbose=0)
-        return position["step"]
+    def _keras_callbacks(self) -> list:
+        return []  # the strategy mirrors the variables and reduces the gradients itself
 
     def _plain_model(self):
         """The model outside the strategy, with this worker's weights: evaluating or saving the distributed one
