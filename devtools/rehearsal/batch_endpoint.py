@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import ssl
-import tempfile
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlparse
+
+from devtools.rehearsal.local_https import LocalHttps, QuietHandler
 
 
 class BatchRefusal(Exception):
@@ -144,33 +141,6 @@ def new_task(job_url: str, body: dict[str, Any], now: datetime, etag: str) -> di
             "state": "active", "stateTransitionTime": at, "executionInfo": {"retryCount": 0, "requeueCount": 0}}
 
 
-def self_signed_certificate() -> tuple[str, str]:
-    """A self-signed certificate for 127.0.0.1 in a temp folder: (cert.pem, key.pem). azure-core sends a bearer
-    token over https only."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.now(timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(hours=1))
-            .not_valid_after(now + timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(key, hashes.SHA256()))
-    folder = Path(tempfile.mkdtemp(prefix="batch-endpoint-tls-"))
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                       serialization.NoEncryption()))
-    (folder / "key.pem").chmod(0o600)
-    return str(folder / "cert.pem"), str(folder / "key.pem")
-
-
 class BatchEndpoint:
     """`account` behind a local HTTPS endpoint (`url`; its certificate `ca_file`). `requests` lists (method, path,
     range) as they arrived; `refuse` = (status, code, message) makes every request fail so (a firewall's 403, say),
@@ -195,12 +165,7 @@ class BatchEndpoint:
         self._etags = 0
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _serve(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else None
@@ -247,24 +212,11 @@ class BatchEndpoint:
 
             do_GET = do_POST = do_PATCH = do_DELETE = do_HEAD = _serve
 
-        # A certificate made here lives in a temp folder of its own, removed on close (nothing left behind in /tmp).
-        cert, key = tls or self_signed_certificate()
-        self._own_tls_folder = None if tls else Path(cert).parent
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
-        self.ca_file = cert
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        self._https = LocalHttps(Handler, tls)
+        self.url, self.ca_file = self._https.url, self._https.ca_file
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        if self._own_tls_folder:
-            shutil.rmtree(self._own_tls_folder, ignore_errors=True)
+        self._https.close()
 
     def __enter__(self) -> "BatchEndpoint":
         return self

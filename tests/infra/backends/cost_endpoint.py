@@ -12,15 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-from devtools.rehearsal.batch_endpoint import self_signed_certificate
+from devtools.rehearsal.local_https import LocalHttps, QuietHandler
 
 QUERY_PATH = re.compile(r"/(subscriptions/[^/]+/resourceGroups/[^/]+)/providers/Microsoft\.CostManagement/query",
                         re.IGNORECASE)
@@ -36,12 +31,7 @@ class CostEndpoint:
         self.requests: list[tuple[str, str, dict]] = []
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length)) if length else {}
@@ -67,17 +57,8 @@ class CostEndpoint:
                 self.end_headers()
                 self.wfile.write(data)
 
-        cert, key = self_signed_certificate()
-        self._tls_folder = Path(cert).parent
-        self.ca_file = cert
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
+        self._https = LocalHttps(Handler)
+        self.url, self.ca_file = self._https.url, self._https.ca_file
 
     def answer(self, scope: str) -> dict[str, Any]:
         """A QueryResult as the spec's example writes one, for an ActualCost query summed to one row."""
@@ -88,9 +69,7 @@ class CostEndpoint:
                                "rows": self.rows}}
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        shutil.rmtree(self._tls_folder, ignore_errors=True)
+        self._https.close()
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
