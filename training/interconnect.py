@@ -60,13 +60,10 @@ def bus_bandwidth_gbps(nbytes: int, seconds: float, ranks: int) -> float:
 
 def verdict(figure: float, floor: float | None, allow_slow: bool) -> str | None:
     """The line that stops the job, or None (no floor, at or above it, or allowed). Pure."""
-    if floor is None or figure >= floor:
+    if floor is None or figure >= floor or allow_slow:
         return None
-    line = (f"interconnect-check: all-reduce bus bandwidth {figure:.1f} GB/s is below this size's floor "
-            f"{floor:.1f} GB/s; likely causes: {LIKELY_CAUSES}")
-    if allow_slow:
-        return None
-    return line + "; --allow-slow-interconnect trains anyway"
+    return (f"interconnect-check: all-reduce bus bandwidth {figure:.1f} GB/s is below this size's floor "
+            f"{floor:.1f} GB/s; likely causes: {LIKELY_CAUSES}; --allow-slow-interconnect trains anyway")
 
 
 def _torch_group(dist: str):

@@ -213,12 +213,13 @@ class BatchBackend:
         pulumi-azure-native 3.29 declares the pool with."""
         import pulumi
 
+        from infra.backends.batch.cluster import BATCH_API_VERSION
         from infra.components import roles
         from infra.components.budget import StopAction
 
         pool = env.cluster.pool
         return StopAction(
-            target_id=pulumi.Output.concat(env.cluster.account.id, "/pools/", pool.name), api_version="2024-07-01",
+            target_id=pulumi.Output.concat(env.cluster.account.id, "/pools/", pool.name), api_version=BATCH_API_VERSION,
             body={"properties": {"scaleSettings": {"fixedScale": {
                 "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}}},
             role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "
