@@ -51,9 +51,11 @@ class Azurite:
         return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
 
     def start(self) -> "Azurite":
+        # --disableTelemetry (Azurite's README, "Telemetry"): else Azurite sends usage data to Application Insights
+        # and spools what it cannot send in $TMPDIR/Microsoft-AzureMonitor-*, left behind on the host.
         self.process = subprocess.Popen(
             [str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(self.port), "--location", str(self.data_dir),
-             "--skipApiVersionCheck", "--silent"],
+             "--skipApiVersionCheck", "--silent", "--disableTelemetry"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # a few lines: start, closing, closed
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -59,6 +59,10 @@ def temp_files_stay_in_pytests_folder(tmp_path_factory):
     before = os.environ.get("TMPDIR")
     os.environ["TMPDIR"], tempfile.tempdir = folder, None
     yield
+    # Azurite's telemetry spool (Application Insights' files it could not send), which it writes in TMPDIR within
+    # seconds unless started with --disableTelemetry: the suite's Azurites must send and leave nothing.
+    spooled = sorted(p.name for p in Path(folder).glob("Microsoft-AzureMonitor-*"))
+    assert not spooled, f"Azurite's telemetry ran (start it with --disableTelemetry): {spooled} in {folder}"
     if before is None:
         os.environ.pop("TMPDIR", None)
     else:

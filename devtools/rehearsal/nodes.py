@@ -30,6 +30,11 @@ from pathlib import Path
 # AZ_BATCH_NODE_ROOT_DIR on every node: a Linux node with a local temporary disk, as the GPU sizes have
 # (https://learn.microsoft.com/azure/batch/files-and-directories, "Batch root directory location").
 BATCH_ROOT = Path("/mnt/batch")
+# The node's own temporary folder, on its private /mnt: a node's processes get TMPDIR here (devtools/rehearsal/run.py)
+# so that what they leave behind (multiprocessing's pymp-* folders of a rank killed by a fault or a cancel) goes with
+# the node, as a real node's /tmp does. Not a tmpfs over /tmp: the checkout, its environments and the rehearsal's
+# folder may themselves live under the host's /tmp (CI clones there).
+NODE_TMPDIR = Path("/mnt/tmp")
 READY_TIMEOUT_S = 30
 
 
@@ -198,6 +203,7 @@ class Pool:
             "mount -n -t tmpfs -o mode=0755 tmpfs /run",
             "mount -n -t sysfs sysfs /sys",  # /sys/class/net of the node's network, as `ip netns exec` gives
             "mount -n -t tmpfs -o mode=0755 tmpfs /mnt",
+            f"mkdir -m 1777 {q(str(NODE_TMPDIR))}",
             f"mkdir -p {q(str(BATCH_ROOT))}",
             f"mount -n --bind {q(str(node.batch_root))} {q(str(BATCH_ROOT))}",
             f"mount -n --bind {q(str(self.export))} {q(str(self.mount_point))}",

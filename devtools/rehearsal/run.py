@@ -40,6 +40,7 @@ from pathlib import Path
 
 from infra import REPO_ROOT
 from infra.backends.shared import REHEARSAL_FILE, JobError, StackOutputs, now_utc, require_staged
+from devtools.rehearsal.nodes import NODE_TMPDIR
 from training import frameworks
 
 VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
@@ -94,6 +95,9 @@ def _node_env(framework: str) -> dict[str, str]:
         "PATH": f"{venv}/bin:{DEBS}/usr/sbin:{DEBS}/usr/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LD_LIBRARY_PATH": f"{DEBS}/usr/lib/x86_64-linux-gnu:{DEBS}/lib/x86_64-linux-gnu",
         "HOME": "/root", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "TF_CPP_MIN_LOG_LEVEL": "2",
+        # The node's own temporary folder (nodes.NODE_TMPDIR); horovodrun exports it to the other ranks with the
+        # rest of this environment (horovod/runner/common/util/env.py: every variable but a few is exportable).
+        "TMPDIR": str(NODE_TMPDIR),
     }
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -251,6 +252,27 @@ def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or
     assert batch.jobs[job["id"]]["state"] == "completed"
     assert len(batch.processes[job["id"]]) == 2  # the two coordination commands, no application command
     assert not (wd[0] / "application-started").exists() and batch.retried_at == []
+
+
+def test_a_nodes_temporary_files_are_its_own_and_go_with_it(tmp_path):
+    """A node's processes (training ranks: PyTorch's DataLoader workers make multiprocessing's pymp-* folders)
+    write their temporary files in the node's own folder, as on a VM, not in the host's /tmp: a rank killed by a
+    fault leaves nothing on the host."""
+    from devtools.rehearsal.nodes import NODE_TMPDIR, Pool
+    from devtools.rehearsal.run import _node_env
+
+    env = _node_env("pytorch")
+    export = tmp_path / "export"
+    export.mkdir()
+    make = ["python", "-c", "import tempfile; print(tempfile.mkdtemp(prefix='pymp-'))"]
+    with Pool(tmp_path / "nodes", 2, export, "nfs") as pool:
+        made = subprocess.run(pool.command(pool.nodes[0], make), env=env, capture_output=True, text=True, check=True)
+        folder = made.stdout.strip()
+        assert str(Path(folder).parent) == str(NODE_TMPDIR), folder
+        other = subprocess.run(pool.command(pool.nodes[1], ["ls", "-A", str(NODE_TMPDIR)]), env=env,
+                               capture_output=True, text=True, check=True)
+        assert other.stdout == ""  # node 1 has its own
+    assert not Path(folder).exists()  # nor is it on the host
 
 
 def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
