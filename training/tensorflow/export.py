@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 
+TOLERANCE_ABS, TOLERANCE_REL = 1e-2, 1e-3  # ONNX against TensorFlow, on logits
+
+
 def export_checked(tf, model, out: Path, image_size: int) -> dict:
     """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF."""
     import numpy as np
@@ -32,8 +35,11 @@ def export_checked(tf, model, out: Path, image_size: int) -> dict:
     sample = np.random.default_rng(0).standard_normal((2, image_size, image_size, 3)).astype(np.float32)
     session = onnxruntime.InferenceSession(str(onnx_tmp), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: sample})[0]
-    diff = float(np.abs(got - serve(tf.constant(sample)).numpy()).max())
-    if diff > 1e-2:
+    expected = serve(tf.constant(sample)).numpy()
+    diff = float(np.abs(got - expected).max())
+    # Absolute and relative, as the PyTorch export checks: a model early in training (batch-norm statistics not yet
+    # settled) gives logits of 1e9 and more on this sample, where float32 rounding alone differs by thousands.
+    if not np.allclose(got, expected, atol=TOLERANCE_ABS, rtol=TOLERANCE_REL):
         onnx_tmp.unlink()
         print(f"warning: ONNX export differs from TensorFlow by {diff:.3g}; not written", file=sys.stderr)
         return exported
