@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 class Backend(Protocol):
     name: str  # the stack's `backend` key
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
+    live_outputs: tuple[str, ...]  # the StackOutputs fields `teams --live` reads (usage_now, and to connect)
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
     key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
     max_tags: int  # the fewest tags any of its resources takes (Azure's per-type limits)
@@ -47,6 +48,10 @@ class Backend(Protocol):
                  connect: Callable[[StackOutputs], Any], staged: Callable[[str, str], Any]) -> int:
         """submit, status, logs, download, cancel (register-model where it applies) through the service that
         `connect(outputs)` gives."""
+
+    def usage_now(self, service: Any, outputs: StackOutputs, stack: str) -> tuple[int, int]:
+        """`teams --live`: (GPU nodes the stack holds now, its training jobs not ended) through `service`, what
+        `connect(outputs)` gives the job verbs."""
 
     def restage_refusal(self, cfg: StackConfig) -> str | None:
         """Why `infra restage` does not apply to this stack, or None."""

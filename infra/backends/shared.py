@@ -252,12 +252,18 @@ def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs
     return ready.line
 
 
+def job_prefix(stack: str) -> str:
+    """How the names of a stack's training jobs start, on both backends (batch/spec.py job_id, azureml/job.py
+    job_name): what the verbs and `teams --live` list the stack's jobs by."""
+    return f"train-{stack}-"
+
+
 def resolve_job(service: Any, stack: str, job: str | None, key: str = "id") -> str:
     """The job named, or the stack's newest one (`key`: where its name is in what list_jobs returns: Batch's
     "id", Azure ML's "name")."""
     if job:
         return job
-    jobs = service.list_jobs(f"train-{stack}-")
+    jobs = service.list_jobs(job_prefix(stack))
     if not jobs:
         raise JobError(f"stack {stack} has no training jobs; start one with `python -m infra submit --stack {stack}`")
     return jobs[0][key]

@@ -70,15 +70,43 @@ def _new_team(args: argparse.Namespace) -> int:
     return 0
 
 
-def _teams(args: argparse.Namespace) -> int:
+def _teams(args: argparse.Namespace, batch_factory=None, aml_factory=None, spend_factory=None) -> int:
     import json
 
     from infra.cli import teams
     from infra.core import config
 
+    if args.outputs_dir is not None and not args.live:
+        print("error: --outputs-dir is read by --live only: add --live, or leave --outputs-dir out", file=sys.stderr)
+        return 2
     rows = [teams.team_row(stack, args.project_dir) for stack in config.stack_names(args.project_dir)]
-    print(json.dumps(rows, indent=2) if args.json else teams.table(rows))
-    return 0 if all(not row["error"] and not row["failing"] for row in rows) else 1
+    if args.live:
+        sources = teams.LiveSources(outputs=lambda stack, required: _team_outputs(args, stack, required),
+                                    connect=_connect(batch_factory, aml_factory),
+                                    spend=lambda outputs: _spend(outputs, spend_factory))
+        rows = [{**row, **teams.live(row, sources)} for row in rows]
+    print(json.dumps(rows, indent=2) if args.json else
+          teams.table(rows) + ("\n\n" + teams.live_table(rows) if args.live else ""))
+    passed = all(not row["error"] and not row["failing"] and not row.get("liveError") for row in rows)
+    return 0 if passed else 1
+
+
+def _team_outputs(args: argparse.Namespace, stack: str, required: tuple[str, ...]):
+    """A stack's outputs for `teams --live`: DIR/STACK.json with --outputs-dir, else `pulumi stack output` run in
+    the project's folder (where its Pulumi.yaml is); those the spend query needs are required too."""
+    import functools
+    import subprocess
+
+    from infra.backends.shared import JobError, load_outputs
+
+    file = None
+    if args.outputs_dir is not None:
+        file = args.outputs_dir / f"{stack}.json"
+        if not file.is_file():
+            raise JobError(f"--outputs-dir {args.outputs_dir}: no {stack}.json (the JSON of `pulumi stack output "
+                           f"--json --show-secrets --stack {stack}`)")
+    return load_outputs(stack, file, required + BUDGET_OUTPUTS,
+                        run=functools.partial(subprocess.run, cwd=args.project_dir))
 
 
 def _azure_error_line(err: Exception) -> str | None:
@@ -151,18 +179,29 @@ BUDGET_VERBS = ("submit", "status")
 BUDGET_OUTPUTS = ("subscription_id", "resource_group_name")  # the Cost Management query's scope
 
 
-def _budget(stack_config, outputs, spend_factory):
-    """The spend guard's verdict for this stack (infra/core/budget.py), month-to-date spend read from Cost
-    Management (infra/backends/spend.py)."""
+def _spend(outputs, spend_factory):
+    """This month's spend on the stack's resource group from Cost Management (infra/backends/spend.py): (Spend,
+    None), or (None, why not)."""
     from infra.backends import spend
-    from infra.core import budget
 
     reader = spend_factory()
     try:
-        found, error = spend.read(reader, spend.scope(outputs.subscription_id, outputs.resource_group_name))
+        return spend.read(reader, spend.scope(outputs.subscription_id, outputs.resource_group_name))
     finally:
         reader.close()
-    return budget.guard(stack_config.budget.monthly_usd, found, error)
+
+
+def _budget(stack_config, outputs, spend_factory):
+    """The spend guard's verdict for this stack (infra/core/budget.py) on this month's spend (_spend)."""
+    from infra.core import budget
+
+    return budget.guard(stack_config.budget.monthly_usd, *_spend(outputs, spend_factory))
+
+
+def _connect(batch_factory, aml_factory):
+    """How each backend's service is reached from the stack outputs (the tests pass their own factories)."""
+    return {"batch": lambda outputs: batch_factory(outputs.batch_account_endpoint),
+            "azureml": aml_factory or _azure_ml}
 
 
 def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None, spend_factory=None) -> int:
@@ -173,9 +212,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
 
     if getattr(args, "rehearsal", None) is not None:
         return _rehearsal_verb(args, batch_factory, staged)
-    # How each backend's service is reached from the stack outputs (the tests pass their own factories).
-    connect = {"batch": lambda outputs: batch_factory(outputs.batch_account_endpoint),
-               "azureml": aml_factory or _azure_ml}
+    connect = _connect(batch_factory, aml_factory)
     try:
         stack_config = config.from_stack_file(args.stack, args.project_dir)
         chosen = backend(stack_config.backend)
@@ -289,7 +326,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
 
-    from infra.cli.teams import JSON_KEYS
+    from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.config import BACKENDS, RANGES
 
     new_team = commands.add_parser(
@@ -313,13 +350,24 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
         description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it:\n"
                     "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a\n"
                     "month at min nodes, the monthly budget, and the security checks and service rules that fail.\n"
-                    "Exit status: 0 every stack passes, 1 a stack is refused or fails a check.",
+                    "With --live (needs Azure), a second table: each deployed stack's GPU nodes now, its training\n"
+                    "jobs running and this month's spend (against monthlyBudgetUsd), read with your Azure AD\n"
+                    "sign-in from its outputs (`pulumi stack output`, or --outputs-dir); a stack that cannot be\n"
+                    "read says why in one line and the others are still read.\n"
+                    "Exit status: 0 every stack passes (and, with --live, every stack was read), 1 a stack is\n"
+                    "refused or fails a check, or a live read failed.",
         epilog="--json prints a list, one object per stack file, with these keys:\n" + "\n".join(
-            f"  {key}: {meaning}" for key, meaning in JSON_KEYS.items()),
+            f"  {key}: {meaning}" for key, meaning in JSON_KEYS.items()) + "\nand with --live also:\n" + "\n".join(
+            f"  {key}: {meaning}" for key, meaning in LIVE_JSON_KEYS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     teams.add_argument("--json", action="store_true", help="JSON for scripts (keys below)")
+    teams.add_argument("--live", action="store_true",
+                       help="also read each deployed stack from Azure: nodes now, jobs running, spend this month")
+    teams.add_argument("--outputs-dir", type=Path, default=None, metavar="DIR",
+                       help="with --live: DIR/STACK.json holds each stack's `pulumi stack output --json "
+                            "--show-secrets` (default: run that command per stack)")
     teams.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    teams.set_defaults(run=_teams)
+    teams.set_defaults(run=lambda a: _teams(a, batch_factory, aml_factory, spend_factory))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config); with "

@@ -16,8 +16,10 @@ import json
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from infra import REPO_ROOT
 from infra.core import budget, config, cost
@@ -286,6 +288,112 @@ def team_row(stack: str, root: Path) -> dict:
     return row
 
 
+# `teams --live --json`: these keys follow JSON_KEYS in each object (without --live they are absent).
+LIVE_JSON_KEYS = {
+    "nodesNow": "GPU nodes the stack holds now, in any state (each bills): Batch, the pool's currentDedicatedNodes + "
+                "currentLowPriorityNodes; Azure ML, the compute cluster's nodes; null when not read",
+    "jobsRunning": "the stack's training jobs not ended: Batch jobs in state active, Azure ML jobs in no terminal "
+                   "state; null when not read",
+    "spendThisMonth": "month-to-date actual cost of the stack's resource group (Cost Management; lags up to a day), "
+                      "or null when not read",
+    "spendCurrency": "the currency Cost Management reports spendThisMonth in, or null",
+    "liveError": "why a live figure could not be read (outputs, the job service or Cost Management, one line), or "
+                 "null when all were",
+}
+
+
+@dataclass(frozen=True)
+class LiveSources:
+    """How `teams --live` reaches a deployed stack: `python -m infra` builds them from Azure's clients, the tests
+    give theirs."""
+    outputs: Callable[[str, tuple[str, ...]], Any]  # (stack, StackOutputs fields it must hold) -> StackOutputs
+    connect: Mapping[str, Callable[[Any], Any]]  # backend name -> (outputs -> its service, as the job verbs get it)
+    spend: Callable[[Any], tuple[Any, str | None]]  # outputs -> (Spend, None), or (None, why not)
+
+
+def _reason(err: Exception) -> str:
+    """One line for a failed live read: our errors are one line already; an Azure SDK error (refused,
+    unreachable, not signed in) by its status and first line."""
+    from infra.backends.shared import JobError
+    from training.data.transfer import redact
+    from training.errors import UsageError
+
+    if isinstance(err, (JobError, UsageError)):
+        return redact(str(err))
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    status = getattr(err, "status_code", None)
+    return redact(f"{status}: {first}" if status else first)
+
+
+def live(row: dict, sources: LiveSources) -> dict:
+    """The LIVE_JSON_KEYS of a stack's row, read from Azure: its nodes and running jobs from its job service, its
+    spend from Cost Management. A read that fails leaves its figures null and says why in liveError; the others
+    are still read, and so are the other stacks."""
+    from azure.core.exceptions import AzureError
+
+    from infra.backends import backend
+    from infra.backends.shared import JobError
+    from training.errors import UsageError
+
+    failed = (JobError, UsageError, AzureError)
+    found = dict.fromkeys(LIVE_JSON_KEYS)
+    if row["error"]:
+        return found  # a refused stack file: its `error` says why; there is no backend to ask
+    chosen = backend(row["backend"])
+    try:
+        outputs = sources.outputs(row["stack"], chosen.live_outputs)
+    except failed as err:
+        found["liveError"] = _reason(err)
+        return found
+    reasons = []
+    try:
+        found["nodesNow"], found["jobsRunning"] = chosen.usage_now(sources.connect[chosen.name](outputs), outputs,
+                                                                   row["stack"])
+    except failed as err:
+        reasons.append(_reason(err))
+    try:
+        spend, error = sources.spend(outputs)
+    except failed as err:
+        spend, error = None, _reason(err)
+    if spend is not None:
+        found.update(spendThisMonth=round(spend.amount, 2), spendCurrency=spend.currency)
+    else:
+        reasons.append(f"Cost Management: {error or 'no answer'}")
+    found["liveError"] = "; ".join(reasons) or None
+    return found
+
+
+def _aligned(head: tuple, body: list[tuple]) -> list[str]:
+    """Columns padded to their widest value; the last one, free text, not padded."""
+    widths = [max(len(str(line[i])) for line in (head, *body)) for i in range(len(head) - 1)]
+    return [("  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + str(line[-1])).rstrip()
+            for line in (head, *body)]
+
+
+def _spend_text(r: dict) -> str:
+    if r["spendThisMonth"] is None:
+        return "-"
+    text = f"{r['spendThisMonth']:.2f} {r['spendCurrency']}"
+    budget_usd = r["monthlyBudgetUsd"]
+    if budget_usd and str(r["spendCurrency"]).upper() == "USD":
+        text += f" of {budget_usd:.0f} ({r['spendThisMonth'] / budget_usd * 100:.0f}%)"
+    return text
+
+
+def live_table(rows: list[dict]) -> str:
+    """`teams --live`: a second table, what each stack holds and has cost now."""
+    head = ("STACK", "NODES NOW", "JOBS RUNNING", "SPEND THIS MONTH", "")
+    body = []
+    for r in rows:
+        why = "refused (above)" if r["error"] else f"not read: {r['liveError']}" if r["liveError"] else ""
+        body.append((r["stack"], *("-" if r[key] is None else str(r[key]) for key in ("nodesNow", "jobsRunning")),
+                     _spend_text(r), why))
+    return "\n".join(["Now (read from Azure):", *_aligned(head, body), "",
+                      "NODES NOW: GPU nodes held, in any state; JOBS RUNNING: training jobs not ended; SPEND: this "
+                      "month's actual cost of the resource group (Cost Management lags up to a day), of "
+                      "monthlyBudgetUsd where set."])
+
+
 def table(rows: list[dict]) -> str:
     head = ("STACK", "BACKEND", "REGION", "GPU SIZE", "NODES", "$/H MIN", "$/H MAX", "$/MONTH MIN", "BUDGET",
             "FAILING")
@@ -299,9 +407,7 @@ def table(rows: list[dict]) -> str:
                      f"{r['usdPerHourAtMin']:.2f}", f"{r['usdPerHourAtMax']:.2f}", f"{r['usdPerMonthAtMin']:.0f}",
                      "-" if r["monthlyBudgetUsd"] is None else f"{r['monthlyBudgetUsd']:.0f}",
                      f"{len(failing)}: {', '.join(failing)}" if failing else "0"))
-    widths = [max(len(str(line[i])) for line in (head, *body)) for i in range(len(head) - 1)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(line, widths)) + "  " + str(line[-1])
-             for line in (head, *body)]
+    lines = _aligned(head, body)
     placeholders = sum(bool(r["placeholders"]) for r in rows)
     lines += ["", f"USD at {cost.price_label(None)} (a month = {cost.HOURS_PER_MONTH} h); BUDGET: monthlyBudgetUsd "
                   "(- for none); "

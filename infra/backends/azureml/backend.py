@@ -15,6 +15,7 @@ class AzureMlBackend:
     name = "azureml"
     required_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name",
                         "aml_environments", "pull_identity_client_id")
+    live_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name")
     refused_verbs: dict[str, str] = {}
     # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
     key_vault_endpoint = True
@@ -123,6 +124,15 @@ class AzureMlBackend:
             operate_aml.cancel(service, job)
             print(f"cancelled {job}")
         return 0
+
+    def usage_now(self, service, outputs: StackOutputs, stack: str) -> tuple[int, int]:
+        """The compute cluster's nodes (AmlJobs.count_nodes), and the stack's jobs in no terminal state (Queued,
+        Preparing, Running, Finalizing...: service.TERMINAL lists the ended ones)."""
+        from infra.backends.azureml.service import TERMINAL
+        from infra.backends.shared import job_prefix
+
+        jobs = service.list_jobs(job_prefix(stack))
+        return service.count_nodes(outputs.aml_compute_name), sum(job["status"] not in TERMINAL for job in jobs)
 
     def restage_refusal(self, cfg) -> str | None:
         return "a job reads `data` itself with backend azureml"

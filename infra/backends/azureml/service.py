@@ -48,6 +48,9 @@ class AmlJobs(Protocol):
     def register_model(self, name: str, job_name: str, tags: dict[str, str]) -> str:
         """Register the job's model as a new version of model `name`; the version."""
 
+    def count_nodes(self, compute: str) -> int:
+        """How many nodes the compute cluster `compute` has now, in any state (each one bills)."""
+
 
 ARM_SCOPE = "https://management.azure.com/.default"  # what MLClient's job and model calls sign in for
 # azure-ai-ml logs "Class X: This is an experimental class, and may change at any time..." at WARNING for each
@@ -114,3 +117,13 @@ class AzureMlJobs:
                       description=f"ResNet50 from Azure ML job {job_name} (ONNX)")
         return self._call(f"registering model {name}",
                           lambda: str(self.client.models.create_or_update(model).version))
+
+    def count_nodes(self, compute: str) -> int:
+        # azure-ai-ml's documented call, ComputeOperations.list_nodes ("Retrieve a list of a compute resource's
+        # nodes", azure-ai-ml 1.35.2), is Compute - List Nodes (POST .../computes/{name}/listNodes,
+        # https://learn.microsoft.com/rest/api/azureml/compute/list-nodes): every node the cluster holds now, with
+        # its nodeState (idle, running, preparing, unusable, leaving, preempted). The AmlCompute entity carries no
+        # current node count. AzureML Data Scientist may call it (its NotActions leave computes' */action but
+        # listKeys).
+        return self._call(f"listing the nodes of compute {compute}",
+                          lambda: sum(1 for _ in self.client.compute.list_nodes(compute)))

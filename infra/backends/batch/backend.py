@@ -15,6 +15,7 @@ class BatchBackend:
     name = "batch"
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
+    live_outputs = ("batch_account_endpoint", "pool_id")
     key_vault_endpoint = False
     # Azure's general limit: 50 tags per resource (every resource this backend declares takes 50).
     # https://learn.microsoft.com/azure/azure-resource-manager/management/tag-resources#limitations
@@ -134,6 +135,17 @@ class BatchBackend:
             operate.cancel(service, job)
             print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
         return 0
+
+    def usage_now(self, service, outputs: StackOutputs, stack: str) -> tuple[int, int]:
+        """The pool's nodes (BatchService.pool_nodes: dedicated + low-priority/Spot), and the stack's jobs in state
+        active ("The Job is available to have Tasks scheduled"; the others are disabling, disabled, enabling,
+        terminating, completed, deleting: BatchJobState, https://learn.microsoft.com/dotnet/api/
+        azure.compute.batch.batchjobstate, the REST spec's enum)."""
+        from infra.backends.shared import job_prefix
+
+        dedicated, spot = service.pool_nodes(outputs.pool_id)
+        jobs = service.list_jobs(job_prefix(stack))
+        return dedicated + spot, sum(job.get("state") == "active" for job in jobs)
 
     def restage_refusal(self, cfg) -> str | None:
         if cfg.nfs.kind == "vm":

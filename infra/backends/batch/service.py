@@ -56,6 +56,9 @@ class BatchService(Protocol):
     def delete(self, job_id: str) -> None:
         """Delete the job (terminating it first if it runs); a job already gone is not an error."""
 
+    def pool_nodes(self, pool_id: str) -> tuple[int, int]:
+        """The pool's nodes now: (dedicated, low-priority/Spot); JobError when the pool does not exist."""
+
 
 class AzureBatch:
     def __init__(self, endpoint: str, credential=None, client=None):
@@ -139,3 +142,18 @@ class AzureBatch:
                        lambda: self.client.begin_delete_job(job_id, force=True).result(), job_id)
         except JobNotFound:
             pass  # already gone
+
+    def pool_nodes(self, pool_id: str) -> tuple[int, int]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        # Pools - Get (https://learn.microsoft.com/rest/api/batchservice/pools/get-pool): currentDedicatedNodes and
+        # currentLowPriorityNodes are "the number of ... Compute Nodes currently in the Pool" (BatchPool in the
+        # REST spec of api-version 2025-06-01), whatever their state: each one is a VM that bills. $select asks
+        # for those two only.
+        try:
+            pool = self._call(f"reading pool {pool_id}", lambda: self.client.get_pool(
+                pool_id, select=["id", "currentDedicatedNodes", "currentLowPriorityNodes"]))
+        except ResourceNotFoundError:
+            raise JobError(f"the Batch account has no pool {pool_id} (deleted outside Pulumi? `pulumi up` declares "
+                           "it again)") from None
+        return int(pool.current_dedicated_nodes or 0), int(pool.current_low_priority_nodes or 0)

@@ -6,10 +6,11 @@ from infra.backends.shared import JobNotFound
 
 class FakeAmlJobs:
     """Azure ML's jobs and models as the seam sees them; `finish(name)` plays a job that completed and wrote its
-    run folder (summary.json, model.onnx) under the `run` output, as `jobs.download(all=True)` lays it out."""
+    run folder (summary.json, model.onnx) under the `run` output, as `jobs.download(all=True)` lays it out.
+    `nodes[compute]`: how many nodes a compute cluster holds now (count_nodes)."""
 
     def __init__(self):
-        self.jobs, self.calls, self.models = {}, [], {}
+        self.jobs, self.calls, self.models, self.nodes = {}, [], {}, {}
 
     def submit(self, job):
         self.calls.append(("submit", job.name))
@@ -44,6 +45,10 @@ class FakeAmlJobs:
         self.calls.append(("register", name, job_name))
         self.models.setdefault(name, []).append(tags)
         return str(len(self.models[name]))
+
+    def count_nodes(self, compute):
+        self.calls.append(("count_nodes", compute))
+        return self.nodes[compute]
 
     def finish(self, name, summary):
         self.jobs[name].update(status="Completed", summary=summary)
