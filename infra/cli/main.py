@@ -13,6 +13,7 @@ EXAMPLES = """Examples:
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
   python -m infra new-team speech --from dev   # writes Pulumi.speech.yaml with a free address space
   python -m infra teams                 # every stack file: backend, region, nodes, cost, failing checks
+  python -m infra teams --live          # and, from Azure: nodes now, jobs running, spend this month
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
   python -m infra logs --stack dev --follow
   python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
