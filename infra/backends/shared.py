@@ -84,9 +84,10 @@ class StackOutputs:
 
 
 def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...],
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> StackOutputs:
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                 file_flag: str = "--outputs FILE") -> StackOutputs:
     """The deployed stack's outputs (`pulumi stack output --json --show-secrets`, or a file holding that JSON),
-    refused unless they hold the `required` fields."""
+    refused unless they hold the `required` fields. `file_flag`: how the caller's command takes that file."""
     if outputs_file:
         try:
             values = json.loads(outputs_file.read_text())
@@ -97,7 +98,7 @@ def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...
             result = run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
                          capture_output=True, text=True)
         except FileNotFoundError:
-            raise JobError("the Pulumi CLI is not installed; install it, or pass --outputs FILE with the JSON of "
+            raise JobError(f"the Pulumi CLI is not installed; install it, or pass {file_flag} with the JSON of "
                            f"`pulumi stack output --json --show-secrets --stack {stack}`") from None
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no message"])[-1]

@@ -107,7 +107,8 @@ def _team_outputs(args: argparse.Namespace, stack: str, required: tuple[str, ...
             raise JobError(f"--outputs-dir {args.outputs_dir}: no {stack}.json (the JSON of `pulumi stack output "
                            f"--json --show-secrets --stack {stack}`)")
     return load_outputs(stack, file, required + BUDGET_OUTPUTS,
-                        run=functools.partial(subprocess.run, cwd=args.project_dir))
+                        run=functools.partial(subprocess.run, cwd=args.project_dir),
+                        file_flag=f"--outputs-dir DIR (DIR/{stack}.json)")
 
 
 def _azure_error_line(err: Exception) -> str | None:

@@ -183,3 +183,14 @@ def test_without_live_nothing_touches_the_network(project, capsys, monkeypatch):
     assert main(["teams", "--outputs-dir", str(project / "outputs"), "--project-dir", str(project)]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: --outputs-dir is read by --live only: add --live, or leave --outputs-dir out"]
+
+
+def test_without_the_pulumi_cli_a_stack_says_which_teams_flag_takes_its_outputs(project, services, capsys,
+                                                                                 monkeypatch):
+    add_stack(project, "trial")
+    monkeypatch.setenv("PATH", str(project / "outputs"))  # no `pulumi` on it
+    code = main(["teams", "--live", "--project-dir", str(project)], batch_factory=lambda endpoint: None,
+                aml_factory=lambda outputs: services["aml"], spend_factory=lambda: None)
+    out = capsys.readouterr().out
+    assert code == 1 and "not read: the Pulumi CLI is not installed; install it, or pass --outputs-dir DIR " \
+        "(DIR/trial.json) with the JSON of `pulumi stack output --json --show-secrets --stack trial`" in out, out
