@@ -253,9 +253,16 @@ def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs
     return ready.line
 
 
+def status_line(err: Exception) -> str:
+    """An Azure SDK error in one line: its HTTP status (when it has one) and its message's first line."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    status = getattr(err, "status_code", None)
+    return f"{status}: {first}" if status else first
+
+
 def job_prefix(stack: str) -> str:
     """How the names of a stack's training jobs start, on both backends (batch/spec.py job_id, azureml/job.py
-    job_name): what the verbs and `teams --live` list the stack's jobs by."""
+    job_name build on it): what the verbs and `teams --live` list the stack's jobs by."""
     return f"train-{stack}-"
 
 

@@ -44,11 +44,11 @@ def read(spend: CostManagementSpend, query_scope: str) -> tuple[Spend | None, st
     decides what that means (infra/core/budget.py)."""
     from azure.core.exceptions import AzureError
 
+    from infra.backends.shared import status_line
+
     try:
         return spend.month_to_date(query_scope), None
     except SpendUnreadable as err:
         return None, str(err)
     except AzureError as err:
-        status = getattr(err, "status_code", None)
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        return None, f"{status}: {first}" if status else first
+        return None, status_line(err)

@@ -314,15 +314,11 @@ class LiveSources:
 def _reason(err: Exception) -> str:
     """One line for a failed live read: our errors are one line already; an Azure SDK error (refused,
     unreachable, not signed in) by its status and first line."""
-    from infra.backends.shared import JobError
+    from infra.backends.shared import JobError, status_line
     from training.data.transfer import redact
     from training.errors import UsageError
 
-    if isinstance(err, (JobError, UsageError)):
-        return redact(str(err))
-    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-    status = getattr(err, "status_code", None)
-    return redact(f"{status}: {first}" if status else first)
+    return redact(str(err) if isinstance(err, (JobError, UsageError)) else status_line(err))
 
 
 def live(row: dict, sources: LiveSources) -> dict:

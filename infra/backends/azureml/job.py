@@ -25,7 +25,7 @@ import shlex
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from infra.backends.shared import StackOutputs, job_shape, training_environment
+from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG
@@ -77,7 +77,7 @@ def aml_job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | Non
 
 def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
     fingerprint = hashlib.sha256(repr(inputs).encode()).hexdigest()[:10]
-    return f"train-{inputs.stack}-{fingerprint}" + (f"-{attempt}" if attempt else "")
+    return f"{job_prefix(inputs.stack)}{fingerprint}" + (f"-{attempt}" if attempt else "")
 
 
 def command_line(inputs: AmlJobInputs) -> str:

@@ -37,7 +37,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass
-from infra.backends.shared import StackOutputs, job_shape, training_environment
+from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.skus import CATALOG, GpuSku
 from training.cluster.launch import dist_of
@@ -106,7 +106,7 @@ POOL_OS_DISK_GB = 256  # cluster.py declares it, cost.py prices it
 
 def job_id(inputs: JobInputs, attempt: str = "") -> str:
     """Batch job IDs are unique per account and never reusable after deletion, hence the fingerprint."""
-    return f"train-{inputs.stack}-{inputs.fingerprint()}{'-' + attempt if attempt else ''}"
+    return f"{job_prefix(inputs.stack)}{inputs.fingerprint()}{'-' + attempt if attempt else ''}"
 
 
 def batch_path(variable: str, *parts: str) -> str:
