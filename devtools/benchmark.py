@@ -42,6 +42,7 @@ from pathlib import Path
 
 from training import frameworks
 from training.errors import UsageError
+from training.metrics import mean_ci
 
 PROBE_BATCHES = (256, 384, 512, 768, 1024)  # --batch-size auto on a GPU: the largest of these that fits
 
@@ -51,12 +52,22 @@ class Run:
     name: str  # its output folder
     label: str  # "{settings}" is replaced by the settings the trainer used, from its summary
     flags: list[str]
+    skip_steps: int = 0  # the rate counts the logged windows that start at or after this step
     summary: dict = field(default_factory=dict)
+    windows: list[tuple[int, float]] = field(default_factory=list)  # (steps, img/s) of each window counted
     gpu_utilisation: float | None = None
 
     @property
     def rate(self) -> float:
-        return self.summary["img_per_sec"]
+        """Images over time across the windows counted. Not the mean of the windows' rates (the trainer's
+        summary): a loader whose workers finish batches in bursts gives some windows at many times its rate,
+        and their mean overstates it (seen on an H100: PIL's mean 3,956 img/s, its images over time ~1,900)."""
+        return sum(steps for steps, _ in self.windows) / sum(steps / rate for steps, rate in self.windows)
+
+    @property
+    def ci95(self) -> float:
+        """1.96 sigma of the windows' rates: how steady the run was."""
+        return mean_ci([rate for _, rate in self.windows])[1]
 
     @property
     def title(self) -> str:
@@ -173,8 +184,30 @@ def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.Comp
             return result
         raise SystemExit(f"error: benchmark run {run.label!r} failed:\n{result.stderr[-2000:]}")
     run.summary = json.loads((out / run.name / "summary.json").read_text())
+    run.windows = counted_windows((out / run.name / "metrics.jsonl").read_text(), run.skip_steps)
     run.gpu_utilisation = sampler.mean()
     return result
+
+
+def counted_windows(metrics_jsonl: str, skip_steps: int) -> list[tuple[int, float]]:
+    """(steps, img/s) of each logged window (metrics.jsonl: one line per logged step, the rate since the
+    previous one) that starts at or after `skip_steps`."""
+    rates, start = [], 0
+    for line in metrics_jsonl.splitlines():
+        record = json.loads(line)
+        if start >= skip_steps:
+            rates.append((record["step"] - start, record["img_per_sec"]))
+        start = record["step"]
+    if not rates:
+        raise SystemExit(f"error: no logged window starts at or after step {skip_steps}; give more --steps")
+    return rates
+
+
+def read_ahead(workers: int) -> int:
+    """Batches a folder loader can have ready before the model asks (DataLoader's default prefetch_factor, 2 per
+    worker, plus the nvjpeg loader's 2 decoded ahead): during the first steps' compilation they fill up, and a
+    rate counted over them would be the model's, not the loader's."""
+    return 2 * workers + 2
 
 
 def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
@@ -209,7 +242,8 @@ def loader_rate(data: Path, loader: str, image_size: int, batch_size: int, worke
                                          workers=workers, loader=loader), gpu)
     source = FolderData(data, cfg, rank=0, size=1, device=device)
     stream = source.epoch_batches(0, 0)
-    next(stream)  # start-up (worker processes, pipeline build) is not throughput
+    for _ in range(read_ahead(workers)):  # start-up, and the batches read ahead meanwhile, are not throughput
+        next(stream)
     started, done = time.perf_counter(), 0
     for images, _ in stream:
         images.to(device, non_blocking=True)
@@ -257,7 +291,7 @@ def _table(runs: list[Run], loaders: dict[str, float], baseline: Run, synthetic:
         s = run.summary
         memory = f"{s['peak_memory_mb'] / 1024:.1f} GiB {'GPU' if s['peak_memory_of'] == 'gpu' else 'RSS'}"
         util = "n/a" if run.gpu_utilisation is None else f"{run.gpu_utilisation:.0f}%"
-        lines.append(f"  {run.title:<58} {run.rate:>9.1f} {'+-' + format(s['img_per_sec_ci95'], '.1f'):>8} "
+        lines.append(f"  {run.title:<58} {run.rate:>9.1f} {'+-' + format(run.ci95, '.1f'):>8} "
                      f"{memory:>16} {util:>9} {run.rate / baseline.rate:>8.2f}x {run.rate / synthetic.rate:>11.2f}x")
     for loader, rate in loaders.items():
         lines.append(f"  {loader + ' data path alone (no model)':<58} {rate:>9.1f} {'':>8} {'':>16} {'':>9} "
@@ -320,22 +354,27 @@ def main(argv: list[str]) -> int:
         steps = ["--steps", str(args.steps)]
         compiled = "eager" if args.framework == "pytorch" else "no XLA"  # Horovod's TF recipe runs a tf.function
         recipe = Run("recipe", f"recipe: synthetic, fp32, {compiled}, batch 32",
-                     [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags])
+                     [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags], log_every)
         synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
-                        [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours])
+                        [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours], log_every)
         runs, loaders = [recipe, synthetic], {}
         if "native" in frameworks.get(args.framework).dist:
             # Beside Horovod: the same synthetic run under MultiWorkerMirroredStrategy (one worker, no TF_CONFIG),
             # so what leaving Horovod costs is a measured figure.
             runs.append(Run("native", f"ours, --dist native: synthetic, {{settings}}, batch {batch}",
                             [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours,
-                             "--dist", "native"]))
+                             "--dist", "native"], log_every))
         if not args.skip_jpeg:
-            data = args.data or jpeg_dataset((args.steps + 1) * batch, out / "jpeg", workers)
-            jpeg = [*common, *steps, "--data", str(data), "--batch-size", str(batch), "--workers", str(workers), *ours]
+            # The JPEG runs go on for the batches their loader reads ahead, and only what follows them counts (from
+            # the first window's end onwards, as on synthetic data): one epoch of files covers the run.
+            skip = log_every * -(-(log_every + read_ahead(workers)) // log_every)
+            jpeg_steps = args.steps + skip - log_every
+            data = args.data or jpeg_dataset((jpeg_steps + 1) * batch, out / "jpeg", workers)
+            jpeg = [*common, "--steps", str(jpeg_steps), "--data", str(data), "--batch-size", str(batch),
+                    "--workers", str(workers), *ours]
             for loader in (jpeg_loaders() if args.framework == "pytorch" else ("tf.data",)):
                 flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
-                runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags))
+                runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags, skip))
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":

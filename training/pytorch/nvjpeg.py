@@ -8,6 +8,17 @@ crop window and flip with the PIL path's own functions (training/pytorch/samplin
 resumed mid-epoch sees what an uninterrupted one would have seen. The training process decodes each batch with
 one call on `device` and augments it there: on a GPU the CPU cores only read files.
 
+What the first GPU measurement showed (H100, 256 images of ImageNet size a batch; figures in issue 27's note) and
+shaped this module: torchvision's batched decode runs at ~11,000 img/s and the crops at ~11,700 img/s when each
+image was resized by its own `interpolate` (seven kernel launches an image), but both ran in the training thread
+between steps, so the model waited for them: 2,160 img/s against 5,000 on synthetic data. So now
+- a worker hands over a batch as one tensor of the files end to end (one shared-memory handle a batch, not one a
+  file), with each file's length, label and crop;
+- every crop is resized by two batched matrix products with the antialiased bilinear weights torch and PIL use
+  (`resize_weights`), about thirty launches a batch whatever its size;
+- a thread decodes and augments the next batches on its own CUDA stream while the model trains on this one
+  (`prefetched`), and hands each over with an event the training stream waits on.
+
 torchvision's API this relies on, `torchvision.io.decode_jpeg(input, mode, device)`
 (https://pytorch.org/vision/stable/generated/torchvision.io.decode_jpeg.html):
 - `input` a list of 1-D uint8 CPU tensors (the encoded files) is decoded as one batch, which on CUDA is several
@@ -24,14 +35,18 @@ the device image, so this module silences that one warning and keeps torchvision
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import queue
 import sys
+import threading
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from training.data.folder import MEAN, STD
@@ -81,8 +96,37 @@ class EncodedDataset(Dataset):
                                      lambda path, label: read_sample(path, label, self.seed, self.epoch, index))
 
 
-def _as_list(batch: list) -> list:
-    return batch  # the files differ in length: no stacking until they are decoded
+@dataclass
+class EncodedBatch:
+    """A batch as a worker hands it over: the encoded files end to end in one tensor (DataLoader moves each
+    tensor through its own shared-memory segment, so one a batch, not one a file), the pixels of files nvJPEG
+    cannot take, and every sample's dataset index, label and crop, in batch order."""
+    indices: list[int]
+    labels: list[int]
+    crops: list[Crop]
+    encoded: torch.Tensor  # 1-D uint8: the JPEG files of the batch's encoded samples, in batch order
+    lengths: list[int]  # their lengths in bytes
+    pixels: dict[int, torch.Tensor]  # batch position -> 3 x H x W uint8, for the others
+
+    def pin_memory(self) -> EncodedBatch:
+        """Called by DataLoader's pin-memory thread (it pins any batch object with this method): the files in
+        page-locked memory, so torchvision's copies of them to the GPU need no staging buffer."""
+        return dataclasses.replace(self, encoded=self.encoded.pin_memory())
+
+    def samples(self) -> list[Sample]:
+        files = iter(torch.split(self.encoded, self.lengths))
+        return [Sample(self.pixels[k] if k in self.pixels else next(files), label, crop)
+                for k, (label, crop) in enumerate(zip(self.labels, self.crops))]
+
+
+def collate(batch: list[tuple[int, Sample]]) -> EncodedBatch:
+    """In the worker: (index, Sample) pairs -> one EncodedBatch."""
+    encoded = [sample.data for _, sample in batch if sample.data.dim() == 1]
+    return EncodedBatch(indices=[index for index, _ in batch], labels=[sample.label for _, sample in batch],
+                        crops=[sample.crop for _, sample in batch],
+                        encoded=torch.cat(encoded) if encoded else torch.empty(0, dtype=torch.uint8),
+                        lengths=[len(data) for data in encoded],
+                        pixels={k: sample.data for k, (_, sample) in enumerate(batch) if sample.data.dim() == 3})
 
 
 def decode_jpeg(data: torch.Tensor | list[torch.Tensor], device: torch.device):
@@ -114,21 +158,104 @@ def decode(samples: list[Sample], device: torch.device) -> list[torch.Tensor | N
     return images
 
 
+def resize_weights(lengths: torch.Tensor, size: int, padded: int) -> torch.Tensor:
+    """N x size x padded: row i of matrix n weighs input pixels 0..lengths[n]-1 into output pixel i, as torch's
+    antialiased bilinear resize does (`interpolate(..., mode="bilinear", antialias=True, align_corners=False)`,
+    aten/src/ATen/native/UpSample.h `_compute_indices_min_size_weights_aa`, itself PIL's `precompute_coeffs` in
+    libImaging/Resample.c): a triangle filter centred at scale x (i + 0.5), widened by the scale when shrinking,
+    over [max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), length)), normalised to sum 1.
+    Columns at or past a sample's length are zero, so a crop padded to the batch's largest is resized alone."""
+    scale = (lengths.double() / size).view(-1, 1, 1)
+    centre = scale * (torch.arange(size, dtype=torch.float64, device=lengths.device).view(1, -1, 1) + 0.5)
+    support = scale.clamp(min=1.0)  # the bilinear filter's support (1) x the scale when shrinking
+    first = (centre - support + 0.5).floor().clamp(min=0)  # int() of a value >= -0.5: floor and clamp agree
+    end = torch.minimum((centre + support + 0.5).floor(), lengths.double().view(-1, 1, 1))
+    pixel = torch.arange(padded, dtype=torch.float64, device=lengths.device).view(1, 1, -1)
+    weights = (1 - ((pixel - centre + 0.5) / support).abs()).clamp(min=0)
+    weights = torch.where((pixel >= first) & (pixel < end), weights, torch.zeros_like(weights))
+    return (weights / weights.sum(-1, keepdim=True)).float()
+
+
 def resized_crops(images: list[torch.Tensor], crops: list[Crop], size: int, channels_last: bool) -> torch.Tensor:
-    """The PIL loader's augmentation on the images' device: each crop window resized to `size` x `size` (bilinear
-    with antialiasing, as torchvision's resized_crop does on a PIL image), flipped where drawn, normalised by
-    ImageNet's mean and std; one float32 N x 3 x size x size batch."""
+    """The PIL loader's augmentation on the images' device: each crop window resized to `size` x `size`
+    (antialiased bilinear, rounded to 8 bits as PIL's resize is), flipped where drawn, normalised by ImageNet's
+    mean and std; one float32 N x 3 x size x size batch. The windows are copied into one zero-padded batch and
+    resized by two batched products, rows then columns, with `resize_weights`: the same weights as a per-image
+    `interpolate`, in a few launches a batch instead of several an image."""
     device = images[0].device
-    out = torch.empty(len(images), 3, size, size, device=device,
-                      memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    heights = torch.tensor([crop.height for crop in crops], device=device)
+    widths = torch.tensor([crop.width for crop in crops], device=device)
+    windows = torch.zeros(len(images), 3, int(heights.max()), int(widths.max()), dtype=torch.uint8, device=device)
     for k, (image, crop) in enumerate(zip(images, crops)):
-        window = image[:, crop.top:crop.top + crop.height, crop.left:crop.left + crop.width]
-        resized = F.interpolate(window.unsqueeze(0).float(), size=(size, size), mode="bilinear", antialias=True,
-                                align_corners=False)[0].round_()  # PIL resizes to uint8
-        out[k] = resized.flip(-1) if crop.flip else resized
+        windows[k, :, :crop.height, :crop.width] = image[:, crop.top:crop.top + crop.height,
+                                                         crop.left:crop.left + crop.width]
+    # On a GPU the products run in float16 on the tensor cores (8-bit pixels are exact in it, the weights keep 11
+    # significant bits, the sums are float32): the float32 products took ~3 ms of an H100's time a batch, time
+    # the model's step waits for. On CPU (the tests) float32.
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    rows = resize_weights(heights, size, windows.shape[2]).to(dtype)  # N x size x H
+    columns = resize_weights(widths, size, windows.shape[3]).to(dtype)  # N x size x W
+    flips = torch.tensor([crop.flip for crop in crops], device=device).view(-1, 1, 1)
+    columns = torch.where(flips, columns.flip(1), columns)  # a mirrored image: output column i reads size-1-i's
+    resized = (rows.unsqueeze(1) @ (windows.to(dtype) @ columns.transpose(1, 2).unsqueeze(1))).float().round_()
     mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
-    return out.sub_(mean).div_(std)
+    out = resized.sub_(mean).div_(std)
+    return out.contiguous(memory_format=torch.channels_last) if channels_last else out
+
+
+def prefetched(batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]], device: torch.device,
+               depth: int = 2) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`batches()` run `depth` batches ahead in a thread, on its own CUDA stream on a GPU, so decoding and
+    augmenting the next batches overlaps the model's step on this one (torch releases the GIL inside its
+    operators). Each batch is handed over with an event the consuming stream waits on, and `record_stream` keeps
+    the allocator from reusing its memory before that stream is done with it (CUDA semantics, "Use of multiple
+    streams": https://pytorch.org/docs/stable/notes/cuda.html#cuda-streams). Order and errors are the
+    producer's; closing this generator stops the thread after the batch in hand."""
+    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+    handed: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        source = batches()
+        try:
+            with torch.cuda.stream(stream) if stream else contextlib.nullcontext():
+                for images, labels in source:
+                    event = torch.cuda.Event() if stream else None
+                    if event:
+                        event.record(stream)
+                    if not put((images, labels, event)):
+                        return
+            put(None)
+        except BaseException as err:  # handed to the consumer, raised there
+            put(err)
+        finally:
+            source.close()  # the DataLoader's workers stop with it
+
+    thread = threading.Thread(target=produce, name="nvjpeg-prefetch", daemon=True)
+    thread.start()
+    try:
+        while (item := handed.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            images, labels, event = item
+            if event:
+                consumer = torch.cuda.current_stream(device)
+                consumer.wait_event(event)
+                images.record_stream(consumer)
+            yield images, labels
+    finally:
+        stop.set()
+        thread.join()
 
 
 class NvjpegBatches:
@@ -140,22 +267,22 @@ class NvjpegBatches:
         self.dataset = EncodedDataset(samples, cfg.seed)
         self.sampler = training_sampler(len(samples), cfg, rank, size)
         self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=self.sampler,
-                                 num_workers=cfg.workers, collate_fn=_as_list, drop_last=True,
+                                 num_workers=cfg.workers, collate_fn=collate, drop_last=True,
+                                 pin_memory=device.type == "cuda",
                                  persistent_workers=False)  # workers re-fork per epoch and see dataset.epoch
 
     def epoch_batches(self, epoch: int, start_batch: int):
         self.sampler.set_epoch(epoch)
         self.dataset.epoch = epoch
         self.sampler.start_batch = start_batch
-        for batch in self.loader:
-            yield self.augmented(batch)
+        return prefetched(lambda: (self.augmented(batch) for batch in self.loader), self.device)
 
-    def augmented(self, batch: list[tuple[int, Sample]]) -> tuple[torch.Tensor, torch.Tensor]:
-        samples = [sample for _, sample in batch]
+    def augmented(self, batch: EncodedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        samples = batch.samples()
         images = decode(samples, self.device)
         for k, image in enumerate(images):
             if image is None:  # a file only a full decode shows to be broken: PIL's turn, as the PIL loader has
-                index = batch[k][0]
+                index = batch.indices[k]
                 print(f"warning: nvJPEG cannot decode {self.dataset.samples[index][0]}; decoding with PIL",
                       file=sys.stderr)
                 samples[k] = first_readable(self.dataset.samples, index, lambda path, label: read_sample(

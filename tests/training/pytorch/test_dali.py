@@ -136,3 +136,18 @@ def test_synth_data_makes_photos_at_imagenet_sizes(photos):
     assert all(IMAGENET_WIDTHS[0] <= w <= IMAGENET_WIDTHS[1] and IMAGENET_HEIGHTS[0] <= h <= IMAGENET_HEIGHTS[1]
                for w, h in sizes)
     assert 80_000 < sum(path.stat().st_size for path in files) / len(files) < 140_000  # ImageNet's ~110 KB
+
+
+def test_the_benchmark_counts_only_the_windows_after_what_the_loader_read_ahead():
+    from devtools.benchmark import Run, counted_windows, read_ahead
+
+    log = "\n".join(json.dumps({"step": step, "img_per_sec": rate}) for step, rate in
+                    ((6, 100.0), (12, 9000.0), (18, 8000.0), (24, 2000.0), (30, 2100.0)))
+    # windows start at steps 0, 6, 12, 18, 24: from 18 on, the rate is the loader's own
+    assert counted_windows(log, 18) == [(6, 2000.0), (6, 2100.0)]
+    assert counted_windows(log, 6) == [(6, 9000.0), (6, 8000.0), (6, 2000.0), (6, 2100.0)]  # the first one only
+    # images over time, not the mean of the rates: 12 steps in 6/9000 + 6/1000 of the time a step takes
+    assert Run("r", "r", [], windows=[(6, 9000.0), (6, 1000.0)]).rate == pytest.approx(1800.0)
+    assert read_ahead(16) == 34  # DataLoader's 2 batches a worker, nvjpeg's 2 decoded ahead
+    with pytest.raises(SystemExit, match="no logged window starts at or after step 30"):
+        counted_windows(log, 30)
