@@ -41,7 +41,7 @@ import queue
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,14 +204,16 @@ def resized_crops(images: list[torch.Tensor], crops: list[Crop], size: int, chan
     return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
 
-def prefetched(batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]], device: torch.device,
+def prefetched(source: Generator[tuple[torch.Tensor, torch.Tensor], None, None], device: torch.device,
                depth: int = 2) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """`batches()` run `depth` batches ahead in a thread, on its own CUDA stream on a GPU, so decoding and
+    """`source` run `depth` batches ahead in a thread, on its own CUDA stream on a GPU, so decoding and
     augmenting the next batches overlaps the model's step on this one (torch releases the GIL inside its
     operators). Each batch is handed over with an event the consuming stream waits on, and `record_stream` keeps
     the allocator from reusing its memory before that stream is done with it (CUDA semantics, "Use of multiple
     streams": https://pytorch.org/docs/stable/notes/cuda.html#cuda-streams). Order and errors are the
-    producer's; closing this generator stops the thread after the batch in hand."""
+    producer's; closing this generator stops the thread after the batch in hand and closes `source`.
+    `source` is made by the caller, in its own thread: a DataLoader forks its workers when its iterator is made,
+    and forking from the main thread, not this one, keeps that as it was before the thread existed."""
     stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     handed: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -226,7 +228,6 @@ def prefetched(batches: Callable[[], Iterator[tuple[torch.Tensor, torch.Tensor]]
         return False
 
     def produce() -> None:
-        source = batches()
         try:
             with torch.cuda.stream(stream) if stream else contextlib.nullcontext():
                 for images, labels in source:
@@ -275,7 +276,8 @@ class NvjpegBatches:
         self.sampler.set_epoch(epoch)
         self.dataset.epoch = epoch
         self.sampler.start_batch = start_batch
-        return prefetched(lambda: (self.augmented(batch) for batch in self.loader), self.device)
+        # The generator's first iterable, iter(self.loader), is made here: the workers fork in this thread.
+        return prefetched((self.augmented(batch) for batch in self.loader), self.device)
 
     def augmented(self, batch: EncodedBatch) -> tuple[torch.Tensor, torch.Tensor]:
         samples = batch.samples()

@@ -170,7 +170,7 @@ def test_prefetched_batches_keep_their_order_raise_the_producers_error_and_stop_
             produced.append(k)
             yield torch.full((1,), k), torch.tensor([k])
 
-    stream = nvjpeg.prefetched(batches, torch.device("cpu"), depth=2)
+    stream = nvjpeg.prefetched(batches(), torch.device("cpu"), depth=2)
     assert [int(images) for images, _ in (next(stream) for _ in range(3))] == [0, 1, 2]
     stream.close()  # the consumer stops early, as training does at its last step
     assert len(produced) <= 3 + 2 + 1  # the batches handed over, the queue's depth, the one in hand
@@ -180,7 +180,7 @@ def test_prefetched_batches_keep_their_order_raise_the_producers_error_and_stop_
         yield torch.zeros(1), torch.zeros(1)
         raise OSError("disk gone")
 
-    stream = nvjpeg.prefetched(failing, torch.device("cpu"))
+    stream = nvjpeg.prefetched(failing(), torch.device("cpu"))
     next(stream)
     with pytest.raises(OSError, match="disk gone"):
         next(stream)
