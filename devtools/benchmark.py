@@ -9,9 +9,10 @@ Every training figure comes from `python -m training train` (the real training l
   ours on JPEG    the same settings on ImageNet-sized JPEG files: `--loader dali` (where DALI is installed),
                   `--loader nvjpeg` and `--loader pil` (pytorch), tf.data (tensorflow, keras)
 and for pytorch the data paths alone (no model: how many images per second each loader can deliver), which
-says whether the loader or the GPU sets the pace. Columns: img/s with its 95% confidence interval (the first
-logged window, warm-up and compilation, excluded), peak memory (GPU: the framework's allocator; CPU: the
-process's peak RSS), mean GPU utilisation over the second half of the run (nvidia-smi), and the ratios.
+says whether the loader or the GPU sets the pace. Columns: img/s, images over the time of the steps counted
+(the first logged window, warm-up and compilation, left out; on JPEG files also the batches the loader read
+ahead meanwhile), with 1.96 sigma of the windows' rates; peak memory (GPU: the framework's allocator; CPU: the
+process's peak RSS); mean GPU utilisation over the steps counted (nvidia-smi, sampled every 0.2 s); the ratios.
 It runs with whatever the machine has: one process of Horovod where Horovod is installed (as the cluster's job
 trains), else PyTorch's DDP of one process; it prints the versions it ran with.
 
@@ -143,8 +144,8 @@ def gpu_name() -> str | None:
 
 
 class UtilisationSampler:
-    """nvidia-smi's GPU utilisation every 0.2 s while a run trains; the mean of the second half of the samples
-    (the first half holds start-up, data generation and compilation)."""
+    """nvidia-smi's GPU utilisation every 0.2 s while a run trains, each sample with its time, so the mean can be
+    taken over the steps the rate counts (start-up and compilation take most of a short run's time)."""
 
     def __init__(self, enabled: bool):
         self.enabled, self.samples, self._stop = enabled, [], threading.Event()
@@ -155,7 +156,7 @@ class UtilisationSampler:
         while not self._stop.wait(0.2):
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode == 0 and result.stdout.strip().isdigit():
-                self.samples.append(float(result.stdout.strip()))
+                self.samples.append((time.time(), float(result.stdout.strip())))
 
     def __enter__(self):
         if self.enabled:
@@ -167,9 +168,10 @@ class UtilisationSampler:
         if self.enabled:
             self._thread.join()
 
-    def mean(self) -> float | None:
-        tail = self.samples[len(self.samples) // 2:]
-        return sum(tail) / len(tail) if tail else None
+    def mean(self, span: tuple[float, float]) -> float | None:
+        """The mean of the samples taken within `span` (Unix seconds), or None without any."""
+        within = [value for at, value in self.samples if span[0] <= at <= span[1]]
+        return sum(within) / len(within) if within else None
 
 
 def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.CompletedProcess:
@@ -184,23 +186,27 @@ def train(run: Run, out: Path, gpu: bool, check: bool = True) -> subprocess.Comp
             return result
         raise SystemExit(f"error: benchmark run {run.label!r} failed:\n{result.stderr[-2000:]}")
     run.summary = json.loads((out / run.name / "summary.json").read_text())
-    run.windows = counted_windows((out / run.name / "metrics.jsonl").read_text(), run.skip_steps)
-    run.gpu_utilisation = sampler.mean()
+    run.windows, span = counted_windows((out / run.name / "metrics.jsonl").read_text(), run.skip_steps)
+    run.gpu_utilisation = sampler.mean(span) if span else None
     return result
 
 
-def counted_windows(metrics_jsonl: str, skip_steps: int) -> list[tuple[int, float]]:
+def counted_windows(metrics_jsonl: str, skip_steps: int) -> tuple[list[tuple[int, float]], tuple[float, float] | None]:
     """(steps, img/s) of each logged window (metrics.jsonl: one line per logged step, the rate since the
-    previous one) that starts at or after `skip_steps`."""
-    rates, start = [], 0
+    previous one) that starts at or after `skip_steps`, and the span of time they cover (Unix seconds; None when
+    the first window counts, whose start is not logged)."""
+    rates, start, started_at, ended_at = [], 0, None, None
     for line in metrics_jsonl.splitlines():
         record = json.loads(line)
         if start >= skip_steps:
             rates.append((record["step"] - start, record["img_per_sec"]))
+            ended_at = record["time"]
+        elif record["step"] >= skip_steps:
+            started_at = record["time"]  # the last window left out ends where the counted ones start
         start = record["step"]
     if not rates:
         raise SystemExit(f"error: no logged window starts at or after step {skip_steps}; give more --steps")
-    return rates
+    return rates, (started_at, ended_at) if started_at is not None else None
 
 
 def read_ahead(workers: int) -> int:

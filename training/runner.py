@@ -117,7 +117,8 @@ class Reporter:
         if not self.rank0:
             return
         epoch = step / self.plan.steps_per_epoch
-        self.log.write({"step": step, "epoch": round(epoch, 4), "loss": loss, "lr": lr, "img_per_sec": round(rate, 2)})
+        self.log.write({"step": step, "epoch": round(epoch, 4), "loss": loss, "lr": lr, "img_per_sec": round(rate, 2),
+                        "time": round(time.time(), 3)})  # when it was logged (Unix seconds)
         for tag, value in (("train/loss", loss), ("train/lr", lr), ("train/img_per_sec", rate)):
             self.writer.scalar(tag, value, step)
         if self.tracker:

@@ -139,15 +139,20 @@ def test_synth_data_makes_photos_at_imagenet_sizes(photos):
 
 
 def test_the_benchmark_counts_only_the_windows_after_what_the_loader_read_ahead():
-    from devtools.benchmark import Run, counted_windows, read_ahead
+    from devtools.benchmark import Run, UtilisationSampler, counted_windows, read_ahead
 
-    log = "\n".join(json.dumps({"step": step, "img_per_sec": rate}) for step, rate in
+    log = "\n".join(json.dumps({"step": step, "img_per_sec": rate, "time": 1000.0 + step}) for step, rate in
                     ((6, 100.0), (12, 9000.0), (18, 8000.0), (24, 2000.0), (30, 2100.0)))
-    # windows start at steps 0, 6, 12, 18, 24: from 18 on, the rate is the loader's own
-    assert counted_windows(log, 18) == [(6, 2000.0), (6, 2100.0)]
-    assert counted_windows(log, 6) == [(6, 9000.0), (6, 8000.0), (6, 2000.0), (6, 2100.0)]  # the first one only
+    # windows start at steps 0, 6, 12, 18, 24: from 18 on, the rate is the loader's own, from second 1018 to 1030
+    assert counted_windows(log, 18) == ([(6, 2000.0), (6, 2100.0)], (1018.0, 1030.0))
+    windows, span = counted_windows(log, 6)  # synthetic data: the first window only
+    assert windows == [(6, 9000.0), (6, 8000.0), (6, 2000.0), (6, 2100.0)] and span == (1006.0, 1030.0)
     # images over time, not the mean of the rates: 12 steps in 6/9000 + 6/1000 of the time a step takes
     assert Run("r", "r", [], windows=[(6, 9000.0), (6, 1000.0)]).rate == pytest.approx(1800.0)
     assert read_ahead(16) == 34  # DataLoader's 2 batches a worker, nvjpeg's 2 decoded ahead
     with pytest.raises(SystemExit, match="no logged window starts at or after step 30"):
         counted_windows(log, 30)
+    # GPU utilisation over the counted steps only, not compilation's idle GPU before them
+    sampler = UtilisationSampler(enabled=False)
+    sampler.samples = [(1001.0, 0.0), (1010.0, 5.0), (1018.5, 90.0), (1025.0, 94.0), (1031.0, 10.0)]
+    assert sampler.mean((1018.0, 1030.0)) == 92.0 and sampler.mean((2000.0, 2001.0)) is None
