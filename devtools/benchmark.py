@@ -210,10 +210,21 @@ def counted_windows(metrics_jsonl: str, skip_steps: int) -> tuple[list[tuple[int
 
 
 def read_ahead(workers: int) -> int:
-    """Batches a folder loader can have ready before the model asks (DataLoader's default prefetch_factor, 2 per
-    worker, plus the nvjpeg loader's 2 decoded ahead): during the first steps' compilation they fill up, and a
-    rate counted over them would be the model's, not the loader's."""
-    return 2 * workers + 2
+    """Batches a folder loader can have ready before the model asks: DataLoader's default prefetch_factor, 2 per
+    worker, plus the nvjpeg loader's PREFETCH_DEPTH (2) and the one its producer holds while it waits. They fill
+    up during the first steps' compilation, and a rate counted over them would be the model's, not the loader's."""
+    return 2 * workers + 3
+
+
+def jpeg_span(log_every: int, steps: int, workers: int) -> tuple[int, int]:
+    """(steps left out, steps in all) of a JPEG run. While the model drains B batches read ahead the loader refills
+    the buffer, so emptying it takes B x m / (m - l) steps (m the model's rate, l the loader's): 3B covers a loader
+    at up to 2/3 of the model's rate; a faster loader is near the model's rate anyway. The steps counted after
+    that: as many as on synthetic data and at least 2B, several rounds of the workers' bursts (each worker
+    finishes a whole batch at once)."""
+    ahead = read_ahead(workers)
+    skip = log_every * -(-(log_every + 3 * ahead) // log_every)  # whole logged windows
+    return skip, skip + max(steps - log_every, 2 * ahead)
 
 
 def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
@@ -371,10 +382,9 @@ def main(argv: list[str]) -> int:
                             [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours,
                              "--dist", "native"], log_every))
         if not args.skip_jpeg:
-            # The JPEG runs go on for the batches their loader reads ahead, and only what follows them counts (from
-            # the first window's end onwards, as on synthetic data): one epoch of files covers the run.
-            skip = log_every * -(-(log_every + read_ahead(workers)) // log_every)
-            jpeg_steps = args.steps + skip - log_every
+            # The JPEG runs count only the steps after their loader's read-ahead has drained (`jpeg_span`); one
+            # epoch of files covers the run and the data path's own measurement.
+            skip, jpeg_steps = jpeg_span(log_every, args.steps, workers)
             data = args.data or jpeg_dataset((jpeg_steps + 1) * batch, out / "jpeg", workers)
             jpeg = [*common, "--steps", str(jpeg_steps), "--data", str(data), "--batch-size", str(batch),
                     "--workers", str(workers), *ours]
@@ -384,7 +394,7 @@ def main(argv: list[str]) -> int:
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":
-            loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, max(4, args.steps // 2))
+            loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, 2 * read_ahead(workers))
                        for loader in jpeg_loaders()}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
     framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework

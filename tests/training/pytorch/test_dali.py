@@ -139,7 +139,7 @@ def test_synth_data_makes_photos_at_imagenet_sizes(photos):
 
 
 def test_the_benchmark_counts_only_the_windows_after_what_the_loader_read_ahead():
-    from devtools.benchmark import Run, UtilisationSampler, counted_windows, read_ahead
+    from devtools.benchmark import Run, UtilisationSampler, counted_windows, jpeg_span, read_ahead
 
     log = "\n".join(json.dumps({"step": step, "img_per_sec": rate, "time": 1000.0 + step}) for step, rate in
                     ((6, 100.0), (12, 9000.0), (18, 8000.0), (24, 2000.0), (30, 2100.0)))
@@ -149,7 +149,12 @@ def test_the_benchmark_counts_only_the_windows_after_what_the_loader_read_ahead(
     assert windows == [(6, 9000.0), (6, 8000.0), (6, 2000.0), (6, 2100.0)] and span == (1006.0, 1030.0)
     # images over time, not the mean of the rates: 12 steps in 6/9000 + 6/1000 of the time a step takes
     assert Run("r", "r", [], windows=[(6, 9000.0), (6, 1000.0)]).rate == pytest.approx(1800.0)
-    assert read_ahead(16) == 34  # DataLoader's 2 batches a worker, nvjpeg's 2 decoded ahead
+    from training.pytorch.nvjpeg import PREFETCH_DEPTH
+
+    assert read_ahead(16) == 2 * 16 + PREFETCH_DEPTH + 1  # DataLoader's 2 a worker, nvjpeg's queue and hand
+    # 16 workers, 40 steps logged every 6: 3 x 35 batches drained (rounded up to whole windows), then 70 counted
+    assert jpeg_span(6, 40, 16) == (114, 184)
+    assert jpeg_span(6, 400, 16) == (114, 114 + 394)  # a long run counts as many steps as on synthetic data
     with pytest.raises(SystemExit, match="no logged window starts at or after step 30"):
         counted_windows(log, 30)
     # GPU utilisation over the counted steps only, not compilation's idle GPU before them

@@ -162,6 +162,36 @@ def test_the_batched_resize_weighs_pixels_as_a_per_image_antialiased_interpolate
         assert (got * std + mean - expected).abs().max() < 0.5 + 1e-3  # only the rounding to 8 bits differs
 
 
+def test_resize_weights_are_interpolates_own_before_any_rounding():
+    # One row of pixels resized alone by interpolate is that row times the weight matrix: shrinking, growing and
+    # keeping the size, with columns padded past the length (which must weigh nothing).
+    import torch.nn.functional as F
+
+    lengths = [500, 227, 224, 100, 7, 1]
+    weights = nvjpeg.resize_weights(torch.tensor(lengths), 224, 512)
+    generator = torch.Generator().manual_seed(1)
+    for length, matrix in zip(lengths, weights):
+        row = torch.rand(1, 1, 1, length, generator=generator, dtype=torch.float64) * 255
+        expected = F.interpolate(row.float(), size=(1, 224), mode="bilinear", antialias=True, align_corners=False)
+        assert (matrix[:, :length].double() @ row[0, 0, 0] - expected[0, 0, 0]).abs().max() < 1e-2, length
+        assert not matrix[:, length:].any() and torch.allclose(matrix.sum(1), torch.ones(224))
+    assert torch.equal(weights[2][:, :224], torch.eye(224))  # the same size: each pixel is itself
+
+
+def test_a_crop_far_larger_than_the_rest_is_resized_in_a_group_of_its_own():
+    crops = [nvjpeg.Crop(0, 0, 400, 450, flip=False)] * 255 + [nvjpeg.Crop(0, 0, 3000, 2500, flip=False)]
+    groups = nvjpeg.crop_groups(crops, 224)
+    assert sorted(k for group in groups for k in group) == list(range(256)) and [255] in groups
+    for group in groups:  # each within the bound, or a single crop
+        tallest, widest = max(crops[k].height for k in group), max(crops[k].width for k in group)
+        assert len(group) == 1 or len(group) * (tallest + 224) * (widest + 224) <= nvjpeg.GROUP_PIXELS
+    # the batch's images land in their own places whatever the grouping
+    images = [torch.full((3, c.height, c.width), k % 256, dtype=torch.uint8) for k, c in enumerate(crops[-3:])]
+    out = nvjpeg.resized_crops(images, crops[-3:], 8, channels_last=False)
+    mean, std = torch.tensor(nvjpeg.MEAN).view(3, 1, 1) * 255, torch.tensor(nvjpeg.STD).view(3, 1, 1) * 255
+    assert [round(float((image * std + mean).mean())) for image in out] == [0, 1, 2]
+
+
 def test_prefetched_batches_keep_their_order_raise_the_producers_error_and_stop_when_closed():
     produced = []
 
@@ -173,7 +203,7 @@ def test_prefetched_batches_keep_their_order_raise_the_producers_error_and_stop_
     stream = nvjpeg.prefetched(batches(), torch.device("cpu"), depth=2)
     assert [int(images) for images, _ in (next(stream) for _ in range(3))] == [0, 1, 2]
     stream.close()  # the consumer stops early, as training does at its last step
-    assert len(produced) <= 3 + 2 + 1  # the batches handed over, the queue's depth, the one in hand
+    assert len(produced) <= 3 + nvjpeg.PREFETCH_DEPTH + 1  # handed over, the queue's depth, the one in hand
     assert not [t for t in __import__("threading").enumerate() if t.name == "nvjpeg-prefetch"]
 
     def failing():
