@@ -62,7 +62,7 @@ class Run:
     def rate(self) -> float:
         """Images over time across the windows counted. Not the mean of the windows' rates (the trainer's
         summary): a loader whose workers finish batches in bursts gives some windows at many times its rate,
-        and their mean overstates it (seen on an H100: PIL's mean 3,956 img/s, its images over time ~1,900)."""
+        and their mean overstates it (on an H100 PIL's windows ranged over +-2,000 img/s around ~2,700-3,900)."""
         return sum(steps for steps, _ in self.windows) / sum(steps / rate for steps, rate in self.windows)
 
     @property
