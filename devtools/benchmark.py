@@ -216,15 +216,17 @@ def read_ahead(workers: int) -> int:
     return 2 * workers + 3
 
 
-def jpeg_span(log_every: int, steps: int, workers: int) -> tuple[int, int]:
-    """(steps left out, steps in all) of a JPEG run. While the model drains B batches read ahead the loader refills
-    the buffer, so emptying it takes B x m / (m - l) steps (m the model's rate, l the loader's): 3B covers a loader
-    at up to 2/3 of the model's rate; a faster loader is near the model's rate anyway. The steps counted after
-    that: as many as on synthetic data and at least 2B, several rounds of the workers' bursts (each worker
-    finishes a whole batch at once)."""
+def jpeg_span(log_every: int, steps: int, workers: int, compiled: bool) -> tuple[int, int]:
+    """(steps left out, steps in all) of a JPEG run. While the first steps compile (torch.compile, XLA: a minute on
+    a GPU) the loader fills its read-ahead of B batches, and while the model drains it the loader refills it, so
+    emptying it takes B x m / (m - l) steps (m the model's rate, l the loader's): 3B covers a loader at up to 2/3
+    of the model's rate (a faster one is near the model's rate anyway), and at least 2B steps are counted after
+    that, several rounds of the workers' bursts (each worker finishes a whole batch at once). Without compilation
+    the first window, left out, is about as long as the others, and B is all the start-up fills."""
     ahead = read_ahead(workers)
-    skip = log_every * -(-(log_every + 3 * ahead) // log_every)  # whole logged windows
-    return skip, skip + max(steps - log_every, 2 * ahead)
+    drain, least = (3 * ahead, 2 * ahead) if compiled else (ahead, 0)
+    skip = log_every * -(-(log_every + drain) // log_every)  # whole logged windows
+    return skip, skip + max(steps - log_every, least)
 
 
 def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
@@ -384,8 +386,10 @@ def main(argv: list[str]) -> int:
         if not args.skip_jpeg:
             # The JPEG runs count only the steps after their loader's read-ahead has drained (`jpeg_span`); one
             # epoch of files covers the run and the data path's own measurement.
-            skip, jpeg_steps = jpeg_span(log_every, args.steps, workers)
-            data = args.data or jpeg_dataset((jpeg_steps + 1) * batch, out / "jpeg", workers)
+            skip, jpeg_steps = jpeg_span(log_every, args.steps, workers, compiled=bool(ours))
+            loader_batches = 2 * read_ahead(workers)  # the data path alone: after its read-ahead, as many again
+            data = args.data or jpeg_dataset((max(jpeg_steps, read_ahead(workers) + loader_batches) + 1) * batch,
+                                             out / "jpeg", workers)
             jpeg = [*common, "--steps", str(jpeg_steps), "--data", str(data), "--batch-size", str(batch),
                     "--workers", str(workers), *ours]
             for loader in (jpeg_loaders() if args.framework == "pytorch" else ("tf.data",)):
@@ -394,7 +398,7 @@ def main(argv: list[str]) -> int:
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":
-            loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, 2 * read_ahead(workers))
+            loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, loader_batches)
                        for loader in jpeg_loaders()}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
     framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework
