@@ -371,8 +371,8 @@ def main(argv: list[str]) -> int:
         else:
             batch = int(args.batch_size)
         steps = ["--steps", str(args.steps)]
-        compiled = "eager" if args.framework == "pytorch" else "no XLA"  # Horovod's TF recipe runs a tf.function
-        recipe = Run("recipe", f"recipe: synthetic, fp32, {compiled}, batch 32",
+        recipe_mode = "eager" if args.framework == "pytorch" else "no XLA"  # Horovod's TF recipe runs a tf.function
+        recipe = Run("recipe", f"recipe: synthetic, fp32, {recipe_mode}, batch 32",
                      [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags], log_every)
         synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
                         [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours], log_every)
