@@ -18,6 +18,7 @@ mounts, and the job's sshd logs in as root, as in the container).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import os
 import select
 import shlex
@@ -36,6 +37,7 @@ BATCH_ROOT = Path("/mnt/batch")
 # folder may themselves live under the host's /tmp (CI clones there).
 NODE_TMPDIR = Path("/mnt/tmp")
 READY_TIMEOUT_S = 30
+_POOL_NUMBERS = itertools.count()  # this process's pools, in order: each pool's names are its own
 
 
 # The folders of a node and of a task, as Batch documents them relative to AZ_BATCH_NODE_ROOT_DIR (the tables
@@ -125,8 +127,7 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class Pool:
     """`count` nodes on 10.<x>.<y>.0/24 behind bridge `name`; `export` is the NFS share every node mounts."""
 
-    def __init__(self, work: Path, count: int, export: Path, mount_name: str, tag: str | None = None,
-                 users: ImageUsers = IMAGE_USERS):
+    def __init__(self, work: Path, count: int, export: Path, mount_name: str, users: ImageUsers = IMAGE_USERS):
         if os.geteuid() != 0:
             raise RehearsalUnavailable("the rehearsal needs root: network namespaces, bind mounts, and the job's "
                                        "sshd logs in as root as it does in the container (run it as root)")
@@ -139,8 +140,11 @@ class Pool:
         self.users = users
         self.holders: dict[int, subprocess.Popen] = {}  # node index -> the process holding its namespaces
         self.net_ids: dict[int, tuple[int, int] | None] = {}  # node index -> its network namespace's identity
-        self.tag = tag or f"{os.getpid() % 100000}"
-        self.bridge = f"dlr{self.tag}"[:15]
+        # Names unique to this pool, not only to this process: a pool's links must never meet those of the pool
+        # before it in the same process (the CI met "RTNETLINK answers: File exists" from one that had been closed).
+        # "dlr" + 5 + "x" + 2 + "v" + node index stays within Linux's 15 characters for an interface name.
+        self.tag = f"{os.getpid() % 100000}x{next(_POOL_NUMBERS) % 100}"
+        self.bridge = f"dlr{self.tag}"
         octet = 100 + os.getpid() % 150
         self.subnet = ipaddress.IPv4Network(f"10.{octet}.{os.getpid() % 250}.0/24")
         self.gateway = str(self.subnet[1])
@@ -173,7 +177,7 @@ class Pool:
             holder = self.holders[node.index] = self._hold(node)
             self.net_ids[node.index] = _net_id(holder.pid)
             # The node's NIC: a veth whose other end is on the bridge (unnamed namespaces: nothing in /run/netns).
-            peer = f"{self.bridge}v{node.index}"[:15]
+            peer = self.host_link(node)
             _ip("link", "add", peer, "type", "veth", "peer", "name", "eth0", "netns", str(holder.pid))
             _ip("link", "set", peer, "master", self.bridge, "up")
             for args in (("addr", "add", f"{node.address}/{self.subnet.prefixlen}", "dev", "eth0"),
@@ -226,6 +230,10 @@ class Pool:
                                                 stderr=error[-1] if error else "")
         return holder
 
+    def host_link(self, node: Node) -> str:
+        """The host's end of the node's veth (on the bridge)."""
+        return f"{self.bridge}v{node.index}"
+
     def command(self, node: Node, argv: list[str], cwd: str | Path = "/") -> list[str]:
         """`argv` as a process of `node`: its network, hostname, Batch tree, NFS mount, users, /run and /root."""
         return ["nsenter", "--target", str(self.holders[node.index].pid), "--net", "--mount", "--uts", "--",
@@ -262,9 +270,13 @@ class Pool:
         return pids
 
     def close(self) -> None:
-        """Every process of every node, then the holders: the namespaces, and the veths in them, go with them."""
+        """Every process of every node, its veth, then the holders (the namespaces go with them). The veth is deleted
+        here, which removes both ends at once, because a namespace's own teardown is asynchronous in the kernel:
+        its links can outlive the holder by a moment."""
         for node in self.nodes:
             self.kill(node)
+            if node.index in self.holders:
+                _ip("link", "del", self.host_link(node), check=False)
             holder = self.holders.pop(node.index, None)
             if holder:
                 holder.kill()
