@@ -1,6 +1,7 @@
 """The whole suite: the project root is on sys.path (pytest.ini), and each tests folder runs only where what it
 tests can be imported (a bare `pytest` in any environment collects without errors and says what it left out)."""
 import os
+import resource
 import tempfile
 from importlib.util import find_spec
 from pathlib import Path
@@ -48,6 +49,13 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_terminal_summary(terminalreporter):
     for folder in sorted(_left_out):
         terminalreporter.write_line(f"SKIPPED {folder}: {LEFT_OUT[folder]}")
+    # The suites run at once on a machine's cores (make test), so their wall times depend on each other; the CPU
+    # each used is its own share of the work. Waited-for children count (horovodrun's ranks, the nodes' processes);
+    # a daemon that detached from its parent (Azurite's node) does not.
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    user, system = own.ru_utime + children.ru_utime, own.ru_stime + children.ru_stime
+    terminalreporter.write_line(f"CPU time of this suite: {user + system:.0f} s ({user:.0f} user, {system:.0f} "
+                                "system), its processes' included")
 
 
 @pytest.fixture(autouse=True, scope="session")
