@@ -9,6 +9,8 @@ import os
 
 import torch
 
+from training.cluster.launch import set_horovod_cycle
+
 
 class Horovod:
     name = "horovod"
@@ -16,6 +18,7 @@ class Horovod:
     def __init__(self):
         import horovod.torch as hvd
 
+        set_horovod_cycle(gpu=torch.cuda.is_available())
         hvd.init()
         self.hvd = hvd
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()

