@@ -103,6 +103,9 @@ def _tf_group(dist: str):
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
+    from training.cluster.launch import set_horovod_cycle
+
+    set_horovod_cycle(gpu=bool(tf.config.list_physical_devices("GPU")))  # the cycle training runs with, as in PyTorch's
     hvd.init()
 
     def run(count: int, iters: int) -> float:

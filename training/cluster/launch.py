@@ -44,7 +44,8 @@ def set_horovod_cycle(gpu: bool) -> None:
     life. On a GPU a step takes tens of ms and the default is right; on CPU a step takes hundreds of ms, the
     exchange's wake-ups take cores from the step, and 10 ms cycles cost a step at most 10 ms. Measured, 2 ranks of
     6 steps on 2 cores: PyTorch 30.7 -> 28.0 CPU s (21.4 -> 16.4 s), TensorFlow 77 -> 66 CPU s. A value the user
-    set wins."""
+    set wins (`horovodrun --cycle-time-ms` sets the same variable); Horovod's autotune then leaves the cycle fixed,
+    on CPU only. The interconnect check runs with the same cycle as training, so a CPU figure includes it."""
     if not gpu:
         os.environ.setdefault("HOROVOD_CYCLE_TIME", "10")
 

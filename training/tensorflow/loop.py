@@ -31,7 +31,8 @@ BN_MOMENTUM = 0.9
 
 def _import_tensorflow():
     """TensorFlow, imported with its oneDNN kernels on for every x86 CPU. TensorFlow turns them on by itself only
-    on CPUs with AVX512_VNNI, AVX512_BF16 or AMX, and they are read from TF_ENABLE_ONEDNN_OPTS at import time
+    on CPUs with neural-network features (AVX512_VNNI, AVX512_BF16, AMX and a few more: IsMklEnabled in
+    tensorflow/core/util/port.cc), and reads TF_ENABLE_ONEDNN_OPTS once, at import
     (TensorFlow 2.9 release notes, https://github.com/tensorflow/tensorflow/releases/tag/v2.9.0: "oneDNN CPU
     performance optimizations ... can be turned off by setting TF_ENABLE_ONEDNN_OPTS=0"). On an AVX2-only CPU
     ResNet50's steps ran 2.3x faster with them (15.0 -> 34.9 img/s a rank, 2 ranks, 32 px); a GPU run's few

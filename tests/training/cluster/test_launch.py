@@ -5,7 +5,8 @@ from training.cluster.launch import set_horovod_cycle
 
 
 def test_a_cpu_rank_negotiates_every_10_ms_and_a_gpu_rank_keeps_horovods_default(monkeypatch):
-    monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "recorded")  # so that monkeypatch removes what the call sets
+    monkeypatch.delenv("HOROVOD_CYCLE_TIME")
     set_horovod_cycle(gpu=True)
     assert "HOROVOD_CYCLE_TIME" not in os.environ
     set_horovod_cycle(gpu=False)
