@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from training.cluster.launch import set_horovod_cycle
 from training.errors import UsageError
 
 LIKELY_CAUSES = ("NCCL_IB_DISABLE set (NCCL on TCP instead of InfiniBand), a wrong NCCL_SOCKET_IFNAME or "
@@ -102,8 +103,6 @@ def _tf_group(dist: str):
         raise UsageError(f"interconnect-check: --dist {dist} with TensorFlow is not measured yet; use horovod")
     import horovod.tensorflow as hvd
     import tensorflow as tf
-
-    from training.cluster.launch import set_horovod_cycle
 
     set_horovod_cycle(gpu=bool(tf.config.list_physical_devices("GPU")))  # the cycle training runs with, as in PyTorch's
     hvd.init()
