@@ -1,8 +1,13 @@
-"""Run TensorFlow/Keras training in-process on each rank, then save that rank's trainable weights.
+"""Run TensorFlow/Keras training in-process on each rank, then save that rank's trainable weights and the names of
+the functions AutoGraph converted on the way.
 
-Trainable weights only: BatchNorm moving statistics are per-rank, as in every Horovod program."""
+Trainable weights only: BatchNorm moving statistics are per-rank, as in every Horovod program. AutoGraph writes each
+function it converts to a temporary file (tensorflow/python/autograph/pyct/loader.py, removed when the process
+exits), `def tf__NAME` inside: read before exit, they say what was converted."""
 import pickle
+import re
 import sys
+import tempfile
 from pathlib import Path
 
 from training import runner
@@ -12,5 +17,8 @@ from training.tensorflow.loop import TfLoop
 loops = []
 runner.run(parse_args(sys.argv[1:]), lambda cfg: loops.append(TfLoop(cfg)) or loops[0])
 out = Path(sys.argv[sys.argv.index("--output-dir") + 1])
+converted = {name for source in Path(tempfile.gettempdir()).glob("__autograph_generated_file*.py")
+             for name in re.findall(r"\bdef (tf__\w+)", source.read_text())}
 with open(out / f"rank-{loops[0].rank}.pkl", "wb") as f:
-    pickle.dump([w.numpy() for w in loops[0].model.trainable_weights], f)
+    pickle.dump({"weights": [w.numpy() for w in loops[0].model.trainable_weights], "autograph": sorted(converted)},
+                f)

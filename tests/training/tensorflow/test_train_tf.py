@@ -40,8 +40,13 @@ def _losses(out):
 def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework, learnable_runs):
     out = learnable_runs[framework]
     ranks = [pickle.loads((out / f"rank-{r}.pkl").read_bytes()) for r in (0, 1)]
-    assert len(ranks[0]) == len(ranks[1]) > 100
-    assert all(np.array_equal(a, b) for a, b in zip(*ranks))
+    weights = [rank["weights"] for rank in ranks]
+    assert len(weights[0]) == len(weights[1]) > 100
+    assert all(np.array_equal(a, b) for a, b in zip(*weights))
+    # AutoGraph converted none of Horovod's gradient all-reduce (training/tensorflow/loop.py: the same graph, traced
+    # sooner); it did convert other functions, so the probe sees its conversions.
+    for rank in ranks:
+        assert rank["autograph"] and not [name for name in rank["autograph"] if "allreduce" in name], rank["autograph"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, 49))
     losses = [r["loss"] for r in records]
