@@ -126,10 +126,13 @@ def _traced_without_autograph(tf, optimizer):
     """Horovod's Keras optimizer all-reduces the gradients in a tf.function of its own with AutoGraph on
     (horovod/_keras/__init__.py sets `_allreduce_grads` from horovod/tensorflow/__init__.py
     `_make_allreduce_grads_fn`, which wraps it in `tf.function(f)` when made eagerly, horovod/tensorflow/util.py
-    `_make_subgraph`). AutoGraph then converts Horovod's Python for each of ResNet50's 214 gradients; its code
-    branches on Python values only, so the graph is the same without it, and each rank starts training sooner
-    (a 6-step Keras run on CPU: 25 -> 21 s of CPU). The attribute is Horovod 0.28.1's (its last release, the one
-    images/build_horovod.sh builds); tests/training/tensorflow checks it is still there."""
+    `_make_subgraph`). AutoGraph then runs its converted copy of Horovod's Python for each of ResNet50's 214
+    gradients; that code branches on Python values only, so the graph is the same without it, and each rank starts
+    training sooner (a 6-step Keras run on CPU: 25 -> 21 s of CPU). Every path we use reads the attribute when it
+    runs (`_compute_gradients`, `get_gradients`); only backward_passes_per_step > 1, which we never pass, keeps the
+    original. The attribute is Horovod 0.28.1's (its last release, the one images/build_horovod.sh builds): every
+    Keras test builds this optimizer, so a Horovod without it fails there, and the learnable runs' test checks that
+    no all-reduce function was converted."""
     optimizer._allreduce_grads = tf.function(optimizer._allreduce_grads.python_function, autograph=False)
     return optimizer
 
@@ -222,9 +225,9 @@ class TfLoop:
         compression = hvd.Compression.fp16 if cfg.fp16_allreduce else hvd.Compression.none
         loss_fn = self.loss_fn
 
-        # No AutoGraph: the step branches on Python values only, and AutoGraph would convert Horovod's gradient
-        # all-reduce, Python per gradient (ResNet50 has 214), for the same graph: a 6-step run on CPU 27.6 -> 20.2 s
-        # of CPU, most of it each rank's first step (see _traced_without_autograph for Keras's path).
+        # No AutoGraph: the step branches on Python values only, and AutoGraph would run its converted copy of
+        # Horovod's gradient all-reduce for each gradient (ResNet50 has 214), for the same graph: a 6-step run on CPU
+        # 27.6 -> 20.2 s of CPU, most of it each rank's first step (see _traced_without_autograph for Keras's path).
         @tf.function(autograph=False)
         def train_step(images, labels):
             with tf.GradientTape() as tape:

@@ -2,13 +2,16 @@
 the functions AutoGraph converted on the way.
 
 Trainable weights only: BatchNorm moving statistics are per-rank, as in every Horovod program. AutoGraph writes each
-function it converts to a temporary file (tensorflow/python/autograph/pyct/loader.py, removed when the process
-exits), `def tf__NAME` inside: read before exit, they say what was converted."""
+function it converts to a temporary file (tensorflow/python/autograph/pyct/loader.py; removed at a normal exit),
+`def tf__NAME` inside: read before exit, they say what was converted. Each rank gets a temporary folder of its own
+first, so it reads only its own conversions (the suite's TMPDIR is shared by both ranks and the pytest process)."""
 import pickle
 import re
 import sys
 import tempfile
 from pathlib import Path
+
+tempfile.tempdir = tempfile.mkdtemp(prefix="rank-")  # under the suite's TMPDIR, before TensorFlow is imported
 
 from training import runner
 from training.config import parse_args

@@ -44,7 +44,8 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     assert len(weights[0]) == len(weights[1]) > 100
     assert all(np.array_equal(a, b) for a, b in zip(*weights))
     # AutoGraph converted none of Horovod's gradient all-reduce (training/tensorflow/loop.py: the same graph, traced
-    # sooner); it did convert other functions, so the probe sees its conversions.
+    # sooner); the rank's own other conversions (the input pipeline's map functions, Keras's loss) are listed, so the
+    # probe sees what this rank converted.
     for rank in ranks:
         assert rank["autograph"] and not [name for name in rank["autograph"] if "allreduce" in name], rank["autograph"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
