@@ -2,7 +2,7 @@
 # which builds each environment only when it is missing or its requirements changed.
 PYTHON ?= python3
 .DEFAULT_GOAL := help
-.PHONY: help setup demo demo-local test plan clean
+.PHONY: help setup demo demo-local test test-images plan clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/; s/\{frameworks\}/$(subst $(space),|,$(FRAMEWORKS))/' \
@@ -94,19 +94,33 @@ plan: .venv/.installed  ## offline plan of one stack (needs only .venv): make pl
 # The three suites share nothing (each its own environment, temporary folders and free ports) and none keeps both
 # cores busy alone (the .venv suite mostly waits on Azurite, sshd and the rehearsal's nodes), so they run at once:
 # make holds each suite's output and prints it whole when that suite ends (--output-sync), -k lets the others
-# finish, and `make test` fails if any suite failed.
+# finish, and `make test` fails if any suite failed. pip's resolution of the images' pins against PyPI runs apart,
+# in `make test-images` (.ci/run runs it after `make test`).
+# Each suite ends with a line of its wall and CPU time ("suite NAME: M:SS wall, N s of CPU"), its processes
+# included (horovodrun's ranks, the nodes' processes; not a daemon that detached, as Azurite's node does): the
+# suites share the cores, so a wall time depends on the others, and the CPU is each suite's own share.
 TEST_SUITES := test-venv test-torch test-tf
 test: setup  ## the whole test suite: infra, data and images in .venv; training in .venv-torch and .venv-tf (real Horovod ranks), the three at once
 	@echo "make test: $(TEST_SUITES) at once; each suite's output follows when it ends"
 	@$(MAKE) --no-print-directory -k -j3 --output-sync=target $(TEST_SUITES)
 
-.PHONY: $(TEST_SUITES)
-test-venv:  # all of tests/ but tests/training/pytorch and tensorflow: tests/conftest.py leaves them to their environments
-	.venv/bin/python -m pytest tests
+test-images: .venv/.installed  ## pip resolves each training image's pins for the image's own Python (asks PyPI; not part of make test)
+	@$(call timed,.venv/bin/python -m pytest tests/images/test_image_pins_resolve.py)
+
+TIMED = $(PYTHON) -c 'import resource, subprocess, sys, time; start = time.monotonic(); \
+    code = subprocess.call(sys.argv[2:]); minutes, seconds = divmod(round(time.monotonic() - start), 60); \
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN); \
+    print(f"suite {sys.argv[1]}: {minutes}:{seconds:02} wall, {cpu.ru_utime + cpu.ru_stime:.0f} s of CPU " \
+          f"({cpu.ru_utime:.0f} user, {cpu.ru_stime:.0f} system)", flush=True); sys.exit(code)'
+timed = echo '$(1)' && $(TIMED) $@ $(1)
+
+.PHONY: test-images $(TEST_SUITES)
+test-venv:  # all of tests/ but tests/training/pytorch and tensorflow (tests/conftest.py leaves them to their environments) and the images' pip resolution (make test-images)
+	@$(call timed,.venv/bin/python -m pytest tests --ignore=tests/images/test_image_pins_resolve.py)
 test-torch:
-	.venv-torch/bin/python -m pytest tests/training/pytorch
+	@$(call timed,.venv-torch/bin/python -m pytest tests/training/pytorch)
 test-tf:
-	.venv-tf/bin/python -m pytest tests/training/tensorflow
+	@$(call timed,.venv-tf/bin/python -m pytest tests/training/tensorflow)
 
 clean:  ## remove the environments and caches (the Horovod wheel cache in .cache/ is kept)
 	rm -rf .venv $(TRAIN_VENVS) .pytest_cache
