@@ -231,6 +231,8 @@ def _budget_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
     lines.append(f"  at 100% of actual spend the guard scales the GPU nodes to zero (the rest keeps billing) and "
                  f"`infra submit` refuses new jobs; Azure's cost data lags up to a day, so a job at maxNodes can pass the budget by up to "
                  f"{24 * at_max:.0f} (24 hours x {at_max:.2f}) before either acts")
+    lines.append("  the nodes stay at zero until `pulumi up`, which refreshes first (Pulumi.yaml options.refresh) and puts "
+                 "the autoscale back: run it once spend is under the budget (raised, or next month)")
     return lines
 
 

@@ -16,8 +16,9 @@ Automation account or webhook secret is needed. The identity gets one role on th
 
 What the guard does not do: it does not act before Azure's figures reach the budget (up to a day late, so a
 running job can overspend by up to a day at maxNodes: plan prints that figure), it does not delete anything, and
-the next `pulumi up` restores the pool's autoscale formula (or the cluster's maxNodeCount): raise the budget or
-wait for next month first.
+the next `pulumi up` restores the pool's autoscale formula (or the cluster's maxNodeCount), because it refreshes
+first (Pulumi.yaml's `options.refresh: always`: without it Pulumi diffs against its state and never sees the stop):
+raise the budget or wait for next month first. Until then `infra submit` names that `up` (batch/operate.py).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from infra.backends.batch import spec as batch_spec
 from infra.backends.batch.service import BatchService
@@ -23,8 +23,30 @@ FOLLOW_INTERVAL_S = 5.0
 DONE = "completed"
 
 
+def budget_stop_line(pool: dict[str, Any] | None, stack: str) -> str | None:
+    """Why a job would wait forever on this pool (`pool`: BatchService.pool_scale's answer), or None. The stack
+    always declares an autoscale formula (infra/backends/batch/cluster.py); a pool at fixed scale with no node is the
+    budget guard's stop (infra/components/budget.py PATCHes fixedScale 0, which Pools - Get shows as enableAutoScale
+    false and targets of 0: https://learn.microsoft.com/rest/api/batchservice/pools/get-pool) or a person's: no job
+    gets a node until the formula is back. Pulumi diffs against its state, not the live pool, so only an `up` that
+    refreshes first sees it (https://www.pulumi.com/docs/iac/concepts/projects/project-file/: `options.refresh:
+    always`, which Pulumi.yaml sets)."""
+    if not pool or pool.get("enableAutoScale", True):
+        return None
+    if int(pool.get("targetDedicatedNodes") or 0) or int(pool.get("targetLowPriorityNodes") or 0):
+        return None
+    return (f"pool {pool.get('id', '?')} is at fixed scale 0 (the budget guard's stop, or a resize outside Pulumi), so "
+            "a job would wait for nodes forever: once this month's spend is under monthlyBudgetUsd (raise it, or "
+            f"wait for next month), run `pulumi up --stack {stack}`, which refreshes first (Pulumi.yaml "
+            "options.refresh: always) and puts the autoscale formula back, then submit again")
+
+
 def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "") -> str:
-    """`verb_flags`: added to the follow-up commands printed (the rehearsal's `--rehearsal`)."""
+    """`verb_flags`: added to the follow-up commands printed (the rehearsal's `--rehearsal`). Refused while the pool
+    cannot get a node (budget_stop_line)."""
+    stopped = budget_stop_line(service.pool_scale(inputs.pool_id), inputs.stack)
+    if stopped:
+        raise JobError(f"--stack {inputs.stack}: {stopped}")
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = batch_spec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))

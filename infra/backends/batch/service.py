@@ -59,6 +59,10 @@ class BatchService(Protocol):
     def pool_nodes(self, pool_id: str) -> tuple[int, int]:
         """The pool's nodes now: (dedicated, low-priority/Spot); JobError when the pool does not exist."""
 
+    def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
+        """The pool's scale settings now (enableAutoScale, targetDedicatedNodes, targetLowPriorityNodes, in the
+        REST shape); None when the pool does not exist."""
+
 
 class AzureBatch:
     def __init__(self, endpoint: str, credential=None, client=None):
@@ -157,3 +161,14 @@ class AzureBatch:
             raise JobError(f"the Batch account has no pool {pool_id} (deleted outside Pulumi? `pulumi up` declares "
                            "it again)") from None
         return int(pool.current_dedicated_nodes or 0), int(pool.current_low_priority_nodes or 0)
+
+    def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        # Pools - Get (https://learn.microsoft.com/rest/api/batchservice/pools/get-pool): enableAutoScale false with
+        # targets of 0 is what the budget guard's Pool - Update (fixedScale 0) leaves behind.
+        try:
+            return self._call(f"reading pool {pool_id}", lambda: self.client.get_pool(pool_id, select=[
+                "id", "enableAutoScale", "targetDedicatedNodes", "targetLowPriorityNodes"]).as_dict())
+        except ResourceNotFoundError:
+            return None

@@ -125,6 +125,8 @@ def test_plan_shows_the_budget_beside_the_hourly_cost_and_the_hours_it_buys_at_m
     assert "ml-platform@example.com, lead@example.com" in lines[first]
     assert lines[first + 1].startswith(f"  it buys {1500.5 / at_max:.1f} hours at maxNodes={ev.config.nodes.max_nodes}")
     assert "lags up to a day" in lines[first + 2] and f"{24 * at_max:.0f} (24 hours" in lines[first + 2]
+    # Day 2: the stop outlives the month until an `up` that refreshes (Pulumi.yaml options.refresh: always).
+    assert lines[first + 3].startswith("  the nodes stay at zero until `pulumi up`") and "refreshes" in lines[first + 3]
 
 
 def test_plan_says_when_a_stack_has_no_budget():
