@@ -4,6 +4,7 @@ translation of a data plane's 403/404 into one line, and the helpers of the job 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -80,19 +81,78 @@ class StackOutputs:
         """Refuse outputs written by an older version of the project: `names` (fields) absent from `values`."""
         missing = [_camel(name) for name in names if _camel(name) not in values]
         if missing:
-            raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project")
+            raise JobError(f"stack outputs lack {', '.join(missing)}: run `pulumi up` with this version of the project "
+                           "(a member file: ask for one written since, `python -m infra member-file`)")
+
+
+# The member file (`python -m infra member-file`): the stack outputs a team member's verbs read, with no secret
+# value, so that members need neither the Pulumi state nor its secrets. What the verbs read is in StackOutputs;
+# the one secret output is `sas` (environment.py exports it as a Pulumi secret), and Pulumi shows any other output
+# that a secret taints as "[secret]" without --show-secrets: both are left out, and so is any value that holds a
+# SAS signature or an account key, whatever its name.
+SECRET_OUTPUTS = ("sas",)
+MEMBER_STACK_KEY = "memberFileOfStack"  # the stack the file was written for: what the verbs follow without --stack
+_SECRETISH = ("sig=", "accountkey=", "sharedaccesskey=", "[secret]")
+
+
+def member_outputs(stack: str, values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The member file's object for `stack`, from its outputs (`pulumi stack output --json`), and the output names
+    left out (secret, or not read by any verb)."""
+    known = {_camel(f.name) for f in fields(StackOutputs)} - {_camel(name) for name in SECRET_OUTPUTS}
+    kept: dict[str, Any] = {MEMBER_STACK_KEY: stack}
+    left_out = []
+    for key, value in values.items():
+        text = json.dumps(value).lower()
+        if key in known and not any(mark in text for mark in _SECRETISH):
+            kept[key] = value
+        else:
+            left_out.append(key)
+    return kept, sorted(left_out)
+
+
+def outputs_file_stack(outputs_file: Path | None) -> str | None:
+    """The stack a member file was written for (None: no file, or the plain JSON of `pulumi stack output`)."""
+    if not outputs_file:
+        return None
+    try:
+        values = json.loads(outputs_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None  # load_outputs says why, in one line
+    return values.get(MEMBER_STACK_KEY) if isinstance(values, dict) else None
+
+
+def selected_stack(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+    """The stack Pulumi has selected in this folder (`pulumi stack --show-name`): what the verbs follow when
+    neither --stack nor a member file names one."""
+    fix = "pass --stack NAME (the stack whose file is Pulumi.NAME.yaml)"
+    try:
+        result = run(["pulumi", "stack", "--show-name"], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise JobError(f"no --stack given, and without the Pulumi CLI there is no selected stack to follow: {fix}, "
+                       "or --outputs FILE with the member file of the stack (`python -m infra member-file`)") from None
+    name = (result.stdout or "").strip()
+    if result.returncode != 0 or not name:
+        last = (result.stderr.strip().splitlines() or ["no stack selected"])[-1]
+        raise JobError(f"no --stack given, and Pulumi has no stack selected here ({last[:200]}): {fix}, or select "
+                       "one with `pulumi stack select NAME`")
+    return name
 
 
 def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...],
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
                  file_flag: str = "--outputs FILE") -> StackOutputs:
-    """The deployed stack's outputs (`pulumi stack output --json --show-secrets`, or a file holding that JSON),
-    refused unless they hold the `required` fields. `file_flag`: how the caller's command takes that file."""
+    """The deployed stack's outputs (`pulumi stack output --json --show-secrets`, or a file holding that JSON or
+    the stack's member file), refused unless they hold the `required` fields. `file_flag`: how the caller's command
+    takes that file."""
     if outputs_file:
         try:
             values = json.loads(outputs_file.read_text())
         except (OSError, json.JSONDecodeError) as err:
             raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
+        of_stack = values.get(MEMBER_STACK_KEY) if isinstance(values, dict) else None
+        if of_stack and of_stack != stack:
+            raise JobError(f"--outputs {outputs_file} is the member file of stack {of_stack}, not {stack}: pass "
+                           f"--stack {of_stack}, or the member file of {stack}")
     else:
         try:
             result = run(["pulumi", "stack", "output", "--json", "--show-secrets", "--stack", stack],
@@ -213,7 +273,20 @@ def refused_line(err: Exception, service: str, what: str, causes: str) -> JobErr
     if not isinstance(err, HttpResponseError) or err.status_code != 403:
         return None
     code = getattr(getattr(err, "error", None), "code", None) or "Forbidden"
-    return ServiceRefused(f"{service} refused {what} (403 {code}): {causes}; {FIREWALL_FIX}")
+    seen = _seen_address(str(err))
+    fix = (f"this machine's address as Azure saw it, {seen}, must be in " + FIREWALL_FIX.split(" must be in ", 1)[1]
+           if seen else FIREWALL_FIX)
+    return ServiceRefused(f"{service} refused {what} (403 {code}): {causes}; {fix}")
+
+
+# Some data planes name the caller's address in a firewall's refusal ("Client address: 203.0.113.7", Key Vault's
+# ForbiddenByFirewall; "Client IP address ..."): then the line names it instead of asking for a lookup.
+_SEEN_ADDRESS = re.compile(r"client (?:ip )?address(?: is)?[:\s'\"]+((?:\d{1,3}\.){3}\d{1,3})\b", re.IGNORECASE)
+
+
+def _seen_address(message: str) -> str | None:
+    found = _SEEN_ADDRESS.search(message)
+    return found.group(1) if found else None
 
 
 def call_translated(call: Callable[[], T], what: str, job: str | None, refused: Callable[[Exception, str], Any]) -> T:
@@ -249,7 +322,7 @@ def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs
         then = (f"submit again once it is (`python -m infra restage --stack {stack}` asks the NFS server to stage "
                 "at once; --skip-data-check lets the job wait, holding its nodes)" if nfs_report
                 else "submit again once it is (--skip-data-check submits anyway)")
-        raise JobError(not_ready_message(ready, then))
+        raise JobError(not_ready_message(ready, then).replace("--stack STACK", f"--stack {stack}"))
     return ready.line
 
 

@@ -1,7 +1,10 @@
 """Is the training data ready for a job? Asked before a job is submitted (`infra submit`, the TrainingJob and
 AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while there is nothing to train on.
 
-- Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD).
+- Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD), in the
+  layout the trainer reads once it is staged as it is (no backend extracts archives): class folders under
+  `train/` (training/data/layout.py, the check `python -m infra upload` runs on the folder before it uploads),
+  and `val/`, when there, with the same classes.
 - Batch with `nfsKind: vm`: the NFS server's staging unit (infra/core/nfs_user_data.py, training/data/staged.py)
   must report the dataset staged (the blob `batch_spec.STAGED_BLOB` in `status`, written with its own identity),
   and the fingerprint it staged must be the container's listing now: data uploaded since is not on NFS yet.
@@ -39,25 +42,48 @@ def _status(status_url: str, operation: str, use):
         return transfer.with_retries(operation, transfer.Stats(), lambda: use(blobs))
 
 
-def listing(data_url: str):
-    """The `data` container's listing (files, bytes, fingerprint), as the staging unit computes it."""
+def listing(data_url: str, seen=None):
+    """The `data` container's listing (files, bytes, fingerprint), as the staging unit computes it
+    (staged.list_container: folder placeholders left out); `seen(name)` is told each blob's name on the way."""
     from training.data import staged, transfer
     from training.data.blob_reader import BlobReader
 
     target = transfer.ContainerTarget.parse(data_url, "data container")
+    reader = BlobReader(target, 1)
+
+    def retry(operation, attempt):
+        return transfer.with_retries(operation, transfer.Stats(), attempt)
+
+    def blobs():
+        marker = None
+        while marker != "":
+            page, marker = retry("listing the container", lambda: reader.list_page("", marker or ""))
+            for blob in page:
+                if not blob.name.endswith("/"):
+                    if seen:
+                        seen(blob.name)
+                    yield blob
+
     with transfer.stopping_cleanly("listing `data`"):
         target.check_reachable()
-        return staged.list_container(BlobReader(target, 1), "",
-                                     lambda op, attempt: transfer.with_retries(op, transfer.Stats(), attempt))
+        return staged.Listing.of(blobs())
 
 
 def data_ready(data_url: str, status_url: str = "") -> Readiness:
     """Whether a job may start now: `data` is not empty and, with a `status_url` (the NFS server's reports),
     the server has staged exactly what `data` holds now."""
-    now = listing(data_url)
+    from training.data import layout
+
+    found = layout.Layout()
+    now = listing(data_url, found.add)
     if now.files == 0:
-        return Readiness(False, "the `data` container is empty: upload the dataset first (`python -m training "
-                                "upload DIR https://ACCOUNT.blob.core.windows.net/data`)")
+        return Readiness(False, "the `data` container is empty: upload the dataset first (`python -m infra upload "
+                                "--stack STACK DIR`)")
+    problem = found.problem(images=False)  # the trainer checks the files themselves
+    if problem:
+        return Readiness(False, f"the `data` container is not a dataset the trainer reads: {problem}; "
+                                f"{layout.EXPECTED} (`python -m infra upload --stack STACK DIR` checks a folder "
+                                "before it uploads)")
     if not status_url:
         return Readiness(True, f"`data` holds {now.files} files ({now.bytes / 1e9:.2f} GB)")
     report = _status(status_url, "reading the NFS server's report in `status`", lambda blobs: blobs.read())

@@ -1,7 +1,11 @@
 """Deployer-side command line: `python -m infra COMMAND --help`.
 
-The job verbs read the stack's outputs with `pulumi stack output --json --show-secrets` (or --outputs FILE)
-and sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...), never keys.
+The job and data verbs read the stack's outputs with `pulumi stack output --json --show-secrets`, or from
+--outputs FILE: the stack's member file (`python -m infra member-file`, written once by the platform engineer: the
+outputs the verbs read, no secret in it), so that a team member needs neither the Pulumi state nor its secrets.
+Without --stack they follow the member file's stack, else the stack Pulumi has selected (`pulumi stack
+--show-name`). They sign in to Azure with Azure AD (DefaultAzureCredential: `az login`, a managed identity...),
+never keys.
 With --rehearsal, status, logs, download and cancel reach the stack's rehearsal instead, by the same path: its
 folder's endpoints file names the local Batch and storage endpoints and the sign-in there (no Azure needed).
 """
@@ -11,10 +15,13 @@ from __future__ import annotations
 EXAMPLES = """Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
-  python -m infra new-team speech --from dev   # writes Pulumi.speech.yaml with a free address space
+  python -m infra new-team speech      # writes Pulumi.speech.yaml from trial, with a free address space
+  python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
+  python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
   python -m infra teams                 # every stack file: backend, region, nodes, cost, failing checks
   python -m infra teams --live          # and, from Azure: nodes now, jobs running, spend this month
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
+  python -m infra submit --outputs member-dev.json     # a member: the member file names the stack
   python -m infra logs --stack dev --follow
   python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
   python -m infra download --stack dev --dest results/
@@ -25,13 +32,19 @@ EXAMPLES = """Examples:
 """
 
 import argparse
+import functools
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from infra import REPO_ROOT
 from training import frameworks
+
+
+OUTPUTS_HELP = ("the stack's member file (`python -m infra member-file`), or the JSON of `pulumi stack output --json "
+                "--show-secrets` (default: run that command)")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -75,12 +88,11 @@ def _teams(args: argparse.Namespace, batch_factory=None, aml_factory=None, spend
     import json
 
     from infra.cli import teams
-    from infra.core import config
 
     if args.outputs_dir is not None and not args.live:
         print("error: --outputs-dir is read by --live only: add --live, or leave --outputs-dir out", file=sys.stderr)
         return 2
-    rows = [teams.team_row(stack, args.project_dir) for stack in config.stack_names(args.project_dir)]
+    rows = teams.team_rows(args.project_dir)  # each stack file read once (teams.Fleet)
     if args.live:
         sources = teams.LiveSources(outputs=lambda stack, required: _team_outputs(args, stack, required),
                                     connect=_connect(batch_factory, aml_factory),
@@ -123,8 +135,10 @@ def _azure_error_line(err: Exception) -> str | None:
         return (f"cannot sign in to Azure ({first[:200]}): run `az login` (or set up a managed identity / "
                 "AZURE_CLIENT_ID), then try again")
     if isinstance(err, HttpResponseError):
-        return (f"Azure refused the request ({err.status_code}: {first[:200]}); check that you may use the stack's "
-                "Batch account and that your IP is in allowedIpRanges")
+        return (f"Azure refused the request ({err.status_code}: {first[:200]}); check that you have the stack's "
+                "role on its Batch account or workspace (the platform team grants it: teamMembers) and that this "
+                "machine's public address (`curl -s https://ifconfig.me`) is in allowedIpRanges in "
+                "Pulumi.<stack>.yaml (the platform team adds it and runs `pulumi up`)")
     return None
 
 
@@ -143,8 +157,15 @@ def _job_verb_errors(args: argparse.Namespace, verb) -> int:
             raise
         from training.data.transfer import redact
 
-        print(f"error: {redact(line)}", file=sys.stderr)
+        _error(args, redact(line))
         return 1
+
+
+def _error(args: argparse.Namespace, line: object) -> None:
+    """A verb's one error line, the stack's own file named where a fix says Pulumi.<stack>.yaml."""
+    stack = getattr(args, "stack", None)
+    text = str(line)
+    print(f"error: {text.replace('Pulumi.<stack>.yaml', f'Pulumi.{stack}.yaml') if stack else text}", file=sys.stderr)
 
 
 def _rehearsal_verb(args: argparse.Namespace, batch_factory, staged) -> int:
@@ -172,7 +193,7 @@ def _rehearsal_verb(args: argparse.Namespace, batch_factory, staged) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (JobError, UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _error(args, err)
         return 1
 
 
@@ -235,7 +256,7 @@ def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=N
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (JobError, UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _error(args, err)
         return 1
 
 
@@ -273,10 +294,101 @@ def _restage(args: argparse.Namespace) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (JobError, UsageError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        _error(args, err)
         return 1
     if not args.follow:
         print(f"  follow it: python -m infra restage --stack {args.stack} --follow (asks again, harmlessly)")
+    return 0
+
+
+def _member_file(args: argparse.Namespace) -> int:
+    """Write the stack's member file: its outputs (`pulumi stack output --json`, without --show-secrets; or
+    --outputs FILE) less every secret value, checked to hold what the verbs of its backend read."""
+    import json
+    import subprocess
+
+    from infra.backends import BACKENDS
+    from infra.backends.shared import JobError, StackOutputs, member_outputs
+
+    out = args.out or Path(f"member-{args.stack}.json")
+    try:
+        if args.outputs:
+            try:
+                values = json.loads(args.outputs.read_text())
+            except (OSError, json.JSONDecodeError) as err:
+                raise JobError(f"--outputs {args.outputs}: not readable JSON ({err})") from None
+        else:
+            try:
+                result = subprocess.run(["pulumi", "stack", "output", "--json", "--stack", args.stack],
+                                        capture_output=True, text=True, cwd=args.project_dir)
+            except FileNotFoundError:
+                raise JobError("the Pulumi CLI is not installed: member-file reads the stack's outputs with `pulumi "
+                               "stack output --json`; run it where the stack is deployed from, or pass --outputs FILE "
+                               "with that JSON") from None
+            if result.returncode != 0:
+                last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+                raise JobError(f"cannot read the outputs of stack {args.stack!r} ({last}); is it deployed "
+                               "(`pulumi up`)?")
+            values = json.loads(result.stdout or "{}")
+        if not isinstance(values, dict):
+            raise JobError("the stack outputs are not a JSON object (`pulumi stack output --json`)")
+        kept, left_out = member_outputs(args.stack, values)
+        chosen = BACKENDS.get(str(kept.get("backend", "")))
+        if chosen is None:
+            raise JobError(f"stack {args.stack}'s outputs name no backend (backend: {kept.get('backend')!r}): run "
+                           "`pulumi up` with this version of the project")
+        StackOutputs.require(chosen.required_outputs + ("container_urls",), kept)
+    except JobError as err:
+        _error(args, err)
+        return 1
+    part = out.with_name(out.name + ".part")  # never a half-written member file under its name
+    part.write_text(json.dumps(kept, indent=2, sort_keys=True) + "\n")
+    os.replace(part, out)
+    print(f"wrote {out}: stack {args.stack}'s outputs that the job and data verbs read ({len(kept) - 1} keys); no "
+          f"secret in it (left out: {', '.join(left_out) or 'nothing'})")
+    print(f"  give it to the team's members; they run, from a checkout of this project (no Pulumi needed):\n"
+          f"  python -m infra upload --outputs {out.name} DIR   # DIR/train/<class>/*.jpg\n"
+          f"  python -m infra submit --outputs {out.name}\n"
+          f"  python -m infra logs --outputs {out.name} --follow")
+    return 0
+
+
+def _upload(args: argparse.Namespace) -> int:
+    """Check DIR's layout (unless --no-layout-check), then upload it into the stack's `data` container with your
+    Azure AD sign-in (training/data/upload.py: verified, resumable)."""
+    from infra.backends.shared import JobError, load_outputs
+    from training.data import layout, transfer
+    from training.data.upload import upload
+    from training.errors import UsageError
+
+    src = args.dir
+    try:
+        if not src.is_dir():
+            raise UsageError(f"DIR {src}: no such folder; give the dataset's folder (with train/<class>/ in it)")
+        if args.workers < 1:
+            raise UsageError("--workers must be at least 1")
+        if not args.no_layout_check:  # before the outputs, the sign-in or a byte: a wrong tree never leaves here
+            found = layout.of_folder(src)
+            problem = found.problem()
+            if problem:
+                raise UsageError(f"DIR {src}: {problem}; {layout.EXPECTED}, e.g. {src}/train/cat/1.jpg (another "
+                                 "tree: --no-layout-check)")
+            print(f"upload: {src}: {found.summary()}", file=sys.stderr)
+        outputs = load_outputs(args.stack, args.outputs, ("container_urls",))
+        url = (outputs.container_urls or {}).get("data")
+        if not url:
+            raise JobError("stack outputs lack the `data` container: run `pulumi up` with this version of the project")
+        target = transfer.ContainerTarget.parse(url, "the stack's `data` container", verb="upload")
+        print(f"upload: {src} -> {target.display}", file=sys.stderr)
+        with transfer.stopping_cleanly("upload"):
+            stats = upload(src, target, "", args.workers)
+    except (JobError, UsageError) as err:
+        _error(args, err)
+        return 1
+    print(stats.line("upload"))
+    flags = f" --outputs {args.outputs}" if args.outputs else f" --stack {args.stack}"
+    print(f"  next: python -m infra submit{flags}   (it refuses until the data is staged; nfsKind vm: `python -m "
+          f"infra restage{flags} --follow` stages it now)")
     return 0
 
 
@@ -383,9 +495,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     }
     for verb, help_text in verbs.items():
         sub = commands.add_parser(verb, help=help_text, description=help_text)
-        sub.add_argument("--stack", default="dev", help="stack name (default: dev)")
-        sub.add_argument("--outputs", type=Path, default=None,
-                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+        sub.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
+                                          "selected)")
+        sub.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
         sub.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
         if verb == "submit":
             sub.add_argument("--framework", choices=frameworks.names(),
@@ -418,9 +530,9 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                     f"checks for it every minute (and lists `data` for changes every {RECHECK_MINUTES} minutes by "
                     "itself), stages what changed, and reports; with --follow this prints each report until the "
                     "request is served.")
-    restage.add_argument("--stack", default="dev", help="stack name (default: dev)")
-    restage.add_argument("--outputs", type=Path, default=None,
-                         help="JSON of `pulumi stack output --json --show-secrets` (default: run that command)")
+    restage.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
+                                         "selected)")
+    restage.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
     restage.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     restage.add_argument("--follow", action="store_true", help="print the server's reports until it has staged")
     restage.add_argument("--poll-seconds", type=float, default=10.0, help=argparse.SUPPRESS)
@@ -431,9 +543,50 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                                          "local nodes with their own IPs and SSH as its Batch pool (needs root)")
     rehearse.set_defaults(run=lambda a: _rehearse([]))
 
+    member = commands.add_parser(
+        "member-file", help="write the stack's member file: the outputs the job and data verbs read, no secret",
+        description="Platform engineer, once per stack (and after a `pulumi up` that changes its outputs): write "
+                    "the stack's outputs that the job and data verbs read, without any secret value (no SAS, no key, "
+                    "no password; `pulumi stack output --json`, never --show-secrets), for the team's members: "
+                    "with it (`--outputs FILE`) they upload, submit, follow and download with their own Azure AD "
+                    "sign-in and the roles the stack grants teamMembers, without the Pulumi state or its secrets.")
+    member.add_argument("--stack", help="stack name (default: the stack Pulumi has selected)")
+    member.add_argument("-o", "--out", type=Path, default=None, help="file to write (default: member-STACK.json)")
+    member.add_argument("--outputs", type=Path, default=None,
+                        help="the JSON of `pulumi stack output --json` instead of running it")
+    member.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    member.set_defaults(run=_member_file)
+
+    upload = commands.add_parser(
+        "upload", help="check a dataset folder's layout, then upload it into the stack's `data` container",
+        description="Upload DIR into the stack's `data` container (its URL from the stack's outputs or member file) "
+                    "with your Azure AD sign-in (`az login`; members hold Storage Blob Data Contributor on `data`), "
+                    "verified and resumable (a rerun skips what is there). Before anything moves, DIR's layout is "
+                    "checked against what the trainer reads: DIR/train/<class>/IMAGE (.jpg, .jpeg, .png, any case), "
+                    "optionally DIR/val/<class>/IMAGE with the same classes; a flat or empty folder is refused.",
+        epilog="Example: python -m infra upload --outputs member-dev.json ~/pets   # pets/train/cat/1.jpg ...")
+    upload.add_argument("dir", type=Path, metavar="DIR", help="the dataset's folder")
+    upload.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
+                                        "selected)")
+    upload.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
+    upload.add_argument("--no-layout-check", action="store_true",
+                        help="upload another tree as it is (the trainer reads train/<class>/ only)")
+    upload.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    upload.set_defaults(run=lambda a: _job_verb_errors(a, _upload))
+
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])
     args = parser.parse_args(argv)
+    if hasattr(args, "stack") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
+        from infra.backends.shared import JobError, outputs_file_stack, selected_stack
+
+        try:
+            args.stack = outputs_file_stack(getattr(args, "outputs", None)) or selected_stack(
+                functools.partial(subprocess.run, cwd=args.project_dir))
+        except JobError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     return args.run(args)
 

@@ -41,9 +41,11 @@ class RefusedError(PermanentError):
     """A 403: retrying will not help now (the firewall or the role must change first)."""
 
 
-# An account's firewall admits the addresses in the stack's allowedIpRanges, as they were at `pulumi up`.
-FIREWALL_FIX = ("if your address changed since `pulumi up`, add the new one (`curl -s https://ifconfig.me`) to "
-                "allowedIpRanges in Pulumi.<stack>.yaml and run `pulumi up`")
+# An account's firewall admits the addresses in the stack's allowedIpRanges, as they were at `pulumi up`: a team
+# member cannot change them, the platform team (who run `pulumi up` for the stack) can.
+FIREWALL_FIX = ("this machine's public address (`curl -s https://ifconfig.me` shows it) must be in allowedIpRanges "
+                "in Pulumi.<stack>.yaml: ask the stack's platform team to add it (the bare address) and run "
+                "`pulumi up`")
 NOT_SIGNED_IN = ("not signed in to Azure: run `az login` (or set AZURE_CLIENT_ID, AZURE_TENANT_ID and "
                  "AZURE_CLIENT_SECRET for a service principal, or run where a managed identity is assigned), then "
                  "try again")

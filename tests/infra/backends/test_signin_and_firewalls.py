@@ -137,7 +137,7 @@ def test_job_verbs_through_a_batch_firewall_are_one_line(batch, tmp_path, capsys
     _, err = capsys.readouterr()
     assert code == 1 and err.count("\n") == 1, err
     assert err.startswith("error: the Batch account refused listing jobs (403 AuthorizationFailure)")
-    assert "allowedIpRanges in Pulumi.<stack>.yaml and run `pulumi up`" in err
+    assert "allowedIpRanges in Pulumi.dev.yaml: ask the stack's platform team" in err
 
 
 def test_storage_firewall_refusal_names_the_fix():

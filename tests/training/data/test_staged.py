@@ -42,7 +42,7 @@ def test_an_empty_container_is_never_staged_and_data_uploaded_later_is(stack, tm
     gate = staging.data_ready(stack["data"], stack["status"])
     assert not gate.ready and "the `data` container is empty" in gate.line
     # The deployer uploads once the stack exists; the next tick stages every file and marks it.
-    src = make_tree(tmp_path / "src", files=40)
+    src = make_tree(tmp_path / "src" / "train", files=40).parent  # the trainer's train/<class>/ (the gate checks)
     assert cli("upload", src, stack["data_write"], "--workers", "4").returncode == 0
     assert not staging.data_ready(stack["data"], stack["status"]).ready  # the server has not seen it yet
     second = run_unit(stack, dest)
@@ -61,16 +61,16 @@ def test_an_empty_container_is_never_staged_and_data_uploaded_later_is(stack, tm
 
 def test_a_change_unmarks_the_copy_until_it_is_restaged(stack, tmp_path):
     dest = tmp_path / "imagenet"
-    src = make_tree(tmp_path / "src", files=10)
+    src = make_tree(tmp_path / "src" / "train", files=10).parent
     cli("upload", src, stack["data_write"])
     assert run_unit(stack, dest).returncode == 0
-    (src / "d0" / "new.bin").write_bytes(b"late file")
+    (src / "train" / "d0" / "new.bin").write_bytes(b"late file")
     cli("upload", src, stack["data_write"])
     gate = staging.data_ready(stack["data"], stack["status"])
     assert not gate.ready and "changed since the NFS server staged it (10 files staged, 11 now)" in gate.line
     again = run_unit(stack, dest)
     assert "the container changed: staged 11 files" in again.stdout, again.stdout
-    assert (dest / "d0" / "new.bin").read_bytes() == b"late file"
+    assert (dest / "train" / "d0" / "new.bin").read_bytes() == b"late file"
     assert staging.data_ready(stack["data"], stack["status"]).ready
 
 
@@ -91,7 +91,7 @@ def test_a_restage_request_is_served_once_and_the_recheck_interval_is_kept(stack
 
 
 def test_without_a_report_the_gate_waits_for_the_server(stack, tmp_path):
-    cli("upload", make_tree(tmp_path / "src", files=3), stack["data_write"])
+    cli("upload", make_tree(tmp_path / "src" / "train", files=3).parent, stack["data_write"])
     gate = staging.data_ready(stack["data"], stack["status"])
     assert not gate.ready and "has not reported on the data yet" in gate.line
     # Without an NFS server (azure-files, azureml) a non-empty container is enough.
