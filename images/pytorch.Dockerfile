@@ -32,6 +32,9 @@ RUN images/build_horovod.sh --python python --framework pytorch --ops nccl --cac
  && rm -rf /tmp/wheels
 
 COPY training/ training/
+# NCCL's topology files of the InfiniBand sizes (infra/core/skus.py IMAGE_TOPOLOGY_DIR): Azure ML's containers do
+# not see the host's /opt/microsoft, where the HPC image keeps them.
+COPY images/nccl-topology/ nccl-topology/
 # The package imports from any directory (a job's own copy, first on PYTHONPATH, shadows this one).
 ENV PYTHONPATH=/opt/dltrain
 # NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from training.errors import UsageError
+from training.errors import RunStopped, UsageError
 
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
             "upload": "training.data.upload",
@@ -64,6 +64,8 @@ def main(argv: list[str]) -> int:
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RunStopped:
+        return 1
     print(f"error: unknown command {command!r}; commands: train, {', '.join(COMMANDS)} (see --help); developer "
           "tools (synth-data, benchmark, data-demo, stage-benchmark) are `python -m devtools`", file=sys.stderr)
     return 2

@@ -77,13 +77,21 @@ class TrainConfig:
     # Speed
     # Defaults fit the hardware: what is fastest on a GPU (bf16 on tensor cores, NHWC convolutions) there, fp32
     # in NCHW on CPU (see resolve_for_device).
-    precision: str = _opt("auto", "compute precision (autocast; fp16 adds loss scaling); auto: bf16 on a GPU, "
-                                  "fp32 on CPU", PRECISIONS)
+    precision: str = _opt("auto", "compute precision (autocast; fp16 adds loss scaling); auto: bf16 on a GPU that "
+                                  "has it (A100, H100: compute capability 8.0+), fp16 on older GPUs (V100, T4), fp32 "
+                                  "on CPU", PRECISIONS)
     channels_last: bool | None = _opt(None, "NHWC memory format for pytorch (faster convolutions on tensor "
                                             "cores); default: on for pytorch on a GPU, off on CPU")
     compile: bool = _opt(False, "torch.compile the model (pytorch)")
     xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
+    # Before training (multi-node jobs add these: training/interconnect.py)
+    interconnect_check: bool = _opt(False, "measure the all-reduce bus bandwidth over this run's ranks before "
+                                           "training, in these same processes, and write it to "
+                                           "OUTPUT_DIR/interconnect.json (horovod and ddp)")
+    interconnect_floor_gbps: float = _opt(0.0, "with --interconnect-check: below this bus bandwidth (GB/s) the run "
+                                               "stops before training (0: no floor, the figure only)")
+    allow_slow_interconnect: bool = _opt(False, "below --interconnect-floor-gbps, warn and train anyway")
     # Length and cadence
     epochs: float = _opt(1.0, "passes over the training data (ignored when --steps is set)")
     steps: int = _opt(0, "optimizer steps to run in total (0: use --epochs)")
@@ -113,6 +121,11 @@ class TrainConfig:
             raise UsageError("--steps and --stop-at-step must be >= 0, --epochs > 0")
         if self.checkpoint_minutes < 0:
             raise UsageError(f"--checkpoint-minutes must be >= 0 (0: by steps only), got {self.checkpoint_minutes}")
+        if self.interconnect_floor_gbps < 0:
+            raise UsageError(f"--interconnect-floor-gbps must be >= 0 (0: no floor), got {self.interconnect_floor_gbps}")
+        if self.interconnect_check and self.dist == "native":
+            raise UsageError("--interconnect-check measures horovod and ddp runs; --dist native's collectives are "
+                             "not measured yet (leave the flag out)")
         if self.workers < 0:
             raise UsageError(f"--workers must be >= 0, got {self.workers}")
         if not 0 <= self.max_bad_images < 1:
@@ -156,11 +169,20 @@ def dali_installed() -> bool:
         return False
 
 
-def resolve_for_device(cfg: TrainConfig, gpu: bool) -> TrainConfig:
+def auto_precision(gpu: bool, bf16: bool) -> str:
+    """--precision auto: bf16 where the GPU computes in it, fp16 (with loss scaling) on GPUs without bf16 units,
+    fp32 on CPU. bf16 needs compute capability 8.0 (Ampere) or later: a T4 (7.5) or V100 (7.0) has fp16 tensor cores
+    only and runs bf16 emulated, slower than fp32 (https://docs.nvidia.com/cuda/cuda-c-programming-guide/ "Arithmetic
+    Instructions", bf16 from compute capability 8.0; PyTorch's torch.cuda.is_bf16_supported checks the same)."""
+    return ("bf16" if bf16 else "fp16") if gpu else "fp32"
+
+
+def resolve_for_device(cfg: TrainConfig, gpu: bool, bf16: bool | None = None) -> TrainConfig:
     """`cfg` with the hardware-dependent defaults (precision and loader auto, channels-last unset) decided for
-    this device."""
+    this device; `bf16`: whether the GPU has bf16 units (default: as `gpu`)."""
     fw = frameworks.get(cfg.framework)
-    precision = ("bf16" if gpu else "fp32") if cfg.precision == "auto" else cfg.precision
+    bf16 = gpu if bf16 is None else bf16
+    precision = auto_precision(gpu, bf16) if cfg.precision == "auto" else cfg.precision
     channels_last = (gpu and fw.channels_last) if cfg.channels_last is None else cfg.channels_last
     if cfg.loader == "auto":
         # nvjpeg needs only torchvision, which every pytorch environment has (the model is torchvision's)

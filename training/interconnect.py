@@ -1,19 +1,25 @@
-"""`python -m training interconnect-check`: all-reduce bus bandwidth over the job's real process group, before
-training, on every multi-node run. It runs under the same launcher as `train` (horovodrun/mpirun for Horovod,
-torchrun or Azure ML's per-process launch for DDP) with the framework's own binding, so it measures the path the
-gradients will take (NCCL on GPUs, Gloo on CPU in the rehearsal).
+"""The interconnect check: all-reduce bus bandwidth over the job's real process group, before training, on every
+multi-node run. The job runs it inside `train` (`--interconnect-check`), in the training processes themselves, right
+after they bind to their GPUs and join their group: Azure ML's MPI distribution wraps the job's whole command in one
+mpirun, and a second MPI program in the same rank is refused ("MPI_Init() cannot be invoked twice by the same MPI
+rank (even if done via two distinct processes)": open-mpi/ompi issues 7025 and 10940), so the check cannot be a
+program of its own there; Batch's job runs it the same way (one launch, one way). `python -m training
+interconnect-check` runs the same measurement as a program of its own, for a person at a node.
 
-Bus bandwidth is nccl-tests' figure: algbw = bytes / time, busbw = algbw * 2(n-1)/n for an all-reduce over n
-ranks, which makes it comparable across rank counts and with the hardware's link speed
+It measures the path the gradients will take (NCCL on GPUs, Gloo on CPU in the rehearsal). Bus bandwidth is
+nccl-tests' figure: algbw = bytes / time, busbw = algbw * 2(n-1)/n for an all-reduce over n ranks, which makes it
+comparable across rank counts and with the hardware's link speed
 (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md, "AllReduce").
 
-With --floor-gbps (the job builder passes the node size's figure from infra/core/skus.py; sizes without
-InfiniBand and the rehearsal pass none) a figure below the floor stops the job in one line before training,
-unless --allow-slow-interconnect. Rank 0 writes --output (JSON) so the run's summary.json carries the figure.
+With a floor (the job builder passes the node size's figure from infra/core/skus.py; sizes without InfiniBand and
+the rehearsal pass none) a figure below it stops the job in one line before training, unless
+--allow-slow-interconnect. Rank 0 writes the figure (JSON) so the run's summary.json carries it.
 
 Examples:
   horovodrun -np 2 -H localhost:2 python -m training interconnect-check --output /tmp/run/interconnect.json
   torchrun --standalone --nproc-per-node 2 -m training interconnect-check --dist ddp --floor-gbps 400
+  horovodrun -np 16 -H 10.0.0.4:8,10.0.0.5:8 python -m training train --interconnect-check \\
+      --interconnect-floor-gbps 400 ...   # what a job runs
 """
 from __future__ import annotations
 
@@ -21,35 +27,29 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from training.cluster.launch import set_horovod_cycle
+from training.cluster.launch import dist_of, set_horovod_cycle
 from training.errors import UsageError
 
 LIKELY_CAUSES = ("NCCL_IB_DISABLE set (NCCL on TCP instead of InfiniBand), a wrong NCCL_SOCKET_IFNAME or "
                  "interface, or a missing NCCL topology file (NCCL_TOPO_FILE)")
+ALLOW_SLOW = "--allow-slow-interconnect"
+CHECK, FLOOR = "--interconnect-check", "--interconnect-floor-gbps"  # train's flags for the in-run check
+# Defaults: nccl-tests' large-message range, where busbw levels off, on GPUs; seconds, not minutes, on CPU (Gloo in
+# the rehearsal).
+SIZE_MB = {True: 256.0, False: 4.0}
+ITERS = {True: 20, False: 3}
 
 
-ALLOW_SLOW = "--allow-slow-interconnect"  # a job flag (submit's training arguments): it reaches the check, not train
-
-
-def job_check(train_args: list[str], *, nodes: int, framework: str, floor_gbps: float | None,
-              output: str) -> tuple[list[str] | None, list[str]]:
-    """For a job builder (pure): (the check's flags, or None where no check runs; train's flags without
-    --allow-slow-interconnect). Only multi-node runs are checked (one node's all-reduce never leaves it), and
-    only Horovod and DDP ones (--dist native's TensorFlow collectives are not measured yet)."""
-    from training.cluster.launch import dist_of
-
-    train = [a for a in train_args if a != ALLOW_SLOW]
-    dist = dist_of(train)
-    if nodes < 2 or dist == "native":
-        return None, train
-    flags = ["--framework", framework, "--dist", dist, "--output", output]
-    if floor_gbps is not None:
-        flags += ["--floor-gbps", f"{floor_gbps:g}"]
-    if ALLOW_SLOW in train_args:
-        flags.append(ALLOW_SLOW)
-    return flags, train
+def job_train_args(train_args: list[str], *, nodes: int, floor_gbps: float | None) -> list[str]:
+    """For a job builder (pure): train's flags with the in-run check asked for where it runs: multi-node runs only
+    (one node's all-reduce never leaves it), Horovod and DDP ones (--dist native's TensorFlow collectives are not
+    measured yet), with the size's floor where it has one. --allow-slow-interconnect stays a train flag."""
+    if nodes < 2 or dist_of(train_args) == "native" or CHECK in train_args:
+        return list(train_args)
+    return [*train_args, CHECK, *([FLOOR, f"{floor_gbps:g}"] if floor_gbps is not None else [])]
 
 
 def bus_bandwidth_gbps(nbytes: int, seconds: float, ranks: int) -> float:
@@ -67,57 +67,92 @@ def verdict(figure: float, floor: float | None, allow_slow: bool) -> str | None:
             f"{floor:.1f} GB/s; likely causes: {LIKELY_CAUSES}; --allow-slow-interconnect trains anyway")
 
 
-def _torch_group(dist: str):
-    """(rank, size, all-reduce of a float32 buffer of `count` elements, shutdown) with PyTorch's binding."""
+def torch_allreduce_seconds(torch, group, device, count: int, iters: int) -> float:
+    """Mean seconds of an all-reduce of `count` float32s over a PyTorch group (training.pytorch.distributed's
+    Horovod or Ddp), after one untimed warm-up (connections, NCCL's rings); every rank gets the same figure, so the
+    same verdict."""
+    buffer = torch.ones(count, dtype=torch.float32, device=device)
+    timed = 0.0
+    for i in range(iters + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        if group.name == "horovod":
+            group.hvd.allreduce_(buffer, op=group.hvd.Sum, name="interconnect_check")
+        else:
+            group.dist.all_reduce(buffer)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i:
+            timed += time.perf_counter() - start
+    return group.mean(timed / iters)
+
+
+def tf_allreduce_seconds(tf, hvd, count: int, iters: int) -> float:
+    """As torch_allreduce_seconds, over Horovod's TensorFlow ranks. Each all-reduce is waited for by reading one
+    element of its result back (not the whole buffer: copying 256 MB to the host each time would be timed too)."""
+    buffer = tf.ones([count], dtype=tf.float32)
+    timed = 0.0
+    for i in range(iters + 1):
+        start = time.perf_counter()
+        reduced = hvd.allreduce(buffer, op=hvd.Sum, name="interconnect_check")
+        reduced[:1].numpy()  # waits for the all-reduce
+        if i:
+            timed += time.perf_counter() - start
+    return float(hvd.allreduce(tf.constant(timed / iters), op=hvd.Average, name="interconnect_time"))
+
+
+def measure(seconds_of: Callable[[int, int], float], *, rank: int, size: int, gpu: bool, size_mb: float | None = None,
+            iters: int | None = None, floor_gbps: float | None = None, allow_slow: bool = False,
+            output: Path | None = None) -> str | None:
+    """Run the check with `seconds_of(count, iters)` (an all-reduce timer of the run's group); rank 0 prints the
+    figure and writes `output`. Returns the line that stops the job (rank 0 prints it), or None."""
+    count = max(1, int((size_mb or SIZE_MB[gpu]) * 1e6) // 4)
+    figure = bus_bandwidth_gbps(count * 4, seconds_of(count, iters or ITERS[gpu]), size)
+    stop = verdict(figure, floor_gbps, allow_slow)
+    if rank == 0:
+        floor = f", floor {floor_gbps:.1f} GB/s" if floor_gbps is not None else ", no floor for this size"
+        print(f"interconnect-check: all-reduce bus bandwidth {figure:.2f} GB/s over {size} ranks "
+              f"({count * 4 / 1e6:.0f} MB){floor}", flush=True)
+        if floor_gbps is not None and figure < floor_gbps and allow_slow:
+            print(f"warning: below the floor ({LIKELY_CAUSES}); --allow-slow-interconnect: training anyway",
+                  file=sys.stderr, flush=True)
+        if output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps({"interconnect_busbw_gbps": round(figure, 3), "interconnect_ranks": size,
+                                          "interconnect_bytes": count * 4, "interconnect_floor_gbps": floor_gbps})
+                              + "\n")
+        if stop:  # one line for the job, not one per rank
+            print(stop, file=sys.stderr, flush=True)
+    return stop
+
+
+def _torch_timer(dist: str):
+    """(rank, size, timer, shutdown, gpu) of a PyTorch group, bound as training binds (distributed.init)."""
     import torch
 
     from training.pytorch import distributed
 
     group = distributed.init(dist)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        torch.cuda.set_device(group.local_rank)
-
-    def run(count: int, iters: int) -> float:
-        buffer = torch.ones(count, dtype=torch.float32, device=device)
-        timed = 0.0
-        for i in range(iters + 1):  # the first one warms up (connections, NCCL's rings): not timed
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            if group.name == "horovod":
-                group.hvd.allreduce_(buffer, op=group.hvd.Sum, name="interconnect_check")
-            else:
-                group.dist.all_reduce(buffer)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            if i:
-                timed += time.perf_counter() - start
-        return group.mean(timed / iters)  # every rank takes the same figure, so the same verdict
-
-    return group.rank, group.size, run, group.shutdown, device == "cuda"
+    return (group.rank, group.size,
+            lambda count, iters: torch_allreduce_seconds(torch, group, group.device, count, iters),
+            group.shutdown, group.device.type == "cuda")
 
 
-def _tf_group(dist: str):
+def _tf_timer(dist: str):
+    """As _torch_timer, for Horovod's TensorFlow ranks, bound as training binds (training.tensorflow.device)."""
     if dist != "horovod":
         raise UsageError(f"interconnect-check: --dist {dist} with TensorFlow is not measured yet; use horovod")
     import horovod.tensorflow as hvd
     import tensorflow as tf
 
-    set_horovod_cycle(gpu=bool(tf.config.list_physical_devices("GPU")))  # the cycle training runs with, as in PyTorch's
+    from training.tensorflow.device import bind_gpu
+
+    set_horovod_cycle(gpu=bool(tf.config.list_physical_devices("GPU")))  # the cycle training runs with
     hvd.init()
-
-    def run(count: int, iters: int) -> float:
-        buffer = tf.ones([count], dtype=tf.float32)
-        timed = 0.0
-        for i in range(iters + 1):
-            start = time.perf_counter()
-            hvd.allreduce(buffer, op=hvd.Sum, name="interconnect_check").numpy()  # .numpy() waits for it
-            if i:
-                timed += time.perf_counter() - start
-        return float(hvd.allreduce(tf.constant(timed / iters), op=hvd.Average, name="interconnect_time"))
-
-    return hvd.rank(), hvd.size(), run, hvd.shutdown, bool(tf.config.list_physical_devices("GPU"))
+    gpu = bind_gpu(tf, hvd.local_rank(), hvd.local_size())  # before the first collective, as training does
+    return (hvd.rank(), hvd.size(), lambda count, iters: tf_allreduce_seconds(tf, hvd, count, iters),
+            hvd.shutdown, gpu)
 
 
 def main(argv: list[str]) -> int:
@@ -128,39 +163,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--framework", default=frameworks.names()[0], choices=frameworks.names())
     parser.add_argument("--dist", default="horovod", help="horovod or ddp, as train's --dist (default: horovod)")
     parser.add_argument("--size-mb", type=float, default=None,
-                        help="all-reduce buffer in MB (default: 256 on GPUs, nccl-tests' large-message range where "
-                             "busbw levels off; 4 on CPU, Gloo in the rehearsal: seconds, not minutes)")
+                        help=f"all-reduce buffer in MB (default: {SIZE_MB[True]:g} on GPUs, nccl-tests' "
+                             f"large-message range where busbw levels off; {SIZE_MB[False]:g} on CPU)")
     parser.add_argument("--iters", type=int, default=None,
-                        help="timed all-reduces after one warm-up (default: 20 on GPUs, 3 on CPU)")
+                        help=f"timed all-reduces after one warm-up (default: {ITERS[True]} on GPUs, "
+                             f"{ITERS[False]} on CPU)")
     parser.add_argument("--floor-gbps", type=float, default=None,
                         help="the node size's expected bus bandwidth; none: print the figure, no verdict")
-    parser.add_argument("--allow-slow-interconnect", action="store_true", help="below the floor, warn and go on")
+    parser.add_argument(ALLOW_SLOW, action="store_true", help="below the floor, warn and go on")
     parser.add_argument("--output", type=Path, default=None, help="rank 0 writes the figure here (JSON)")
     args = parser.parse_args(argv)
     if (args.size_mb is not None and args.size_mb <= 0) or (args.iters is not None and args.iters < 1):
         raise UsageError("interconnect-check: --size-mb must be > 0 and --iters >= 1")
     framework = frameworks.get(args.framework)
-    group = _torch_group if framework.image.package == "torch" else _tf_group
-    rank, size, run, shutdown, gpu = group(args.dist)
-    count = max(1, int((args.size_mb or (256.0 if gpu else 4.0)) * 1e6) // 4)
-    seconds = run(count, args.iters or (20 if gpu else 3))
+    timer = _torch_timer if framework.image.package == "torch" else _tf_timer
+    rank, size, seconds_of, shutdown, gpu = timer(args.dist)
+    stop = measure(seconds_of, rank=rank, size=size, gpu=gpu, size_mb=args.size_mb, iters=args.iters,
+                   floor_gbps=args.floor_gbps, allow_slow=args.allow_slow_interconnect, output=args.output)
     shutdown()
-    figure = bus_bandwidth_gbps(count * 4, seconds, size)
-    record = {"interconnect_busbw_gbps": round(figure, 3), "interconnect_ranks": size,
-              "interconnect_bytes": count * 4, "interconnect_floor_gbps": args.floor_gbps}
-    stop = verdict(figure, args.floor_gbps, args.allow_slow_interconnect)
-    if rank == 0:
-        floor = f", floor {args.floor_gbps:.1f} GB/s" if args.floor_gbps is not None else ", no floor for this size"
-        print(f"interconnect-check: all-reduce bus bandwidth {figure:.2f} GB/s over {size} ranks "
-              f"({count * 4 / 1e6:.0f} MB){floor}", flush=True)
-        if args.floor_gbps is not None and figure < args.floor_gbps and args.allow_slow_interconnect:
-            print(f"warning: below the floor ({LIKELY_CAUSES}); --allow-slow-interconnect: training anyway",
-                  file=sys.stderr, flush=True)
-        if args.output:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(record) + "\n")
-    if stop:
-        if rank == 0:  # one line for the job, not one per rank
-            print(stop, file=sys.stderr, flush=True)
-        return 1
-    return 0
+    return 1 if stop else 0

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, frameworks, metrics, tracking
+from training import checkpoint, frameworks, interconnect, metrics, tracking
 from training.config import TrainConfig, resolve_optimizer
+from training.errors import RunStopped
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what one synthetic epoch counts
@@ -93,6 +94,9 @@ class Loop(Protocol):
         """Rank 0 only: the model files written (name -> path)."""
     def peak_gpu_memory_mb(self) -> float | None:
         """The most GPU memory this rank's framework held at once, or None on CPU."""
+    def allreduce_seconds(self, count: int, iters: int) -> float:
+        """Mean seconds of an all-reduce of `count` float32s over the run's group, the same on every rank (the
+        interconnect check's timer: training/interconnect.py)."""
     def shutdown(self) -> None: ...
 
 
@@ -165,6 +169,13 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     rank0 = loop.rank == 0  # only rank 0 writes files and prints progress
     the_plan = plan(cfg, loop.size, loop.steps_per_epoch)
     ckpt_dir = out / "checkpoints"
+    if cfg.interconnect_check:  # in these processes, bound and grouped as training is: one MPI program per rank
+        stop = interconnect.measure(loop.allreduce_seconds, rank=loop.rank, size=loop.size, gpu=loop.device == "gpu",
+                                    floor_gbps=cfg.interconnect_floor_gbps or None,
+                                    allow_slow=cfg.allow_slow_interconnect, output=out / "interconnect.json")
+        if stop:
+            loop.shutdown()
+            raise RunStopped(stop)
 
     # Rank 0 picks the checkpoint (it is the one that writes them); every rank reads that same file.
     picked = checkpoint.resume_path(cfg.resume, ckpt_dir, loop.load_checkpoint) if rank0 else None
@@ -218,7 +229,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     reporter.close()
     if rank0:
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
-            result.update(loop.export(out))
+            result.update(export(loop, out))
         metrics.write_json_atomic(out / "summary.json", result)
         from training import report
 
@@ -228,6 +239,21 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         print(metrics.done_line(result, cfg.output_dir), flush=True)
     loop.shutdown()
     return result
+
+
+def export(loop: Loop, out: Path) -> dict[str, str]:
+    """Rank 0's model files, or `export_error` saying why there are none. The training is done and checkpointed by
+    now: a failed export must not hide summary.json, and must not fail the run, since a retried task (Batch) or
+    job resumes at the last step and would fail at the same export every time while holding every node."""
+    import sys
+
+    try:
+        return loop.export(out)
+    except Exception as err:  # noqa: BLE001 - any exporter's failure; the checkpoint holds the weights
+        line = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(f"error: the model export failed ({line}); the checkpoints in {out / 'checkpoints'} hold the trained "
+              "weights", file=sys.stderr, flush=True)
+        return {"export_error": line}
 
 
 def speed_settings(cfg: TrainConfig) -> str:

@@ -25,6 +25,12 @@ AML_SIZES_DOC = "https://learn.microsoft.com/azure/machine-learning/concept-comp
 RETIREMENT_WARNING_DAYS = 365  # plan warns when a size retires within this many days
 
 
+# The same topology files inside the training images (images/nccl-topology, copied from Azure/azhpc-images'
+# topology/ folder, MIT): Azure ML's containers do not see the host's /opt/microsoft (Batch mounts it), so an Azure ML
+# job names the image's copy (Microsoft's own Azure ML NCCL examples copy the file into the image too).
+IMAGE_TOPOLOGY_DIR = "/opt/dltrain/nccl-topology"
+
+
 @dataclass(frozen=True)
 class GpuSku:
     name: str

@@ -1,8 +1,10 @@
 """The interconnect check's figure and verdict (pure), and what job builders get from it; its real run over the
-job's 2 Gloo ranks is the rehearsal's end-to-end test (tests/devtools/rehearsal/test_rehearsal.py)."""
+job's 2 Gloo ranks (inside train) is the rehearsal's end-to-end test (tests/devtools/rehearsal/test_rehearsal.py)."""
+import json
+
 import pytest
 
-from training.interconnect import ALLOW_SLOW, bus_bandwidth_gbps, job_check, verdict
+from training.interconnect import ALLOW_SLOW, CHECK, FLOOR, bus_bandwidth_gbps, job_train_args, measure, verdict
 
 
 def test_bus_bandwidth_is_nccl_tests_algbw_times_2_n_minus_1_over_n():
@@ -29,12 +31,28 @@ def test_the_verdict_against_given_figures(figure, floor, allow, stops):
             assert cause in line
 
 
-def test_job_check_only_on_multi_node_horovod_or_ddp_runs_and_the_flag_goes_to_the_check():
+def test_train_checks_the_interconnect_only_on_multi_node_horovod_or_ddp_runs():
     args = ["--dist", "ddp", ALLOW_SLOW, "--epochs", "1"]
-    check, train = job_check(args, nodes=2, framework="pytorch", floor_gbps=460.0, output="OUT/ic.json")
-    assert check == ["--framework", "pytorch", "--dist", "ddp", "--output", "OUT/ic.json", "--floor-gbps", "460",
-                     ALLOW_SLOW]
-    assert train == ["--dist", "ddp", "--epochs", "1"]
-    assert job_check(args, nodes=1, framework="pytorch", floor_gbps=460.0, output="O")[0] is None
-    assert job_check(["--dist", "native"], nodes=2, framework="tensorflow", floor_gbps=None, output="O")[0] is None
-    assert "--floor-gbps" not in job_check([], nodes=2, framework="keras", floor_gbps=None, output="O")[0]
+    assert job_train_args(args, nodes=2, floor_gbps=460.0) == [*args, CHECK, FLOOR, "460"]
+    assert job_train_args(args, nodes=1, floor_gbps=460.0) == args
+    assert job_train_args(["--dist", "native"], nodes=2, floor_gbps=None) == ["--dist", "native"]
+    assert job_train_args([], nodes=2, floor_gbps=None) == [CHECK]  # no floor for the size: the figure only
+    assert job_train_args([CHECK], nodes=2, floor_gbps=None) == [CHECK]  # asked for already: not twice
+
+
+@pytest.mark.parametrize("figure_gbps,floor,allow,stops", [(1.0, 2.0, False, True), (1.0, 2.0, True, False),
+                                                          (3.0, 2.0, False, False), (1.0, None, False, False)])
+def test_measure_writes_rank_0s_figure_and_says_whether_the_run_stops(tmp_path, capsys, figure_gbps, floor, allow,
+                                                                      stops):
+    # a timer whose all-reduce of 4 MB over 2 ranks takes what gives `figure_gbps` (busbw = algbw at n = 2)
+    output = tmp_path / "ic.json"
+    stop = measure(lambda count, iters: count * 4 / (figure_gbps * 1e9), rank=0, size=2, gpu=False, floor_gbps=floor,
+                   allow_slow=allow, output=output)
+    assert (stop is not None) == stops
+    record = json.loads(output.read_text())
+    assert record["interconnect_busbw_gbps"] == pytest.approx(figure_gbps) and record["interconnect_ranks"] == 2
+    printed = capsys.readouterr()
+    assert "interconnect-check: all-reduce bus bandwidth" in printed.out and (stop in printed.err if stops else True)
+    other = tmp_path / "rank1.json"
+    measure(lambda count, iters: 1.0, rank=1, size=2, gpu=False, output=other)
+    assert not other.exists() and capsys.readouterr().out == ""  # rank 0 alone prints and writes

@@ -28,7 +28,24 @@ from training.errors import UsageError
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 # Environment the remote ranks need too: mpirun forwards these by name (-x), values never on the command line.
-FORWARDED_PREFIXES = ("NCCL_", "UCX_", "HOROVOD_", "PYTHON", "OMP_", "TF_", "CUDA_")
+FORWARDED_PREFIXES = ("NCCL_", "UCX_", "HOROVOD_", "PYTHON", "OMP_", "TF_", "CUDA_", "MASTER_")
+# --dist ddp under this launcher: torch.distributed's rendezvous on the first host (rank 0's: mpirun and Horovod's
+# Gloo launcher place ranks in -H order, by slot), at torchrun's default port.
+DDP_MASTER_PORT = 29500
+# What each launcher tells a rank about its place, as torch.distributed's env:// rendezvous wants it (RANK,
+# WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: https://pytorch.org/docs/stable/elastic/run.html#environment-variables).
+# mpirun (Open MPI) sets OMPI_COMM_WORLD_* in every process it starts
+# (https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html); Horovod's Gloo launcher sets HOROVOD_*
+# (horovod/runner/common/util/env.py and gloo_run.py `_slot_info_to_command`: HOROVOD_RANK, HOROVOD_SIZE,
+# HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE). Neither sets RANK, so without this every DDP process is rank 0 of 1.
+LAUNCHER_RANK_VARIABLES = (
+    ("torchrun", {"RANK": "RANK", "WORLD_SIZE": "WORLD_SIZE", "LOCAL_RANK": "LOCAL_RANK",
+                  "LOCAL_WORLD_SIZE": "LOCAL_WORLD_SIZE"}),
+    ("mpirun", {"RANK": "OMPI_COMM_WORLD_RANK", "WORLD_SIZE": "OMPI_COMM_WORLD_SIZE",
+                "LOCAL_RANK": "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_WORLD_SIZE": "OMPI_COMM_WORLD_LOCAL_SIZE"}),
+    ("horovodrun --gloo", {"RANK": "HOROVOD_RANK", "WORLD_SIZE": "HOROVOD_SIZE", "LOCAL_RANK": "HOROVOD_LOCAL_RANK",
+                           "LOCAL_WORLD_SIZE": "HOROVOD_LOCAL_SIZE"}),
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +121,37 @@ def dist_of(train_flags: list[str]) -> str:
         if arg.startswith("--dist="):
             return arg.partition("=")[2]
     return "horovod"
+
+
+def torch_rank_env(env: Mapping[str, str]) -> dict[str, str]:
+    """torch.distributed's rank variables for this process (pure), from whichever launcher started it: torchrun's
+    own, else mpirun's or Horovod's Gloo launcher's mapped; MASTER_ADDR/MASTER_PORT as given (`launch` sets them for
+    --dist ddp), else this host. No launcher at all: one process, rank 0 of 1. A launcher that gives only part of
+    its set is refused: a guess would start worlds of one that wait for each other forever."""
+    for launcher, names in LAUNCHER_RANK_VARIABLES:
+        present = [ours for ours, theirs in names.items() if theirs in env]
+        if not present:
+            continue
+        if len(present) != len(names):
+            missing = ", ".join(theirs for ours, theirs in names.items() if theirs not in env)
+            raise UsageError(f"--dist ddp: started by {launcher} without {missing}; launch DDP with torchrun, "
+                             "`python -m training launch -- --dist ddp ...` or mpirun")
+        ranks = {ours: env[theirs] for ours, theirs in names.items()}
+        break
+    else:
+        ranks = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    if int(ranks["WORLD_SIZE"]) > 1 and "MASTER_ADDR" not in env:
+        raise UsageError("--dist ddp: no MASTER_ADDR for a world of "
+                         f"{ranks['WORLD_SIZE']}; start it with torchrun or `python -m training launch`")
+    return {**ranks, "MASTER_ADDR": env.get("MASTER_ADDR", "127.0.0.1"),
+            "MASTER_PORT": env.get("MASTER_PORT", str(DDP_MASTER_PORT))}
+
+
+def ddp_rendezvous(hosts: list[Host]) -> dict[str, str]:
+    """For --dist ddp under horovodrun (pure): where every rank meets, rank 0's host (the first), forwarded to every
+    rank by name as the launcher forwards NCCL_ and the rest."""
+    first = hosts[0].name
+    return {"MASTER_ADDR": "127.0.0.1" if first in LOCAL_NAMES else first, "MASTER_PORT": str(DDP_MASTER_PORT)}
 
 
 def native_workers(hosts: list[Host], here: str, train_flags: list[str], *, python: str, cwd: str,
@@ -206,6 +254,10 @@ def main(argv: list[str]) -> int:
         for argv, config in plan:
             print(f"launch: worker TF_CONFIG={config}: {shlex.join(argv)}", file=sys.stderr, flush=True)
         return 0 if args.dry_run else run_native(plan)
+    if dist_of(train_flags) == "ddp":
+        # DDP's processes started by horovodrun/mpirun: each maps the launcher's rank variables
+        # (torch_rank_env) and meets the others at the first host.
+        os.environ.update(ddp_rendezvous(hosts))
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None, command_name=args.run)

@@ -1,7 +1,12 @@
 """The two ways PyTorch training runs distributed, behind one small interface.
 
 horovod: launched by horovodrun/mpirun; Horovod's DistributedOptimizer averages gradients.
-ddp: launched by torchrun; DistributedDataParallel averages gradients.
+ddp: launched by torchrun, or by horovodrun/mpirun (`python -m training launch`, Batch's job) with their rank
+     variables mapped (training.cluster.launch.torch_rank_env); DistributedDataParallel averages gradients.
+
+Every process that joins a group is bound to its node's GPU `local_rank` before the group's first collective
+(bind_gpu): NCCL refuses two ranks on one device ("Duplicate GPU detected", NVIDIA/nccl src/init.cc), and every
+rank left on cuda:0 would do so on an 8-GPU node.
 """
 from __future__ import annotations
 
@@ -9,7 +14,22 @@ import os
 
 import torch
 
-from training.cluster.launch import set_horovod_cycle
+from training.cluster.launch import set_horovod_cycle, torch_rank_env
+from training.errors import UsageError
+
+
+def bind_gpu(local_rank: int, local_size: int) -> torch.device:
+    """This process's device: GPU `local_rank` of its node, made current (torch.cuda.set_device), or the CPU.
+    The one place a PyTorch rank is bound: train and interconnect-check both come through init(). Refuses more
+    ranks on a node than it has GPUs (they would share one, which NCCL refuses)."""
+    count = torch.cuda.device_count()  # 0 without CUDA
+    if not count:
+        return torch.device("cpu")
+    if local_size > count or local_rank >= count:
+        raise UsageError(f"{local_size} ranks on this node but {count} GPU(s): start one rank per GPU (the job's "
+                         "--slots, or torchrun's --nproc-per-node)")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
 
 
 class Horovod:
@@ -23,6 +43,8 @@ class Horovod:
         self.hvd = hvd
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.local_size = hvd.local_size()
+        # Horovod: pin this rank to its GPU before the first collective (Horovod's own examples do it here).
+        self.device = bind_gpu(self.local_rank, self.local_size)
 
     def wrap(self, model, optimizer, fp16_allreduce: bool):
         hvd = self.hvd
@@ -69,19 +91,19 @@ class Ddp:
     def __init__(self):
         import torch.distributed as dist
 
-        if "RANK" not in os.environ:
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-        dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+        os.environ.update(torch_rank_env(os.environ))  # torchrun's, or mpirun's/horovodrun's mapped
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.local_size = int(os.environ["LOCAL_WORLD_SIZE"])
+        self.device = bind_gpu(self.local_rank, self.local_size)  # before NCCL's communicator is made
+        dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
         self.dist = dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        self.local_size = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
 
     def wrap(self, model, optimizer, fp16_allreduce: bool):
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's parameters at construction and averages gradients during backward.
-        ddp_model = DistributedDataParallel(model, device_ids=[self.local_rank] if torch.cuda.is_available() else None)
+        ddp_model = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
         if fp16_allreduce:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -99,7 +121,7 @@ class Ddp:
             scaler.update()
 
     def _reduce(self, value: float, op) -> float:
-        tensor = torch.tensor(float(value), device="cuda" if torch.cuda.is_available() else "cpu")
+        tensor = torch.tensor(float(value), device=self.device)
         self.dist.all_reduce(tensor, op=op)
         return tensor.item()
 

@@ -5,6 +5,8 @@ become model.onnx, so a model.onnx in an output folder is always a checked one.
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import os
 import warnings
 from pathlib import Path
@@ -19,10 +21,27 @@ class OnnxMismatch(RuntimeError):
     pass
 
 
-def export_checked(model: torch.nn.Module, out: Path, image_size: int, device) -> Path:
+@contextlib.contextmanager
+def exact_fp32():
+    """fp32 convolutions and matrix products computed as fp32. On A100/H100 PyTorch runs fp32 convolutions as TF32
+    by default (a 10-bit mantissa: https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices,
+    `torch.backends.cudnn.allow_tf32` is True by default), which differs from onnxruntime's exact fp32 by far more
+    than TOLERANCE; the reference logits are computed without it, so the check compares like with like."""
+    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
+
+
+def export_checked(model: torch.nn.Module, out: Path, image_size: int) -> Path:
+    """model.onnx from an fp32 copy of `model` (it trained under bf16/fp16 autocast with fp32 weights, or on a GPU:
+    the copy is exported and checked where it is, in exact fp32), checked against onnxruntime on CPU."""
     import onnxruntime
 
-    model = model.eval().float()
+    device = next(model.parameters()).device
+    model = copy.deepcopy(model).eval().float()  # the training model is left as it was
     sample = torch.randn(2, 3, image_size, image_size, generator=torch.Generator().manual_seed(0)).to(device)
     tmp, final = out / "model.onnx.tmp", out / "model.onnx"
     with warnings.catch_warnings():
@@ -31,7 +50,7 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int, device) -
         torch.onnx.export(model, (sample,), str(tmp), input_names=["images"], output_names=["logits"],
                           dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
                           dynamo=False)
-    with torch.no_grad():
+    with torch.no_grad(), exact_fp32():
         expected = model(sample).float().cpu().numpy()
     session = onnxruntime.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     got = session.run(["logits"], {"images": sample.cpu().numpy()})[0]

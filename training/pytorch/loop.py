@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from training import runner
+from training import interconnect, runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device, resolve_optimizer
 from training.pytorch import distributed, optim
@@ -53,14 +53,13 @@ class TorchLoop:
     checkpoint_suffix = ".pt"
 
     def __init__(self, cfg: TrainConfig):
-        cuda = torch.cuda.is_available()
-        self.cfg = cfg = resolve_for_device(cfg, cuda)
-        self.dist = distributed.init(cfg.dist)
+        self.dist = distributed.init(cfg.dist)  # binds this rank to its node's GPU local_rank (or the CPU)
+        self.torch_device = self.dist.device
+        cuda = self.torch_device.type == "cuda"
+        self.cfg = cfg = resolve_for_device(cfg, cuda, bf16=cuda and torch.cuda.is_bf16_supported())
         self.distribution, self.rank, self.size = self.dist.name, self.dist.rank, self.dist.size
         self.device = "gpu" if cuda else "cpu"
-        self.torch_device = torch.device("cuda", self.dist.local_rank) if cuda else torch.device("cpu")
         if cuda:
-            torch.cuda.set_device(self.torch_device)
             torch.backends.cudnn.benchmark = True
         else:
             # Ranks on one host share its cores: more threads than cores makes every collective wait on a
@@ -152,10 +151,13 @@ class TorchLoop:
     def export(self, out: Path) -> dict[str, str]:
         from training.pytorch.export import export_checked
 
-        return {"onnx": str(export_checked(self.module, out, self.cfg.image_size, self.torch_device))}
+        return {"onnx": str(export_checked(self.module, out, self.cfg.image_size))}
 
     def peak_gpu_memory_mb(self) -> float | None:
         return torch.cuda.max_memory_allocated(self.torch_device) / 2**20 if self.device == "gpu" else None
+
+    def allreduce_seconds(self, count: int, iters: int) -> float:
+        return interconnect.torch_allreduce_seconds(torch, self.dist, self.torch_device, count, iters)
 
     def shutdown(self) -> None:
         self.dist.shutdown()

@@ -11,10 +11,29 @@ from pathlib import Path
 TOLERANCE_ABS, TOLERANCE_REL = 1e-2, 1e-3  # ONNX against TensorFlow, on logits
 
 
+def as_float32(tf, model):
+    """`model` computing in float32: itself when it does, else a copy of its layers with the float32 policy and its
+    weights. A model trained under mixed precision (bf16 on a GPU, fp16) keeps float32 weights but computes in
+    bf16/fp16 (https://www.tensorflow.org/guide/mixed_precision), and tf2onnx refuses the bf16 constants of such a
+    graph ("Numpy data type not understood yet: dtype(bfloat16)"); the exported model is the float32 one, which
+    runs on any device and which onnxruntime checks exactly."""
+    if all(layer.compute_dtype in (None, "float32") for layer in model.layers):
+        return model
+
+    def float32_layer(layer):
+        return layer.__class__.from_config({**layer.get_config(), "dtype": "float32"})
+
+    copy = tf.keras.models.clone_model(model, clone_function=float32_layer)
+    copy.set_weights(model.get_weights())
+    return copy
+
+
 def export_checked(tf, model, out: Path, image_size: int) -> dict:
-    """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF."""
+    """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF: both of the
+    model in float32 (as_float32)."""
     import numpy as np
 
+    model = as_float32(tf, model)
     exported = {}
     final, tmp = out / "saved_model", out / "saved_model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -35,7 +54,15 @@ def export_checked(tf, model, out: Path, image_size: int) -> dict:
     sample = np.random.default_rng(0).standard_normal((2, image_size, image_size, 3)).astype(np.float32)
     session = onnxruntime.InferenceSession(str(onnx_tmp), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: sample})[0]
-    expected = serve(tf.constant(sample)).numpy()
+    # The reference in exact fp32: TensorFlow runs fp32 convolutions and matrix products as TF32 on A100/H100 by
+    # default (https://www.tensorflow.org/api_docs/python/tf/config/experimental/enable_tensor_float_32_execution),
+    # which differs from onnxruntime's fp32 by far more than the tolerance.
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        expected = serve(tf.constant(sample)).numpy()
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
     diff = float(np.abs(got - expected).max())
     # Absolute and relative, as the PyTorch export checks: a model early in training (batch-norm statistics not yet
     # settled) gives logits of 1e9 and more on this sample, where float32 rounding alone differs by thousands.

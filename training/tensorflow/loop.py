@@ -19,11 +19,12 @@ import pickle
 from dataclasses import replace
 from pathlib import Path
 
-from training import runner
+from training import interconnect, runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
 from training.cluster.launch import set_horovod_cycle, workers_on_this_host
 from training.tensorflow.data import Data
+from training.tensorflow.device import bind_gpu, has_bf16
 
 POLICIES = {"bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 BN_MOMENTUM = 0.9
@@ -63,7 +64,7 @@ def _setup_native(cfg: TrainConfig):
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=implementation.NCCL if gpus else implementation.RING)
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
-    cfg = resolve_for_device(cfg, bool(gpus))
+    cfg = resolve_for_device(cfg, bool(gpus), bf16=has_bf16(tf))
     if cfg.precision in POLICIES:
         tf.keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
     return tf, strategy, cfg
@@ -75,16 +76,13 @@ def _setup(cfg: TrainConfig):
     tf = _import_tensorflow()
     import horovod.tensorflow as hvd  # collectives; Keras's optimizer wrapper and callbacks come later
 
-    gpus = tf.config.list_physical_devices("GPU")
-    set_horovod_cycle(gpu=bool(gpus))
+    set_horovod_cycle(gpu=bool(tf.config.list_physical_devices("GPU")))
     hvd.init()
-    if gpus:
-        tf.config.experimental.set_memory_growth(gpus[hvd.local_rank()], True)
-        tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
-    else:
+    gpu = bind_gpu(tf, hvd.local_rank(), hvd.local_size())  # Horovod: one GPU per rank, before any collective
+    if not gpu:
         tf.config.threading.set_intra_op_parallelism_threads(max(1, usable_cores() // hvd.local_size()))
         tf.config.threading.set_inter_op_parallelism_threads(1)
-    cfg = resolve_for_device(cfg, bool(gpus))
+    cfg = resolve_for_device(cfg, gpu, bf16=has_bf16(tf))
     if cfg.precision in POLICIES:
         tf.keras.mixed_precision.set_global_policy(POLICIES[cfg.precision])
     return tf, hvd, cfg
@@ -211,6 +209,9 @@ class TfLoop:
 
     def averaged(self, value) -> float:
         return float(self.hvd.allreduce(self.tf.constant(value), op=self.hvd.Average))
+
+    def allreduce_seconds(self, count: int, iters: int) -> float:
+        return interconnect.tf_allreduce_seconds(self.tf, self.hvd, count, iters)
 
     def fit(self, start, stop_at, lr_for, after_step) -> int:
         stream = self.data.stream(start)

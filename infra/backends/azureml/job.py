@@ -24,12 +24,12 @@ import hashlib
 import shlex
 import shutil
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
-from infra.core.skus import CATALOG
-from training.interconnect import job_check
+from infra.core.skus import CATALOG, IMAGE_TOPOLOGY_DIR
+from training.interconnect import job_train_args
 
 DATA_MODES = {"download": "download", "mount": "ro_mount"}  # amlDataMode -> the SDK's input mode
 SHM_SIZE = "32g"  # PyTorch DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB)
@@ -81,21 +81,23 @@ def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
 
 
 def command_line(inputs: AmlJobInputs) -> str:
-    """What every process runs; `${{inputs.data}}` and `${{outputs.run}}` are Azure ML's own placeholders."""
-    check, train_args = job_check(list(inputs.train_args), nodes=inputs.nodes, framework=inputs.framework,
-                                  floor_gbps=CATALOG[inputs.gpu_sku].allreduce_floor_gbps,
-                                  output="${{outputs.run}}/interconnect.json")
+    """What every process runs; `${{inputs.data}}` and `${{outputs.run}}` are Azure ML's own placeholders. One
+    program per process: Azure ML's MPI distribution wraps this whole command in its mpirun, and MPI_Init may run only
+    once per rank, even from two processes (open-mpi/ompi issue 7025), so on a multi-node run `train` checks the
+    interconnect itself first (--interconnect-check) rather than a second program before it."""
+    train_args = job_train_args(list(inputs.train_args), nodes=inputs.nodes,
+                                floor_gbps=CATALOG[inputs.gpu_sku].allreduce_floor_gbps)
     words = ["python", "-m", "training", "train", "--framework", shlex.quote(inputs.framework),
              "--data", "${{inputs.data}}", "--output-dir", "${{outputs.run}}", "--resume", "auto",
              *(shlex.quote(arg) for arg in train_args)]
-    if check:  # every process runs the check first, under Azure ML's same launch: a slow interconnect stops here
-        words = ["python", "-m", "training", "interconnect-check",  # Azure ML's placeholder unquoted, as above
-                 *(a if a.startswith("${{outputs.run}}") else shlex.quote(a) for a in check), "&&", *words]
     return " ".join(words)
 
 
 def environment_variables(inputs: AmlJobInputs) -> dict[str, str]:
-    env = training_environment(CATALOG[inputs.gpu_sku])
+    sku = CATALOG[inputs.gpu_sku]
+    env = training_environment(sku)
+    if sku.nccl_topo_file:  # the image's copy: the host's /opt/microsoft is not in an Azure ML container
+        env["NCCL_TOPO_FILE"] = f"{IMAGE_TOPOLOGY_DIR}/{PurePosixPath(sku.nccl_topo_file).name}"
     if inputs.distribution == "ddp":
         env["LOCAL_WORLD_SIZE"] = str(inputs.gpus)
     return {k: v for k, v in sorted(env.items()) if v}

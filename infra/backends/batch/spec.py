@@ -41,7 +41,7 @@ from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_
 from infra.core.config import StackConfig
 from infra.core.skus import CATALOG, GpuSku
 from training.cluster.launch import dist_of
-from training.interconnect import job_check
+from training.interconnect import job_train_args
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
 DATASET = "imagenet"  # the data container is staged into <share>/imagenet
@@ -136,14 +136,13 @@ def train_words(inputs: JobInputs, job: str) -> list[str]:
     """The `python -m training train` arguments every rank runs, as shell words: the job's own paths expand
     Batch's variables; every user argument is quoted, so no user text is ever run by the shell."""
     return ["--framework", shlex.quote(inputs.framework), "--data", data_dir(inputs.local_cache),
-            "--output-dir", run_dir(job), "--resume", "auto", *(shlex.quote(a) for a in _interconnect(inputs, job)[1])]
+            "--output-dir", run_dir(job), "--resume", "auto", *(shlex.quote(a) for a in _train_args(inputs))]
 
 
-def _interconnect(inputs: JobInputs, job: str) -> tuple[list[str] | None, list[str]]:
-    """The interconnect check's flags on a multi-node job (None on one node) and train's flags: the size's floor
-    from the catalog (training never imports infra, so it travels as --floor-gbps)."""
-    return job_check(list(inputs.train_args), nodes=inputs.nodes, framework=inputs.framework,
-                     floor_gbps=inputs.sku.allreduce_floor_gbps, output=f"{run_dir(job)}/interconnect.json")
+def _train_args(inputs: JobInputs) -> list[str]:
+    """The user's training flags, with the interconnect check that `train` runs first on a multi-node job and the
+    size's floor from the catalog (training never imports infra, so it travels as a flag)."""
+    return job_train_args(list(inputs.train_args), nodes=inputs.nodes, floor_gbps=inputs.sku.allreduce_floor_gbps)
 
 
 def wait_for_data(dataset: str, minutes: int) -> str:
@@ -190,12 +189,8 @@ def application_command(inputs: JobInputs, job: str) -> str:
     prelude = (stage_data(dataset, inputs.data_url) if inputs.data_url
                else wait_for_data(dataset, inputs.data_wait_minutes))
     launcher = ["python", "-m", "training", "launch", "--slots", str(inputs.slots), "--ssh-port", str(SSH_PORT)]
+    # One launch: on a multi-node job `train` checks the interconnect itself before training (--interconnect-check)
     launch = [*launcher, "--", *train_words(inputs, job)]
-    check = _interconnect(inputs, job)[0]
-    if check:  # under the same launcher as training, before it: a slow interconnect stops the job here
-        output = f"{run_dir(job)}/interconnect.json"  # the job's own path: its variables expand; the rest quoted
-        launch = [*launcher, "--run", "interconnect-check", "--",
-                  *(a if a == output else shlex.quote(a) for a in check), "&&", *launch]
     outputs = batch_path("AZ_BATCH_TASK_WORKING_DIR", "outputs")
     return _script(_IMPORTABLE, prelude, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
                    f"mkdir -p {outputs}",

@@ -42,14 +42,14 @@ def test_horovod_is_an_mpi_job_with_one_process_per_gpu_on_every_node(tmp_path):
     assert loaded.outputs["run"].path == f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/"
     assert loaded.identity.client_id == outputs["pullIdentityClientId"]  # the cluster's identity reads the data
     assert loaded.limits.timeout == config.from_stack_file("nlp").training.max_hours * 3600
-    # 4 nodes: every process checks the interconnect first (ND96asr_v4 has no floor: figure only), then trains
-    check, train = loaded.command.split(" && ")
-    assert check == ("python -m training interconnect-check --framework pytorch --dist horovod "
-                     "--output ${{outputs.run}}/interconnect.json")
-    assert train.startswith("python -m training train --framework pytorch --data ${{inputs.data}} "
-                            "--output-dir ${{outputs.run}} --resume auto --epochs 90")
+    # 4 nodes: every process checks the interconnect inside train, before training (ND96asr_v4 has no floor:
+    # figure only): one program per process, as Azure ML's mpirun allows (one MPI_Init per rank)
+    assert loaded.command == ("python -m training train --framework pytorch --data ${{inputs.data}} "
+                              "--output-dir ${{outputs.run}} --resume auto --epochs 90 --batch-size 256 --precision bf16 "
+                              "--interconnect-check")
     env = loaded.environment_variables
-    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_TOPO_FILE"] == "/opt/microsoft/ndv4-topo.xml"
+    # the image's copy of the size's topology file: an Azure ML container does not see the host's /opt/microsoft
+    assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_TOPO_FILE"] == "/opt/dltrain/nccl-topology/ndv4-topo.xml"
     assert "LOCAL_WORLD_SIZE" not in env
     # The code snapshot is the training package, exactly what `scripts` holds for the Batch backend.
     snapshot = {p.relative_to(tmp_path / "code").as_posix() for p in (tmp_path / "code").rglob("*.py")}
@@ -88,22 +88,23 @@ def test_the_interconnect_check_runs_on_multi_node_jobs_with_the_sizes_floor(sku
     inputs = dataclasses.replace(stack_inputs(train_args=("--allow-slow-interconnect", "--epochs", "1")),
                                  gpu_sku=sku, nodes=nodes)
     line = aml_job.command_line(inputs)
-    train = line.split(" && ")[-1]
-    assert "--allow-slow-interconnect" not in train  # the check's flag, never train's
+    assert "&&" not in line and line.count("python -m training") == 1  # one program per MPI rank
+    assert "--allow-slow-interconnect" in line  # train's own flag now: it runs the check
     if floor is None:
-        assert "interconnect-check" not in line
+        assert "--interconnect-check" not in line
     else:
-        assert line.split(" && ")[0].endswith(f"--floor-gbps {floor} --allow-slow-interconnect")
+        assert line.endswith(f"--interconnect-check --interconnect-floor-gbps {floor}")
 
 
 def test_no_user_text_reaches_the_shell(tmp_path):
     """Azure ML runs the command in a shell: user arguments arrive verbatim, and nothing in them runs."""
     hostile = ("--base-lr", "$(touch pwned)", "--note", "`id`; rm -rf / 'quoted'")
     line = aml_job.command_line(stack_inputs(train_args=hostile))
-    probe = line.split(" && ")[-1].replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
+    probe = line.replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
         .replace("${{outputs.run}}", "O")
     result = subprocess.run(["bash", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
-    assert result.stdout.splitlines()[-4:] == list(hostile) and not (tmp_path / "pwned").exists()
+    # the user's words arrive as they were, before the interconnect check the job adds on 4 nodes
+    assert result.stdout.splitlines()[-5:] == [*hostile, "--interconnect-check"] and not (tmp_path / "pwned").exists()
 
 
 @pytest.mark.parametrize("overrides,message", [
