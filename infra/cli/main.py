@@ -445,15 +445,16 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
 
     new_team = commands.add_parser(
         "new-team", help="write Pulumi.NAME.yaml for a new team, with an address space no other stack here uses",
-        description="Write Pulumi.NAME.yaml from another stack's file (--from, default dev): the team key NAME, an "
+        description="Write Pulumi.NAME.yaml from another stack's file (--from, default trial): the team key NAME, an "
                     "addressSpace (and its subnets) from the private ranges that overlaps no other stack file here "
                     "nor any range they reserve, those listed in reservedAddressSpaces; print the next steps. "
                     "Refuses a name the team key refuses, or an existing file (nothing written). Exit status: 0 "
                     "written, 2 refused.")
     new_team.add_argument("name", metavar="NAME", help=f"the team's name, also its stack's: {RANGES['team']} lowercase "
                                                        "letters or digits, starting with a letter")
-    new_team.add_argument("--from", dest="template", default="dev", metavar="STACK",
-                          help="the stack file to start from (default: dev)")
+    # trial: one T4 node and Azure Files, the cheap start (dev is two 8x A100 nodes and an NFS VM).
+    new_team.add_argument("--from", dest="template", default="trial", metavar="STACK",
+                          help="the stack file to start from (default: trial, one small GPU node)")
     new_team.add_argument("--backend", choices=BACKENDS, help="default: the --from stack's backend")
     new_team.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     new_team.set_defaults(run=_new_team)

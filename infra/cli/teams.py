@@ -232,7 +232,10 @@ def new_team_lines(result: NewTeam, template: str) -> list[str]:
             f"{''.join(f'{key}, ' for key in TEAM_OWN_KEYS if key in config.KEYS)}...)",
             f"  2. python -m infra plan --stack {cfg.team}      # offline: resources, cost, security checks",
             f"  3. pulumi stack init {cfg.team}",
-            f"  4. pulumi up --stack {cfg.team}",
+            f"  4. pulumi up --stack {cfg.team} --policy-pack infra/policy",
+            f"  5. python -m infra member-file --stack {cfg.team}   # for the team's members: the outputs, no secret",
+            f"  6. python -m infra upload --stack {cfg.team} DIR    # DIR/train/<class>/*.jpg; then `pulumi up` again "
+            "(it submits the job once the data is staged) or `python -m infra submit`",
             f"  (the other stack files do not reserve {cfg.network.address_space} yet; `plan` refuses any two stack "
             "files here whose spaces overlap)"]
 

@@ -181,7 +181,7 @@ def test_new_team_does_not_copy_the_template_teams_groups_nor_tags(project, caps
         out.write(f"  azure-dl-training:teamAdmins: [{group}]\n  azure-dl-training:tags:\n"
                   "    owner: dev-team\n    costCenter: '1234'\n")
     assert config.read_stack_file("dev", project)["teamAdmins"] == [group]
-    assert main(["new-team", "ml", "--project-dir", str(project)]) == 0
+    assert main(["new-team", "ml", "--from", "dev", "--project-dir", str(project)]) == 0
     assert "not copied from Pulumi.dev.yaml (the dev team's own): teamAdmins, tags" in capsys.readouterr().out
     written = (project / "Pulumi.ml.yaml").read_text()
     assert group not in written and "owner" not in written and "1234" not in written
