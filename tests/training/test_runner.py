@@ -43,6 +43,20 @@ def test_the_defaults_fit_the_hardware(framework, gpu, precision, channels_last)
     assert (resolved.precision, resolved.channels_last) == (precision, channels_last)
 
 
+@pytest.mark.parametrize("gpu,bf16,precision", [(True, True, "bf16"), (True, False, "fp16"), (False, False, "fp32")])
+def test_auto_precision_is_bf16_only_on_gpus_that_have_it(gpu, bf16, precision):
+    # A T4 or V100 (no bf16 units) trains in fp16 with loss scaling; a flag the user gave wins everywhere.
+    assert resolve_for_device(cfg(), gpu, bf16=bf16).precision == precision
+    assert resolve_for_device(cfg("--precision", "bf16"), gpu, bf16=bf16).precision == "bf16"
+
+
+def test_the_in_run_interconnect_check_is_refused_where_it_cannot_measure():
+    with pytest.raises(UsageError, match="--dist native's collectives are not measured"):
+        cfg("--framework", "keras", "--dist", "native", "--interconnect-check")
+    with pytest.raises(UsageError, match="--interconnect-floor-gbps must be >= 0"):
+        cfg("--interconnect-floor-gbps", "-1")
+
+
 def test_without_dali_a_gpu_decodes_jpegs_with_nvjpeg():
     # This venv has no `nvidia` package at all: the probe must answer False, not raise.
     assert not dali_installed()
@@ -98,7 +112,7 @@ def test_help_says_what_the_defaults_are_on_each_device(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "auto: bf16 on a GPU, fp32 on CPU" in text and "on for pytorch on a GPU, off on CPU" in text
+    assert "auto: bf16 on a GPU that has it" in text and "fp16 on older GPUs (V100, T4), fp32 on CPU" in text and "on for pytorch on a GPU, off on CPU" in text
 
 
 def test_train_help_describes_training_not_the_package():
