@@ -3,7 +3,9 @@
 
 `new-team NAME` writes a team's stack file from another's (default dev): the team's name, and an address space
 that overlaps no other stack file here nor any range those files reserve (hub, on-premises), with those listed in
-its `reservedAddressSpaces`. `teams` evaluates every stack file offline, as `plan` does, one row each (or JSON).
+its `reservedAddressSpaces`. `teams` evaluates every stack file offline, as `plan` does, one row each (or JSON);
+stacks whose configs differ only in new-team's own keys (IDENTITY_KEYS) share one evaluation of the program. All
+three read each stack file and Pulumi.yaml once (Fleet), so a fleet of N stacks costs N reads, not N squared.
 `address_overlap` is `plan`'s check that no two stack files here share addresses: VNets whose address spaces overlap
 cannot be peered, so cannot reach each other or a shared hub (Azure's peering sample: "the networks' address spaces
 must not overlap", https://azure.microsoft.com/resources/samples/network-dotnet-manage-network-peering/), and each
@@ -14,7 +16,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 from infra import REPO_ROOT
 from infra.core import budget, config, cost
 from infra.core.config import PROJECT, ConfigError, StackConfig
+from infra.core.engine_config import EngineConfig
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
@@ -33,32 +35,73 @@ PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.
 TEAM_OWN_KEYS = ("teamAdmins", "teamMembers", "tags", "monthlyBudgetUsd", "budgetContacts")
 
 
-def _spaces(stack: str, root: Path) -> tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]:
-    """A stack file's addressSpace and reservedAddressSpaces as `up` would receive them (Pulumi.yaml's defaults
-    merged in); ConfigError or ValueError where the file or a value is malformed (its own plan names it)."""
-    values = config.engine_config(stack, root).of_project(PROJECT)
+# The keys new-team writes for each team (its name and its addresses): stacks whose configs differ in these alone
+# declare the same resources but for names and addresses, so `teams` evaluates the program once for all of them
+# (test_fleet_scale.py checks that their verdicts agree).
+IDENTITY_KEYS = ("team", "addressSpace", "computeSubnet", "storageSubnet", "reservedAddressSpaces")
+
+
+class Fleet:
+    """Every stack file of a folder, each read once, and Pulumi.yaml once: what `plan`, `teams` and `new-team`
+    read, so that they cost one read per stack file whatever the size of the fleet. A file the engine would
+    refuse is kept as its ConfigError (its own plan names it)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.project = config.load_project(root)
+        self.engines: dict[str, EngineConfig | ConfigError] = {}
+        for stack in config.stack_names(root):
+            try:
+                self.engines[stack] = config.engine_config(stack, root, self.project)
+            except ConfigError as err:
+                self.engines[stack] = err
+        self._spaces: dict[str, tuple] | None = None
+
+    def engine(self, stack: str) -> EngineConfig:
+        """The stack's merged config, or its ConfigError raised (a stack not here: the error naming those that are)."""
+        found = self.engines.get(stack)
+        if found is None:
+            return config.engine_config(stack, self.root, self.project)  # raises "no Pulumi.STACK.yaml in ..."
+        if isinstance(found, ConfigError):
+            raise found
+        return found
+
+    def config(self, stack: str) -> StackConfig:
+        """The stack file's config, refused as `plan` refuses it (the config's own checks, then an address space
+        shared with another stack file here)."""
+        cfg = config.from_engine_config(stack, self.engine(stack), self.project)
+        overlap = address_overlap(cfg, self.spaces())
+        if overlap:
+            raise overlap
+        return cfg
+
+    def spaces(self) -> dict[str, tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]]:
+        """Each readable stack file's addressSpace and reservedAddressSpaces as `up` would receive them (Pulumi.yaml's
+        defaults merged in), in stack order; those that cannot be read are left out (their own plan refuses them)."""
+        if self._spaces is None:
+            self._spaces = {}
+            for stack, engine_values in self.engines.items():
+                if isinstance(engine_values, ConfigError):
+                    continue
+                try:
+                    self._spaces[stack] = _spaces(engine_values.of_project(PROJECT))
+                except (ValueError, KeyError):
+                    continue
+        return self._spaces
+
+
+def _spaces(values: Mapping[str, str]) -> tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]:
+    """A stack's addressSpace and reservedAddressSpaces from its merged config; ValueError or KeyError where a value
+    is malformed."""
     reserved = tuple(ipaddress.IPv4Network(r) for r in json.loads(values["reservedAddressSpaces"]))
     return ipaddress.IPv4Network(values["addressSpace"]), reserved
 
 
-def _readable_spaces(root: Path, skip: str | None = None) -> dict[str, tuple]:
-    """Every other stack file's spaces, leaving out those that cannot be read (their own plan refuses them)."""
-    spaces = {}
-    for stack in config.stack_names(root):
-        if stack == skip:
-            continue
-        try:
-            spaces[stack] = _spaces(stack, root)
-        except (ConfigError, ValueError, KeyError):
-            continue
-    return spaces
-
-
-def address_overlap(cfg: StackConfig, root: Path) -> ConfigError | None:
-    """The refusal when another stack file in `root` has an addressSpace overlapping this stack's, else None."""
+def address_overlap(cfg: StackConfig, spaces: Mapping[str, tuple]) -> ConfigError | None:
+    """The refusal when another stack's addressSpace in `spaces` (Fleet.spaces) overlaps this stack's, else None."""
     mine = cfg.network.address_space
-    for other, (space, _) in _readable_spaces(root, skip=cfg.stack).items():
-        if mine.overlaps(space):
+    for other, (space, _) in spaces.items():
+        if other != cfg.stack and mine.overlaps(space):
             return ConfigError("addressSpace", f"{mine} (stack {cfg.stack}) overlaps {space} of stack {other} "
                                                f"(Pulumi.{other}.yaml); give each stack in this folder its own range "
                                                f"(`python -m infra new-team` picks a free one) and list the others' "
@@ -67,13 +110,15 @@ def address_overlap(cfg: StackConfig, root: Path) -> ConfigError | None:
 
 
 def stack_config(stack: str, root: Path) -> StackConfig:
-    """What `plan` and `teams` evaluate: the stack file's config, refused as `plan` refuses it (the config's own
-    checks, then an address space shared with another stack file here)."""
-    cfg = config.from_stack_file(stack, root)
-    overlap = address_overlap(cfg, root)
-    if overlap:
-        raise overlap
-    return cfg
+    """What `plan` evaluates: the stack file's config, refused as `plan` refuses it (Fleet.config)."""
+    return Fleet(root).config(stack)
+
+
+def shape(engine_values: EngineConfig) -> tuple:
+    """What the program's resources and verdicts depend on besides names and addresses: the stack's merged config
+    without IDENTITY_KEYS."""
+    return tuple(sorted((key, text) for key, text in engine_values.values.items()
+                        if key.partition(":")[2] not in IDENTITY_KEYS or not key.startswith(f"{PROJECT}:")))
 
 
 # --- new-team ---------------------------------------------------------------------------------------------------
@@ -164,15 +209,16 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     if not (root / f"Pulumi.{template}.yaml").is_file():
         raise ConfigError(None, f"--from {template}: no Pulumi.{template}.yaml in {root}; stacks here: "
                                 f"{', '.join(config.stack_names(root)) or 'none'}")
+    fleet = Fleet(root)
     try:
-        source = config.from_stack_file(template, root)
+        source = config.from_engine_config(template, fleet.engine(template), fleet.project)
     except ConfigError as err:
         raise ConfigError(None, f"--from {template}: Pulumi.{template}.yaml: {err}") from None
     chosen = backend_name or source.backend  # the command line offers config.BACKENDS only
 
     # What the new space must avoid: every other stack's space and every range any of them reserves.
     reserved_from: dict[ipaddress.IPv4Network, str] = {}
-    for stack, (space, reserved) in sorted(_readable_spaces(root).items()):
+    for stack, (space, reserved) in sorted(fleet.spaces().items()):
         for cidr in reserved:
             reserved_from.setdefault(cidr, f"reserved by {stack}")
         reserved_from[space] = f"stack {stack}"
@@ -196,10 +242,9 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     # Validate before writing: the file as written must be what `plan` accepts, with the values chosen above (a
     # value the template wrote over several lines would not have been replaced).
     with tempfile.TemporaryDirectory() as scratch:
-        shutil.copy(root / "Pulumi.yaml", scratch)
         Path(scratch, path.name).write_text(text)
         try:
-            written = config.from_stack_file(name, Path(scratch))
+            written = config.from_stack_file(name, Path(scratch), fleet.project)  # this folder's Pulumi.yaml
         except ConfigError as err:
             raise ConfigError(None, f"new-team {name} --from {template}: the file it would write is refused ({err}); "
                                     "nothing written") from None
@@ -213,7 +258,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
                                  "written)")
     with path.open("x") as out:  # "x": never over a file written meanwhile
         out.write(text)
-    own = tuple(key for key in TEAM_OWN_KEYS if key in config.read_stack_file(template, root))
+    template_keys = config.read_stack_file(template, root)  # once, not once per key
+    own = tuple(key for key in TEAM_OWN_KEYS if key in template_keys)
     return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own)
 
 
@@ -262,33 +308,42 @@ JSON_KEYS = {
 }
 
 
-def team_row(stack: str, root: Path) -> dict:
-    """One stack file as `teams` shows it: its config refused as plan refuses it, else evaluated as plan does."""
-    row = dict.fromkeys(JSON_KEYS)
-    row.update(stack=stack, failing=[], placeholders=[])
-    try:
-        cfg = stack_config(stack, root)
-    except ConfigError as err:
-        row.update(error=f"Pulumi.{stack}.yaml: {err}", failing=None, placeholders=None)
-        return row
+def team_rows(root: Path) -> list[dict]:
+    """Every stack file as `teams` shows it, in stack order: refused as plan refuses it, else its columns from its
+    own config and its failing checks from the program evaluated as plan evaluates it, once per distinct config
+    (`shape`: stacks apart in team and addresses only share one evaluation). Each file is read once (Fleet)."""
     from infra.cli import plan
     from infra.preview import offline
 
-    evaluation = offline.evaluate(cfg)
-    estimate = cost.estimate(cfg)
-    failing = [name for verdict, name, _ in plan.verdicts(evaluation) + plan.service_verdicts(evaluation)
-               if verdict == "FAIL"]
-    row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, gpuSku=cfg.nodes.gpu_sku,
-               minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes,
-               usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
-               usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
-               usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),
-               monthlyBudgetUsd=cfg.budget.monthly_usd,
-               budgetHoursAtMax=None if cfg.budget.monthly_usd is None else round(
-                   budget.hours_bought(cfg.budget.monthly_usd, estimate.at(cfg.nodes.max_nodes)), 1),
-               priceRegion=cost.PRICES_REGION, failing=failing,
-               placeholders=list(cfg.placeholders))
-    return row
+    fleet = Fleet(root)
+    failing_of: dict[tuple, list[str]] = {}  # shape -> the names of the checks that fail
+    rows = []
+    for stack in fleet.engines:
+        row = dict.fromkeys(JSON_KEYS)
+        row.update(stack=stack, failing=[], placeholders=[])
+        rows.append(row)
+        try:
+            cfg = fleet.config(stack)
+        except ConfigError as err:
+            row.update(error=f"Pulumi.{stack}.yaml: {err}", failing=None, placeholders=None)
+            continue
+        key = shape(fleet.engine(stack))
+        if key not in failing_of:
+            evaluation = offline.evaluate(cfg)
+            failing_of[key] = [name for verdict, name, _ in plan.verdicts(evaluation) + plan.service_verdicts(evaluation)
+                               if verdict == "FAIL"]
+        estimate = cost.estimate(cfg)
+        row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, gpuSku=cfg.nodes.gpu_sku,
+                   minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes,
+                   usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
+                   usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
+                   usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),
+                   monthlyBudgetUsd=cfg.budget.monthly_usd,
+                   budgetHoursAtMax=None if cfg.budget.monthly_usd is None else round(
+                       budget.hours_bought(cfg.budget.monthly_usd, estimate.at(cfg.nodes.max_nodes)), 1),
+                   priceRegion=cost.PRICES_REGION, failing=list(failing_of[key]),
+                   placeholders=list(cfg.placeholders))
+    return rows
 
 
 # `teams --live --json`: these keys follow JSON_KEYS in each object (without --live they are absent).

@@ -570,12 +570,21 @@ class StackConfig:
                 "managed-by": "pulumi"}
 
 
-def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
-    declared = yaml.safe_load(project_file.read_text())["config"]
+def load_project(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """Pulumi.yaml of the project in `root`, parsed: read once per command, however many stacks it serves."""
+    return yaml.load((root / "Pulumi.yaml").read_text(), Loader=_FAST_LOADER)
+
+
+def schema_of(project: Mapping[str, Any]) -> dict[str, ConfigKey]:
+    """The config keys a parsed Pulumi.yaml declares."""
     return {
         name: ConfigKey(name, spec["type"], spec.get("default"), spec.get("description", ""))
-        for name, spec in declared.items()
+        for name, spec in project["config"].items()
     }
+
+
+def load_schema(project_file: Path = REPO_ROOT / "Pulumi.yaml") -> dict[str, ConfigKey]:
+    return schema_of(yaml.load(project_file.read_text(), Loader=_FAST_LOADER))
 
 
 def check_team(team: str) -> str:
@@ -665,7 +674,7 @@ def stack_names(root: Path = REPO_ROOT) -> list[str]:
     return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeys:
     """YAML that refuses a key given twice in one mapping (plain YAML keeps the last value silently)."""
 
     def construct_mapping(self, node, deep=False):
@@ -679,6 +688,17 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+class _UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """PyYAML's own parser: its error messages are the ones users see."""
+
+
+# libyaml's parser (PyYAML's C extension, ~15x faster here) with the same constructor and resolver, so the same
+# values: a fleet of stack files is read with it, and a file it refuses is read again with the Python parser for
+# the message (libyaml words its errors differently).
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_FastUniqueKeyLoader = type("_FastUniqueKeyLoader", (_UniqueKeys, _FAST_LOADER), {})
+
+
 def _stack_document_config(stack: str, root: Path) -> dict[str, Any]:
     """The stack file's `config:` mapping (qualified keys), after the checks Pulumi would not make: a key given
     twice, a key of another project's namespace (the program would never see it). A key without a namespace is
@@ -688,8 +708,12 @@ def _stack_document_config(stack: str, root: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(None, f"--stack {stack}: no {path.name} in {root}; stacks here: "
                                 f"{', '.join(stack_names(root)) or 'none'}")
+    text = path.read_text()
     try:
-        document = yaml.load(path.read_text(), Loader=_UniqueKeyLoader) or {}
+        try:
+            document = yaml.load(text, Loader=_FastUniqueKeyLoader) or {}
+        except yaml.YAMLError:
+            document = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # refuses it too, in PyYAML's words
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
@@ -726,21 +750,27 @@ def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
             if key.startswith(prefix)}
 
 
-def engine_config(stack: str, root: Path = REPO_ROOT) -> EngineConfig:
+def engine_config(stack: str, root: Path = REPO_ROOT, project: Mapping[str, Any] | None = None) -> EngineConfig:
     """What the Pulumi CLI gives the program for this stack: Pulumi.yaml's defaults merged in, every value a
-    string (infra/core/engine_config.py has the rules and their source)."""
-    project = yaml.safe_load((root / "Pulumi.yaml").read_text())
+    string (infra/core/engine_config.py has the rules and their source). `project`: Pulumi.yaml already parsed
+    (load_project), when the caller reads several stacks."""
+    project = project if project is not None else load_project(root)
     try:
         return engine.merge(project, stack, _stack_document_config(stack, root))
     except engine.EngineConfigError as err:
         raise ConfigError(None, str(err)) from None
 
 
-def from_stack_file(stack: str, root: Path = REPO_ROOT) -> StackConfig:
+def from_engine_config(stack: str, engine_values: EngineConfig, project: Mapping[str, Any]) -> StackConfig:
+    """A stack's merged config (engine_config) validated as the program validates it; placeholders allowed."""
+    return parse(stack, engine_values.of_project(PROJECT), schema_of(project), placeholders_ok=True)
+
+
+def from_stack_file(stack: str, root: Path = REPO_ROOT, project: Mapping[str, Any] | None = None) -> StackConfig:
     """A stack file's config as `pulumi up` would receive it (the engine's merge), validated as the program
-    validates it; placeholders are allowed and listed (plan, job verbs)."""
-    values = engine_config(stack, root).of_project(PROJECT)
-    return parse(stack, values, load_schema(root / "Pulumi.yaml"), placeholders_ok=True)
+    validates it; placeholders are allowed and listed (plan, job verbs). Pulumi.yaml is read once (or given)."""
+    project = project if project is not None else load_project(root)
+    return from_engine_config(stack, engine_config(stack, root, project), project)
 
 
 def from_pulumi() -> StackConfig:
