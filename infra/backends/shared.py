@@ -326,6 +326,24 @@ def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs
     return ready.line
 
 
+_SCOPE_WORDS = {"storageAccount": "the storage account", "resourceGroup": "the resource group"}
+
+
+def verb_roles_line(service: str, service_grants: list) -> str:
+    """plan's "Before `pulumi up`" line on what an identity needs to use the stack after `up`: the roles `up`
+    grants the team's members (infra/components/access.py team_grants with the backend's `service_grants`), by
+    the names plan gives those grants, so that the two cannot differ."""
+    from infra.components.access import team_grants
+    from infra.components.roles import ROLE_NAMES
+
+    parts = [f"{ROLE_NAMES.get(g.role, g.role)} on "
+             f"{service if g.scope == 'service' else _SCOPE_WORDS.get(g.scope, f'container `{g.scope}`')}"
+             for g in team_grants("members", service_grants)]
+    return ("To upload, run the job verbs and download after `up`, an Azure AD identity needs what `up` grants the "
+            f"team's groups (teamMembers, teamAdmins): {'; '.join(parts)}; without those groups, grant them by hand "
+            "(the deployer's own grants below cover `up`'s job launch only).")
+
+
 def status_line(err: Exception) -> str:
     """An Azure SDK error in one line: its HTTP status (when it has one) and its message's first line."""
     first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]

@@ -484,6 +484,38 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     teams.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     teams.set_defaults(run=lambda a: _teams(a, batch_factory, aml_factory, spend_factory))
 
+    member = commands.add_parser(
+        "member-file", help="write the stack's member file: the outputs the job and data verbs read, no secret",
+        description="Platform engineer, once per stack (and after a `pulumi up` that changes its outputs): write "
+                    "the stack's outputs that the job and data verbs read, without any secret value (no SAS, no key, "
+                    "no password; `pulumi stack output --json`, never --show-secrets), for the team's members: "
+                    "with it (`--outputs FILE`) they upload, submit, follow and download with their own Azure AD "
+                    "sign-in and the roles the stack grants teamMembers, without the Pulumi state or its secrets.")
+    member.add_argument("--stack", help="stack name (default: the stack Pulumi has selected)")
+    member.add_argument("-o", "--out", type=Path, default=None, help="file to write (default: member-STACK.json)")
+    member.add_argument("--outputs", type=Path, default=None,
+                        help="the JSON of `pulumi stack output --json` instead of running it")
+    member.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    member.set_defaults(run=_member_file)
+
+    upload = commands.add_parser(
+        "upload", help="check a dataset folder's layout, then upload it into the stack's `data` container",
+        description="Upload DIR into the stack's `data` container (its URL from the stack's outputs or member file) "
+                    "with your Azure AD sign-in (`az login`; members hold Storage Blob Data Contributor on `data`), "
+                    "verified and resumable (a rerun skips what is there). Before anything moves, DIR's layout is "
+                    "checked against what the trainer reads: DIR/train/<class>/IMAGE (.jpg, .jpeg, .png, any case), "
+                    "optionally DIR/val/<class>/IMAGE with the same classes; a flat or empty folder is refused.",
+        epilog="Example: python -m infra upload --outputs member-dev.json ~/pets   # pets/train/cat/1.jpg ...")
+    upload.add_argument("dir", type=Path, metavar="DIR", help="the dataset's folder")
+    upload.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
+                                        "selected)")
+    upload.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
+    upload.add_argument("--no-layout-check", action="store_true",
+                        help="upload another tree as it is (the trainer reads train/<class>/ only)")
+    upload.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    upload.set_defaults(run=lambda a: _job_verb_errors(a, _upload))
+
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config); with "
                   "monthlyBudgetUsd, refused once this month's spend reaches it",
@@ -543,38 +575,6 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
         "rehearse", add_help=False, help="run the stack's own job here as Azure would: Azurite as its storage, "
                                          "local nodes with their own IPs and SSH as its Batch pool (needs root)")
     rehearse.set_defaults(run=lambda a: _rehearse([]))
-
-    member = commands.add_parser(
-        "member-file", help="write the stack's member file: the outputs the job and data verbs read, no secret",
-        description="Platform engineer, once per stack (and after a `pulumi up` that changes its outputs): write "
-                    "the stack's outputs that the job and data verbs read, without any secret value (no SAS, no key, "
-                    "no password; `pulumi stack output --json`, never --show-secrets), for the team's members: "
-                    "with it (`--outputs FILE`) they upload, submit, follow and download with their own Azure AD "
-                    "sign-in and the roles the stack grants teamMembers, without the Pulumi state or its secrets.")
-    member.add_argument("--stack", help="stack name (default: the stack Pulumi has selected)")
-    member.add_argument("-o", "--out", type=Path, default=None, help="file to write (default: member-STACK.json)")
-    member.add_argument("--outputs", type=Path, default=None,
-                        help="the JSON of `pulumi stack output --json` instead of running it")
-    member.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    member.set_defaults(run=_member_file)
-
-    upload = commands.add_parser(
-        "upload", help="check a dataset folder's layout, then upload it into the stack's `data` container",
-        description="Upload DIR into the stack's `data` container (its URL from the stack's outputs or member file) "
-                    "with your Azure AD sign-in (`az login`; members hold Storage Blob Data Contributor on `data`), "
-                    "verified and resumable (a rerun skips what is there). Before anything moves, DIR's layout is "
-                    "checked against what the trainer reads: DIR/train/<class>/IMAGE (.jpg, .jpeg, .png, any case), "
-                    "optionally DIR/val/<class>/IMAGE with the same classes; a flat or empty folder is refused.",
-        epilog="Example: python -m infra upload --outputs member-dev.json ~/pets   # pets/train/cat/1.jpg ...")
-    upload.add_argument("dir", type=Path, metavar="DIR", help="the dataset's folder")
-    upload.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
-                                        "selected)")
-    upload.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
-    upload.add_argument("--no-layout-check", action="store_true",
-                        help="upload another tree as it is (the trainer reads train/<class>/ only)")
-    upload.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
-    upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    upload.set_defaults(run=lambda a: _job_verb_errors(a, _upload))
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest

@@ -156,6 +156,7 @@ class AzureMlBackend:
 
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
+        from infra.backends.shared import verb_roles_line
         from infra.core.skus import AML_SIZES_DOC
 
         listed = ("Azure ML's supported-series table lists it" if sku.aml_listed
@@ -178,8 +179,7 @@ class AzureMlBackend:
              "The workspace is open to the Internet by this stack's choice (amlWorkspaceAccess: public): every "
              "call needs an Azure AD identity with a role on it; storage and Key Vault still admit only the "
              "VNet and allowedIpRanges."),
-            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, "
-            "download) and AzureML Data Scientist (or Contributor) on the workspace (jobs)."]
+            verb_roles_line("the workspace", self.team_grants(cfg, "members"))]
 
     def team_grants(self, cfg, level: str) -> list:
         """The workspace, and its storage: azure-ai-ml uploads a job's code snapshot to the workspace's

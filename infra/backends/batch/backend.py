@@ -180,6 +180,7 @@ class BatchBackend:
                  f"Batch dedicated core quota for the {sku.name} family ({sku.quota_family}) in {cfg.location}: "
                  f"{vcpus}")
         from infra.backends.batch.cluster import api_version_warning
+        from infra.backends.shared import verb_roles_line
         from infra.core.skus import BATCH_SIZES_DOC
 
         listed = ("Batch's supported-size table lists its series" if sku.batch_listed
@@ -191,8 +192,7 @@ class BatchBackend:
             f"{quota}. A new Batch account often has 0 for GPU families: after the account exists, request it "
             "(portal: Batch account > Quotas > Request quota increase), or the pool stays at 0 nodes with a quota "
             "error in its resize errors.",
-            "Your Azure AD identity needs Storage Blob Data Contributor on the storage account (upload, download) "
-            "and Azure Batch Data Contributor (or Contributor) on the Batch account (job verbs).",
+            verb_roles_line("the Batch account", self.team_grants(cfg, "members")),
             *filter(None, [api_version_warning()])]
 
     def team_grants(self, cfg, level: str) -> list:
