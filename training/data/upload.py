@@ -3,9 +3,14 @@
 Each file goes up in blocks (bounded memory) with its MD5 as Content-MD5, which `stage` verifies. A rerun
 skips files whose blob already has the same size and MD5 (when the SAS can read), and uploads the rest.
 
+Any tree goes up as it is; a folder that is not in the trainer's layout (train/<class>/IMAGE, training/data/
+layout.py) gets a note, and `--check-layout` refuses it before a byte moves. For a deployed stack,
+`python -m infra upload DIR` finds the `data` container itself and checks the layout by default.
+
 Examples:
   python -m training upload /data/imagenet "$DATA_URL_WITH_WRITE_SAS"
   python -m training upload ILSVRC2012_img_train.tar "https://ACCOUNT.blob.core.windows.net/data" --prefix tars/
+  python -m training upload ~/pets "https://ACCOUNT.blob.core.windows.net/data" --check-layout
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from training.data import transfer
+from training.data import layout, transfer
 from training.errors import UsageError
 
 
@@ -92,12 +97,21 @@ def main(argv: list[str]) -> int:
                              "environment variable VAR (keeps the SAS out of `ps`)")
     parser.add_argument("--prefix", default="", help="blob name prefix, e.g. imagenet/ (default: none)")
     parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    parser.add_argument("--check-layout", action="store_true",
+                        help="refuse a folder the trainer cannot read (train/<class>/IMAGE, optionally val/<class>/ "
+                             "with the same classes) before anything is uploaded")
     args = parser.parse_args(argv)
     if not args.src.exists():
         raise UsageError(f"SRC {args.src}: no such file or folder")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     target = transfer.ContainerTarget.parse(args.container_url, verb="upload")
+    problem = layout.of_folder(args.src).problem() if args.src.is_dir() else None
+    if problem and args.check_layout:
+        raise UsageError(f"SRC {args.src}: {problem}; {layout.EXPECTED} (without --check-layout it goes up as it is)")
+    if problem:
+        print(f"upload: note: {args.src} is not in the trainer's layout ({problem}); uploading it as it is",
+              file=sys.stderr)
     print(f"upload: {args.src} -> {target.display}{' prefix ' + args.prefix if args.prefix else ''}", file=sys.stderr)
     with transfer.stopping_cleanly("upload"):
         stats = upload(args.src, target, args.prefix, args.workers)

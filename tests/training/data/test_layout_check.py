@@ -49,3 +49,18 @@ def test_imagenets_archives_are_named_for_what_they_are():
     found = layout.of_names(["ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar", "LOC_val_solution.csv"])
     assert found.archives == {"train": 1, "val": 1}
     assert "ImageNet's archives" in found.problem() and "--extract" in found.problem()
+
+
+def test_training_upload_notes_a_flat_folder_and_refuses_it_with_check_layout(tmp_path, capsys):
+    from training.data import upload
+    from training.errors import UsageError
+
+    src = touch(tmp_path / "flat", "1.jpg")
+    url = "https://nosuchaccount.blob.core.windows.net/data"  # never reached: the refusal comes first
+    try:
+        upload.main([str(src), url, "--check-layout"])
+    except UsageError as refused:
+        assert str(refused).startswith(f"SRC {src}: no class folders with images under train/")
+        assert "expected train/<class>/IMAGE" in str(refused)
+    else:
+        raise AssertionError("a flat folder was not refused")
