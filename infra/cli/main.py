@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     upload = commands.add_parser(
         "upload", help="check a dataset folder's layout, then upload it into the stack's `data` container",
         description="Upload DIR into the stack's `data` container (its URL from the stack's outputs or member file) "
-                    "with your Azure AD sign-in (`az login`; members hold Storage Blob Data Contributor on `data`), "
+                    "with your Azure AD sign-in (`az login`; the stack grants its teamMembers writes to `data`), "
                     "verified and resumable (a rerun skips what is there). Before anything moves, DIR's layout is "
                     "checked against what the trainer reads: DIR/train/<class>/IMAGE (.jpg, .jpeg, .png, any case), "
                     "optionally DIR/val/<class>/IMAGE with the same classes; a flat or empty folder is refused.",
