@@ -6,6 +6,7 @@ Commands:
   benchmark        synthetic ResNet50 throughput: our best settings vs the Horovod benchmark recipe
   data-demo        the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
   stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
+  fleet-benchmark  teams, plan and new-team over 100 and 300 stack files, beside the repo's own stacks
   rehearse         run a stack's own job here as Azure would (local nodes, Azurite, a local Batch endpoint; root)
 
 Examples:
@@ -21,6 +22,7 @@ from training.errors import UsageError
 
 COMMANDS = {"synth-data": "devtools.synth_data", "benchmark": "devtools.benchmark",
             "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark",
+            "fleet-benchmark": "devtools.fleet_benchmark",
             "rehearse": "devtools.rehearsal.run"}
 
 
