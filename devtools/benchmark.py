@@ -292,6 +292,20 @@ def jpeg_loaders() -> tuple[str, ...]:
     return ("dali", "nvjpeg", "pil") if dali_installed() else ("nvjpeg", "pil")
 
 
+def chosen_loaders(asked: str | None, framework: str) -> tuple[str, ...]:
+    """--loaders: the JPEG loaders to measure, in the table's order; by default every one this machine runs."""
+    if asked is None:
+        return jpeg_loaders() if framework == "pytorch" else ()
+    if framework != "pytorch":
+        raise UsageError(f"--loaders applies to pytorch only; {framework} reads JPEG files with tf.data")
+    available = jpeg_loaders()
+    names = [name.strip() for name in asked.split(",")]
+    unknown = [name for name in names if name not in available]
+    if unknown:
+        raise UsageError(f"--loaders {asked}: give some of {','.join(available)} (the loaders this machine runs)")
+    return tuple(name for name in available if name in names)
+
+
 def jpeg_dataset(images: int, out: Path, jobs: int) -> Path:
     from devtools.synth_data import make_dataset
 
@@ -335,6 +349,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", type=Path, help="an ImageNet-layout folder for the JPEG runs (default: made now "
                         "at ImageNet sizes, one epoch's worth, in a temporary folder)")
     parser.add_argument("--skip-jpeg", action="store_true", help="synthetic runs only")
+    parser.add_argument("--loaders", help="pytorch: the JPEG loaders to measure, comma-separated, e.g. pil "
+                        "(default: every one this machine runs: dali where installed, nvjpeg, pil)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile / XLA out of our settings")
     parser.add_argument("--dist", choices=("auto", "horovod", "ddp"), default="auto", help="pytorch's "
                         "distribution, one process without a launcher; auto: horovod where it is installed, as the "
@@ -342,6 +358,7 @@ def main(argv: list[str]) -> int:
                         "channels-last, DDP takes channels-last weights)")
     args = parser.parse_args(argv)
     args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework))
+    loaders_asked = chosen_loaders(args.loaders, args.framework)
     try:
         __import__(frameworks.get(args.framework).image.package)
     except ImportError:
@@ -392,14 +409,14 @@ def main(argv: list[str]) -> int:
                                              out / "jpeg", workers)
             jpeg = [*common, "--steps", str(jpeg_steps), "--data", str(data), "--batch-size", str(batch),
                     "--workers", str(workers), *ours]
-            for loader in (jpeg_loaders() if args.framework == "pytorch" else ("tf.data",)):
+            for loader in (loaders_asked if args.framework == "pytorch" else ("tf.data",)):
                 flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
                 runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags, skip))
         for run in runs:
             train(run, out, bool(gpu))
         if not args.skip_jpeg and args.framework == "pytorch":
             loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, loader_batches)
-                       for loader in jpeg_loaders()}
+                       for loader in loaders_asked}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
     framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework
     print(f"\nResNet50 training, {framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
