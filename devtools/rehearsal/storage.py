@@ -14,8 +14,10 @@ from datetime import datetime
 from devtools.emulator import Azurite
 from infra.preview.offline import Evaluation
 from infra.components import roles
+from infra.core.role_ids import role_key
 
-ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl"}
+ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl",
+                    roles.BLOB_DATA_WRITER: "racwdl"}
 SAS_FUNCTION = "azure-native:storage:listStorageAccountServiceSAS"
 PROBE = ".rehearsal-probe"  # a blob the deployer writes into each container, for the people's SAS to try
 
@@ -68,7 +70,7 @@ def grants(ev: Evaluation) -> list[Grant]:
         scope, role = str(assignment.inputs.get("scope", "")), str(assignment.inputs.get("roleDefinitionId", ""))
         if not any(part in scope for part in ("/blobServices/default/containers/", "/blobContainers/")):
             continue  # not a container (the registry's AcrPull, for one)
-        permissions = ROLE_PERMISSIONS.get(role.rsplit("/", 1)[-1])
+        permissions = ROLE_PERMISSIONS.get(role_key(role, scope))  # a built-in by ID, the stack's custom role by key
         if permissions:
             found.append(Grant(str(assignment.inputs["principalId"]), scope.rsplit("/", 1)[-1], permissions))
     return found

@@ -126,7 +126,7 @@ def _deployer_lines(evaluation: Evaluation) -> list[str]:
     grants = [r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment")
               if str(r.inputs.get("description", "")).startswith(roles.DEPLOYER)]
     shown = [(_scope(grant["scope"]),
-              roles.ROLE_NAMES.get(grant["roleDefinitionId"].rsplit("/", 1)[-1], grant["roleDefinitionId"]),
+              roles.ROLE_NAMES.get(roles.role_key(grant["roleDefinitionId"], grant["scope"]), grant["roleDefinitionId"]),
               str(grant.get("principalType")), grant["description"][len(roles.DEPLOYER):]) for grant in grants]
     # By scope, then role: the resources register from a thread pool, in an order that varies from run to run.
     lines = [f"`pulumi up` grants your identity ({principal_type}, deployerPrincipalType) {role} on {scope}: "
@@ -151,7 +151,7 @@ def _team_lines(evaluation: Evaluation) -> list[str]:
     from infra.components import access, roles
 
     shown = sorted((grant["description"][len(access.TEAM):].partition(":")[0], grant["principalId"],
-                    roles.ROLE_NAMES.get(grant["roleDefinitionId"].rsplit("/", 1)[-1], grant["roleDefinitionId"]),
+                    roles.ROLE_NAMES.get(roles.role_key(grant["roleDefinitionId"], grant["scope"]), grant["roleDefinitionId"]),
                     _scope(grant["scope"]), grant["description"].partition(": ")[2],
                     " (its writes limited by a condition)" if grant.get("condition") else "")
                    for grant in (r.inputs for r in evaluation.of_type("azure-native:authorization:RoleAssignment"))

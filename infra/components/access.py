@@ -16,7 +16,7 @@ Names come from scope, principal and role (roles.assignment_name), like every gr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import pulumi
@@ -40,14 +40,14 @@ class TeamGrant(NamedTuple):
 COMMON = {
     "members": [
         TeamGrant("resourceGroup", roles.READER, "see the stack's resources (portal, `az`)"),
-        TeamGrant("data", roles.BLOB_DATA_CONTRIBUTOR, "`python -m training upload` writes, lists and verifies "
+        TeamGrant("data", roles.BLOB_DATA_WRITER, "`python -m training upload` writes, lists and verifies "
                                                        "the dataset"),
         TeamGrant("outputs", roles.BLOB_DATA_READER, "`python -m infra download` reads a job's outputs and logs"),
     ],
     "admins": [
         TeamGrant("resourceGroup", roles.CONTRIBUTOR, "`pulumi up` and `destroy` manage the stack's resources "
                                                       "(Contributor cannot assign roles)"),
-        TeamGrant("data", roles.BLOB_DATA_CONTRIBUTOR, "`python -m training upload` writes, lists and verifies "
+        TeamGrant("data", roles.BLOB_DATA_WRITER, "`python -m training upload` writes, lists and verifies "
                                                        "the dataset"),
         TeamGrant("outputs", roles.BLOB_DATA_READER, "`python -m infra download` reads a job's outputs and logs"),
     ],
@@ -90,6 +90,8 @@ class TeamAccessArgs:
     access: AccessConfig
     scopes: dict[str, pulumi.Input[str]]  # scope key -> resource ID (resourceGroup, data, outputs, service, ...)
     grants: dict[str, list[TeamGrant]]  # level (members, admins) -> its grants (team_grants)
+    # the stack's custom roles (roles.CUSTOM_ROLES) -> the ID an assignment names each by (roles.custom_role)
+    role_definitions: dict[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
 class TeamAccess(pulumi.ComponentResource):
@@ -103,5 +105,5 @@ class TeamAccess(pulumi.ComponentResource):
                         f"{name}-{level}-{group}-{grant.scope}-{roles.ROLE_NAMES[grant.role].replace(' ', '')}",
                         role=grant.role, principal_id=group, scope=args.scopes[grant.scope], parent=self,
                         principal_type=roles.GROUP, description=f"{TEAM}{key}: {grant.why}",
-                        condition=grant.condition))
+                        condition=grant.condition, definition=args.role_definitions.get(grant.role)))
         self.register_outputs({"assignments": len(self.assignments)})

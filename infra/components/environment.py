@@ -71,7 +71,7 @@ class Environment(pulumi.ComponentResource):
         self.node_grants = [
             self.storage.grant("nodes-scripts", nodes.principal_id, "scripts", roles.BLOB_DATA_READER),
             self.storage.grant("nodes-data", nodes.principal_id, "data", roles.BLOB_DATA_READER),
-            self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_CONTRIBUTOR),
+            self.storage.grant("nodes-outputs", nodes.principal_id, "outputs", roles.BLOB_DATA_WRITER),
         ]
         # Whoever runs `pulumi up` (the deployer) gets the data-plane roles for what `up` itself does there:
         # Owner and Contributor carry no data actions. Each grant's description says why; plan lists them.
@@ -104,7 +104,8 @@ class Environment(pulumi.ComponentResource):
                       **{c: self.storage.containers[c].id for c in ("data", "outputs", "status")},
                       "service": backend(cfg.backend).service_id(self)}
             self.team_access = TeamAccess(f"{name}-team", TeamAccessArgs(cfg.access, scopes, {
-                level: team_grants(level, backend(cfg.backend).team_grants(cfg, level)) for level in LEVELS}), child)
+                level: team_grants(level, backend(cfg.backend).team_grants(cfg, level)) for level in LEVELS},
+                {roles.BLOB_DATA_WRITER: self.storage.writer_role_id}), child)
         # monthlyBudgetUsd: Azure's budget on the resource group, and the guard that scales the GPU nodes to zero
         # when it runs out (budget.py).
         self.budget = None

@@ -72,6 +72,7 @@ class NfsArgs:
     compute_subnet_id: pulumi.Input[str]
     container_urls: dict[str, pulumi.Input[str]]  # data, scripts, status (no SAS: the VM uses its identity)
     container_ids: dict[str, pulumi.Input[str]]  # the same containers' resource IDs, for the VM identity's roles
+    writer_role_id: pulumi.Input[str] | None = None  # the stack's Blob Data Writer (roles.custom_role), for `status`
 
 
 class NfsServer(pulumi.ComponentResource):
@@ -101,10 +102,10 @@ class NfsServer(pulumi.ComponentResource):
         self.identity = managedidentity.UserAssignedIdentity(f"{name}-id", **common, opts=child)
         self.grants = [roles.assign(f"{name}-{container}-{label}", role=role,
                                     principal_id=self.identity.principal_id, scope=args.container_ids[container],
-                                    parent=self)
+                                    parent=self, definition=args.writer_role_id if role == roles.BLOB_DATA_WRITER else None)
                        for container, label, role in (("data", "read", roles.BLOB_DATA_READER),
                                                       ("scripts", "read", roles.BLOB_DATA_READER),
-                                                      ("status", "write", roles.BLOB_DATA_CONTRIBUTOR))]
+                                                      ("status", "write", roles.BLOB_DATA_WRITER))]
         urls = args.container_urls
         data = pulumi.Output.all(urls["data"], urls["scripts"], urls["status"], self.identity.client_id).apply(
             lambda v: custom_data(args.export_to, cfg.disk_count, StagingUrls(v[0], v[1], v[2]), v[3]))

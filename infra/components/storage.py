@@ -22,6 +22,9 @@ from infra.core.config import StorageConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
 
+SOFT_DELETE_DAYS = 7  # how long a deleted blob or container stays restorable (and billed)
+
+
 @dataclass
 class StorageArgs:
     storage: StorageConfig
@@ -74,12 +77,28 @@ class Storage(pulumi.ComponentResource):
             ),
             opts=child)
 
+        # The role that writes blobs without the container Actions of Storage Blob Data Contributor (role_ids.py):
+        # every grant that writes blobs in this account names it (grant()).
+        self.writer_role, self.writer_role_id = roles.custom_role(
+            f"{name}-blob-writer", roles.BLOB_DATA_WRITER, resource_group_name=args.resource_group_name, parent=self)
+
         self.containers = {
             container: storage.BlobContainer(
                 f"{name}-{container}", container_name=container, account_name=self.account.name,
                 resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE, opts=child)
             for container in CONTAINERS
         }
+
+        # Soft delete of blobs and of whole containers: a deleted one can be restored for SOFT_DELETE_DAYS
+        # (Blob Services - Set Service Properties: deleteRetentionPolicy, containerDeleteRetentionPolicy, days
+        # 1-365: https://learn.microsoft.com/rest/api/storagerp/blob-services/set-service-properties;
+        # https://learn.microsoft.com/azure/storage/blobs/soft-delete-container-overview). Only admins
+        # (Contributor) can delete a container at all (role_ids.BLOB_DATA_WRITER); this undoes a mistake.
+        retention = storage.DeleteRetentionPolicyArgs(enabled=True, days=SOFT_DELETE_DAYS)
+        self.blob_service = storage.BlobServiceProperties(
+            f"{name}-blob-service", account_name=self.account.name, resource_group_name=args.resource_group_name,
+            blob_services_name="default", delete_retention_policy=retention,
+            container_delete_retention_policy=retention, opts=child)
 
         # The training runtime in `scripts`: a job fetches the current one, so a fix needs no image rebuild.
         self.scripts = [
@@ -109,10 +128,11 @@ class Storage(pulumi.ComponentResource):
               principal_type: str = roles.SERVICE_PRINCIPAL, description: str | None = None,
               condition: str | None = None):
         """A principal's access to one container, or to the whole account where `container` is None (Storage
-        Blob Data Reader or Contributor); a managed identity unless `principal_type` says otherwise."""
+        Blob Data Reader or the stack's Blob Data Writer); a managed identity unless `principal_type` says otherwise."""
         scope = self.account.id if container is None else self.containers[container].id
         return roles.assign(f"{self._name}-{label}", role=role, principal_id=principal_id, scope=scope, parent=self,
-                            principal_type=principal_type, description=description, condition=condition)
+                            principal_type=principal_type, description=description, condition=condition,
+                            definition=self.writer_role_id if role == roles.BLOB_DATA_WRITER else None)
 
     def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
         token = storage.list_storage_account_service_sas_output(

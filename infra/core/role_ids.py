@@ -5,6 +5,9 @@ Built-in role IDs: https://learn.microsoft.com/azure/role-based-access-control/b
 """
 from __future__ import annotations
 
+import re
+import uuid
+
 ACR_PULL = "7f951dda-4ed3-4680-a7ca-43fe172d538d"
 BLOB_DATA_READER = "2a2b9908-6ea1-4ae2-8e65-a410df84e7d1"  # Storage Blob Data Reader: read and list blobs
 BLOB_DATA_CONTRIBUTOR = "ba92f5b4-2d11-453d-a403-e96b0029c9fe"  # Storage Blob Data Contributor: also write
@@ -30,8 +33,62 @@ AZUREML_COMPUTE_OPERATOR = "e503ece1-11d0-4e8e-8e2c-7a6c3bf38815"
 # Roles that manage a whole resource, granted only on a resource of this ARM type (the scope's last type segments).
 RESOURCE_ROLES = {BATCH_ACCOUNT_CONTRIBUTOR: "Microsoft.Batch/batchAccounts/pools",
                   AZUREML_COMPUTE_OPERATOR: "Microsoft.MachineLearningServices/workspaces/computes"}
-ROLE_NAMES = {ACR_PULL: "AcrPull", BLOB_DATA_READER: "Storage Blob Data Reader",
+# The stack's one custom role (declared by infra/components/storage.py, assignable in the stack's resource group
+# only): Storage Blob Data Contributor's data actions without its control-plane Actions `containers/delete` and
+# `containers/write`. An ABAC condition constrains data actions only ("Conditions are ... on data actions":
+# https://learn.microsoft.com/azure/role-based-access-control/conditions-format), so with the built-in role a member
+# or a node could delete a container through ARM (Blob Containers - Delete) whatever the condition says. Its ID is
+# not a constant: custom role IDs and names are unique in the tenant, so each stack's is seeded with its resource
+# group (custom_role_id). This key stands for it where the built-ins' IDs stand.
+BLOB_DATA_WRITER = "blob-data-writer"
+_BLOBS = "Microsoft.Storage/storageAccounts/blobServices"
+# What each role the stack grants holds on storage: (control-plane Actions, DataActions), as the built-in roles'
+# definitions list them (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/storage and
+# /general, checked 2026-11-25), all their Actions, not only the storage ones the names suggest. Reader and
+# Contributor by wildcard (Contributor's NotActions are Microsoft.Authorization/*/Delete and */Write,
+# Microsoft.Authorization/elevateAccess/Action and Blueprint and Compute gallery sharing: nothing on storage). The
+# other roles (AcrPull, Batch, Azure ML) hold nothing under Microsoft.Storage.
+ROLE_PERMISSIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    BLOB_DATA_READER: ((f"{_BLOBS}/containers/read", f"{_BLOBS}/generateUserDelegationKey/action"),
+                       (f"{_BLOBS}/containers/blobs/read",)),
+    BLOB_DATA_CONTRIBUTOR: ((f"{_BLOBS}/containers/delete", f"{_BLOBS}/containers/read",
+                             f"{_BLOBS}/containers/write", f"{_BLOBS}/generateUserDelegationKey/action"),
+                            (f"{_BLOBS}/containers/blobs/delete", f"{_BLOBS}/containers/blobs/read",
+                             f"{_BLOBS}/containers/blobs/write", f"{_BLOBS}/containers/blobs/move/action",
+                             f"{_BLOBS}/containers/blobs/add/action")),
+    BLOB_DATA_WRITER: ((f"{_BLOBS}/generateUserDelegationKey/action",),
+                       (f"{_BLOBS}/containers/blobs/delete", f"{_BLOBS}/containers/blobs/read",
+                        f"{_BLOBS}/containers/blobs/write", f"{_BLOBS}/containers/blobs/move/action",
+                        f"{_BLOBS}/containers/blobs/add/action")),
+    READER: (("*/read",), ()),
+    CONTRIBUTOR: (("*",), ()),
+}
+CUSTOM_ROLES = (BLOB_DATA_WRITER,)
+
+
+def custom_role_id(subscription_id: str, resource_group: str, key: str) -> str:
+    """The GUID of the stack's custom role `key` in this subscription's resource group (ARM IDs are
+    case-insensitive, so the seed is lowercase): the same on every run, another in every stack."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"/subscriptions/{subscription_id}/resourcegroups/{resource_group}|"
+                                              f"{key}".lower()))
+
+
+def custom_role_ids(scope: str) -> dict[str, str]:
+    """GUID -> key of the custom roles that may be granted on `scope` (the resource group of the scope, or none)."""
+    match = re.match(r"/subscriptions/([^/]+)/resourceGroups/([^/]+)", scope or "", re.IGNORECASE)
+    if not match:
+        return {}
+    return {custom_role_id(match[1], match[2], key): key for key in CUSTOM_ROLES}
+
+
+ROLE_NAMES = {BLOB_DATA_WRITER: "Blob Data Writer (custom)", ACR_PULL: "AcrPull", BLOB_DATA_READER: "Storage Blob Data Reader",
               BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor", BATCH_JOB_SUBMITTER: "Azure Batch Job Submitter",
               READER: "Reader", CONTRIBUTOR: "Contributor", AZUREML_DATA_SCIENTIST: "AzureML Data Scientist",
               BATCH_ACCOUNT_CONTRIBUTOR: "Azure Batch Account Contributor",
               AZUREML_COMPUTE_OPERATOR: "AzureML Compute Operator"}
+
+
+def role_key(role_definition_id: str, scope: str) -> str:
+    """What a role assignment grants, as this module names roles: a built-in's ID, or a custom role's key."""
+    role = str(role_definition_id or "").rstrip("/").rsplit("/", 1)[-1].lower()
+    return custom_role_ids(scope).get(role, role)

@@ -27,7 +27,7 @@ from typing import Any
 
 from infra.core.config import SAS_EXPIRY_HOURS
 from infra.core.containers import SAS_PERMISSIONS
-from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES
+from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES, custom_role_ids
 
 Props = dict[str, Any]
 INTERNET_SOURCES = {"*", "Internet", "0.0.0.0/0", "Any", "any"}
@@ -262,6 +262,14 @@ def _role_within_stack_group(props: Props, resource_group: str) -> str | None:
             "group, the subscription, a management group or the tenant): grant on this stack's resources only")
 
 
+def _blob_soft_delete(props: Props) -> str | None:
+    """Blob and container soft delete (https://learn.microsoft.com/azure/storage/blobs/soft-delete-blob-overview,
+    soft-delete-container-overview): without them a deleted container or blob is gone at once."""
+    off = [key for key in ("deleteRetentionPolicy", "containerDeleteRetentionPolicy")
+           if not (props.get(key) or {}).get("enabled")]
+    return f"{' and '.join(off)} not enabled: a deleted blob or container could not be restored" if off else None
+
+
 def _role_not_privileged(props: Props) -> str | None:
     role = str(props.get("roleDefinitionId") or "").rstrip("/").rsplit("/", 1)[-1].lower()
     if role in PRIVILEGED_ROLES:
@@ -269,7 +277,7 @@ def _role_not_privileged(props: Props) -> str | None:
                 "creates role assignments (admins get Contributor)")
     # An allowlist beside the named denylist: other built-ins can assign roles too (e.g. Key Vault Data Access
     # Administrator), and a role the program never meant to grant is a mistake whatever it allows.
-    if role and role not in ROLE_NAMES:
+    if role and role not in ROLE_NAMES and role not in custom_role_ids(str(props.get("scope") or "")):
         return (f"grants role definition {role}, which is not one this stack grants "
                 f"({', '.join(sorted(ROLE_NAMES.values()))}: infra/core/role_ids.py); add it there, with its doc "
                 "link, if it is meant")
@@ -468,6 +476,10 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
                              ("Microsoft.Storage", "Microsoft.Storage.Global"))),
     ResourceType("azure-native:storage:BlobContainer", ("containerName", "publicAccess"), "containerName", checks=(
         Check("blob-container-private", "Blob containers allow no anonymous access.", _container_private),)),
+    ResourceType("azure-native:storage:BlobServiceProperties", ("deleteRetentionPolicy.days",
+                                                                "containerDeleteRetentionPolicy.days"), checks=(
+        Check("storage-soft-delete", "Deleted blobs and containers stay restorable (soft delete on both).",
+              _blob_soft_delete),)),
     ResourceType("azure-native:storage:FileShare", ("shareName", "shareQuota"), "shareName"),
     ResourceType("azure-native:storage:Blob", ("blobName",)),
     ResourceType("azure-native:containerregistry:Registry", ("registryName", "sku.name", "adminUserEnabled"),
@@ -496,6 +508,9 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
         Check("role-assignment-on-its-resource", "A role that manages a whole resource (Azure Batch Account "
               "Contributor, AzureML Compute Operator) is granted on one pool or compute cluster only.",
               _role_on_its_resource))),
+    # The stack's custom role (role_ids.BLOB_DATA_WRITER), assignable in its resource group only.
+    ResourceType("azure-native:authorization:RoleDefinition", ("permissions.actions", "permissions.dataActions"),
+                 "roleDefinitionId"),
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
     # The budget and its guard (infra/components/budget.py); the action group's callbackUrl is a secret, never shown.

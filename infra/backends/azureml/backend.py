@@ -46,11 +46,11 @@ class AzureMlBackend:
         # its own grant). Which containers Azure ML itself uses is not listed in its docs, so the condition
         # names ours rather than theirs.
         env.node_grants.append(env.storage.grant(
-            "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_CONTRIBUTOR,
+            "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_WRITER,
             condition=roles.blob_writes_except(("data", "scripts", "status"))))
         if self.launches_on_up(cfg) and grants_deployer(cfg.access):  # with teamAdmins, their group's grant
             env.deployer_grants.append(env.storage.grant(
-                "deployer-workspace", env.deployer, None, roles.BLOB_DATA_CONTRIBUTOR,
+                "deployer-workspace", env.deployer, None, roles.BLOB_DATA_WRITER,
                 principal_type=cfg.deployer_principal_type,
                 description=f"{roles.DEPLOYER}`pulumi up` uploads the launched Azure ML job's code snapshot to the "
                             "workspace's storage (identity-based datastores)"))
@@ -192,9 +192,9 @@ class AzureMlBackend:
         workspace = TeamGrant("service", roles.AZUREML_DATA_SCIENTIST, "`python -m infra submit|status|logs|"
                                                                       "download|cancel|register-model`")
         if level == "admins":
-            return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_CONTRIBUTOR, "`pulumi up` uploads the "
+            return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_WRITER, "`pulumi up` uploads the "
                                          "launched job's code snapshot (the deployer's grant)")]
-        return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_CONTRIBUTOR, "azure-ai-ml uploads a job's "
+        return [workspace, TeamGrant("storageAccount", roles.BLOB_DATA_WRITER, "azure-ai-ml uploads a job's "
                                      "code snapshot and reads its outputs in the workspace's containers",
                                      roles.blob_writes_except(("scripts", "status", "outputs")))]
 

@@ -44,7 +44,8 @@ class BatchBackend:
             storage_subnet_id=env.network.storage_subnet.id,
             compute_subnet_id=env.network.compute_subnet.id,
             container_urls={c: urls[c] for c in ("data", "scripts", "status")},
-            container_ids={c: env.storage.containers[c].id for c in ("data", "scripts", "status")}),
+            container_ids={c: env.storage.containers[c].id for c in ("data", "scripts", "status")},
+            writer_role_id=env.storage.writer_role_id),
             pulumi.ResourceOptions(parent=env, depends_on=env.storage.scripts))
         env.cluster = Cluster(f"{name}-cluster", ClusterArgs(
             cfg.nodes, cfg.training, cfg.nfs, rg, cfg.location, cfg.tags,
@@ -208,7 +209,7 @@ class BatchBackend:
             from infra.backends.batch.spec import DATASET
             from training.data.staged import request_name
 
-            grants.append(TeamGrant("status", roles.BLOB_DATA_CONTRIBUTOR, "`python -m infra submit` reads the NFS "
+            grants.append(TeamGrant("status", roles.BLOB_DATA_WRITER, "`python -m infra submit` reads the NFS "
                                     "server's staging report, `python -m infra restage` writes its request",
                                     roles.blob_writes_only(request_name(DATASET))))
         return grants

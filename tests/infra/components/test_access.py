@@ -11,6 +11,7 @@ from infra.core import config, security
 from infra.core.config import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
+from infra.core.role_ids import role_key
 
 ADMINS = "0b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
 MEMBERS = "1b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
@@ -48,12 +49,12 @@ def team_grants(ev: offline.Evaluation) -> dict[str, set[tuple[str, str, bool]]]
         p = assignment.inputs
         if p["principalId"] not in (ADMINS, MEMBERS):
             continue
-        role = p["roleDefinitionId"].rsplit("/", 1)[-1]
+        role = role_key(p["roleDefinitionId"], p["scope"])
         # A group, named so that ARM skips the directory lookup a new group may not pass yet (PrincipalNotFound).
         assert p["principalType"] == "Group", assignment.urn
         assert p["roleAssignmentName"] == roles.assignment_name(p["scope"], p["principalId"], role), assignment.urn
-        assert p["roleDefinitionId"] == f"/subscriptions/{offline.SUBSCRIPTION}/providers/Microsoft.Authorization/" \
-                                        f"roleDefinitions/{role}", assignment.urn
+        assert p["roleDefinitionId"].startswith(f"/subscriptions/{offline.SUBSCRIPTION}/providers/Microsoft."
+                                                "Authorization/roleDefinitions/"), assignment.urn
         assert p["description"].startswith(access.TEAM), assignment.urn
         found.setdefault(p["principalId"], set()).add((roles.ROLE_NAMES[role], scope_kind(ev, p["scope"]),
                                                        bool(p.get("condition"))))
@@ -61,13 +62,13 @@ def team_grants(ev: offline.Evaluation) -> dict[str, set[tuple[str, str, bool]]]
 
 
 # What each group gets, written out here (not computed from the program's table).
-COMMON_MEMBERS = {("Reader", "resource group", False), ("Storage Blob Data Contributor", "container data", False),
+COMMON_MEMBERS = {("Reader", "resource group", False), ("Blob Data Writer (custom)", "container data", False),
                   ("Storage Blob Data Reader", "container outputs", False)}
-COMMON_ADMINS = {("Contributor", "resource group", False), ("Storage Blob Data Contributor", "container data", False),
+COMMON_ADMINS = {("Contributor", "resource group", False), ("Blob Data Writer (custom)", "container data", False),
                  ("Storage Blob Data Reader", "container outputs", False)}
 # `infra submit` reads the staging report in `status`; `infra restage` writes its request there, no other blob.
 BATCH_VM = {("Azure Batch Job Submitter", "batch account", False),
-            ("Storage Blob Data Contributor", "container status", True)}
+            ("Blob Data Writer (custom)", "container status", True)}
 
 
 @pytest.mark.parametrize("stack", BATCH_STACKS[:1])
@@ -87,8 +88,8 @@ def test_azureml_stack_grants_each_group_its_roles_on_this_stack_only(stack):
     assert team_grants(ev) == {
         # azure-ai-ml uploads a job's code and reads its outputs in the workspace's containers: members write
         # there under a condition that keeps them out of scripts, status and outputs.
-        MEMBERS: COMMON_MEMBERS | {workspace, ("Storage Blob Data Contributor", "storage account", True)},
-        ADMINS: COMMON_ADMINS | {workspace, ("Storage Blob Data Contributor", "storage account", False)}}
+        MEMBERS: COMMON_MEMBERS | {workspace, ("Blob Data Writer (custom)", "storage account", True)},
+        ADMINS: COMMON_ADMINS | {workspace, ("Blob Data Writer (custom)", "storage account", False)}}
     member_condition = [a.inputs["condition"] for a in ev.of_type(ROLE_ASSIGNMENT)
                         if a.inputs["principalId"] == MEMBERS and a.inputs.get("condition")]
     assert member_condition == [roles.blob_writes_except(("scripts", "status", "outputs"))]
@@ -113,13 +114,13 @@ def test_with_admins_up_grants_the_deployer_nothing_and_the_admins_hold_all_it_w
     assert "teamAdmins is set, so `up` grants the identity running it no roles of its own" in text
     assert "grants your identity" not in text
     assert "no roles of its own" not in plan.render(evaluation_for(stack))[0]
-    deployer = {(a.inputs["scope"], a.inputs["roleDefinitionId"].rsplit("/", 1)[-1])
+    deployer = {(a.inputs["scope"], role_key(a.inputs["roleDefinitionId"], a.inputs["scope"]))
                 for a in evaluation_for(stack).of_type(ROLE_ASSIGNMENT)
                 if str(a.inputs.get("description", "")).startswith(roles.DEPLOYER)}
-    admins = {(a["scope"], a["roleDefinitionId"].rsplit("/", 1)[-1]) for a in assignments
+    admins = {(a["scope"], role_key(a["roleDefinitionId"], a["scope"])) for a in assignments
               if a["principalId"] == ADMINS}  # a condition here limits writes only: reads stay whole
     assert deployer
-    covers = {roles.BLOB_DATA_READER: {roles.BLOB_DATA_READER, roles.BLOB_DATA_CONTRIBUTOR}}
+    covers = {roles.BLOB_DATA_READER: {roles.BLOB_DATA_READER, roles.BLOB_DATA_WRITER}}
     for scope, role in deployer:
         assert any((scope, held) in admins for held in covers.get(role, {role})), (scope, role)
 

@@ -12,6 +12,7 @@ from infra.preview import offline
 from infra.components import registry, roles
 from infra.core import config, containers, naming, security
 from tests.infra.conftest import NOW
+from infra.core.role_ids import role_key
 
 
 def _children_of(ev, component_type):
@@ -241,7 +242,7 @@ def test_every_role_assignment_is_named_after_what_it_grants(ev):
     assignments = ev.of_type("azure-native:authorization:RoleAssignment")
     for assignment in assignments:
         p = assignment.inputs
-        role = p["roleDefinitionId"].rsplit("/", 1)[-1]
+        role = role_key(p["roleDefinitionId"], p["scope"])  # a custom role is named by its key
         assert p["roleAssignmentName"] == roles.assignment_name(p["scope"], p["principalId"], role), assignment.urn
         # A new name replaces it, and Azure refuses the same grant twice under two names: the old goes first.
         assert assignment.delete_before_replace, assignment.urn

@@ -16,6 +16,7 @@ from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, NameGeneration
 from infra.core.containers import AML_DATASTORES
 from infra.core import naming, security
 from tests.infra.conftest import NOW
+from infra.core.role_ids import role_key
 
 ML = "azure-native:machinelearningservices"
 
@@ -63,12 +64,12 @@ def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity
     # What the docs say the cluster's identity does: pull the images, read (and write) the data by identity.
     principal = next(i.state["principalId"] for i in aml_ev.of_type("azure-native:managedidentity:UserAssignedIdentity")
                      if i.state["id"] == nodes)
-    granted = {(a.inputs["scope"].rsplit("/", 1)[-1], a.inputs["roleDefinitionId"].rsplit("/", 1)[-1])
+    granted = {(a.inputs["scope"].rsplit("/", 1)[-1], role_key(a.inputs["roleDefinitionId"], a.inputs["scope"]))
                for a in aml_ev.of_type("azure-native:authorization:RoleAssignment")
                if a.inputs["principalId"] == principal}
     registry = aml_ev.one("azure-native:containerregistry:Registry").state["name"]
     assert granted >= {(registry, roles.ACR_PULL), ("data", roles.BLOB_DATA_READER),
-                       ("outputs", roles.BLOB_DATA_CONTRIBUTOR)}
+                       ("outputs", roles.BLOB_DATA_WRITER)}
 
 
 def test_data_and_outputs_are_datastores_without_a_secret(aml_ev):
@@ -123,8 +124,8 @@ def test_identity_datastores_the_nodes_and_the_deployer_may_use_the_workspace_st
     on_account = {(g.inputs["principalId"], g.inputs["principalType"]): g
                   for g in aml_ev.of_type("azure-native:authorization:RoleAssignment") if g.inputs["scope"] == account}
     assert set(on_account) == {(nodes, "ServicePrincipal"), ("deployer", aml_ev.config.deployer_principal_type)}
-    assert {g.inputs["roleDefinitionId"].rsplit("/", 1)[-1] for g in on_account.values()} == {
-        roles.BLOB_DATA_CONTRIBUTOR}
+    assert {role_key(g.inputs["roleDefinitionId"], g.inputs["scope"]) for g in on_account.values()} == {
+        roles.BLOB_DATA_WRITER}
     job = next(r for r in aml_ev.of_type("pulumi-python:dynamic:Resource") if "workspace" in r.inputs)
     assert on_account[("deployer", aml_ev.config.deployer_principal_type)].urn in job.dependencies
 

@@ -14,6 +14,7 @@ from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES
 from infra.backends.shared import StackOutputs
 from infra.backends.batch.spec import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
+from infra.core.role_ids import role_key
 
 POOL = "azure-native:batch:Pool"
 
@@ -138,8 +139,8 @@ def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_s
     grants = [r.inputs for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nfs" in r.name]
     container = {ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"]: c
                  for c in ("data", "scripts", "status")}
-    assert {container[g["scope"]]: g["roleDefinitionId"].rsplit("/", 1)[-1] for g in grants} == {
-        "data": roles.BLOB_DATA_READER, "scripts": roles.BLOB_DATA_READER, "status": roles.BLOB_DATA_CONTRIBUTOR}
+    assert {container[g["scope"]]: role_key(g["roleDefinitionId"], g["scope"]) for g in grants} == {
+        "data": roles.BLOB_DATA_READER, "scripts": roles.BLOB_DATA_READER, "status": roles.BLOB_DATA_WRITER}
     user_data = base64.b64decode(vm.inputs["osProfile"]["customData"]).decode()
     assert "sig=" not in user_data and "?sv=" not in user_data
     assert f"AZURE_CLIENT_ID={ev.one('azure-native:managedidentity:UserAssignedIdentity', 'nfs-id').state['clientId']}" \
@@ -185,13 +186,13 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
     # The nodes may read scripts and data and write outputs, each container on its own, before the job starts.
     grants = {r.name: r for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nodes-" in r.name}
-    roles_by_container = {r.inputs["scope"].rsplit("/", 1)[-1]: r.inputs["roleDefinitionId"].rsplit("/", 1)[-1]
+    roles_by_container = {r.inputs["scope"].rsplit("/", 1)[-1]: role_key(r.inputs["roleDefinitionId"], r.inputs["scope"])
                           for r in grants.values()}
     containers = {c: ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"].rsplit("/", 1)[-1]
                   for c in ("data", "scripts", "outputs")}
     assert roles_by_container == {containers["scripts"]: roles.BLOB_DATA_READER,
                                   containers["data"]: roles.BLOB_DATA_READER,
-                                  containers["outputs"]: roles.BLOB_DATA_CONTRIBUTOR}
+                                  containers["outputs"]: roles.BLOB_DATA_WRITER}
     assert all("pull-id" in g.inputs["principalId"] for g in grants.values())  # the pool's identity
 
 
@@ -242,7 +243,7 @@ def test_a_keras_job_prefetches_the_tensorflow_image_only():
 
 def test_up_grants_the_deployer_what_up_itself_does_on_the_data_plane(ev):
     """Owner/Contributor carry no data actions: the staging check reads `status`, the job resource calls Batch."""
-    deployer = {(g.inputs["scope"], g.inputs["roleDefinitionId"].rsplit("/", 1)[-1]): g
+    deployer = {(g.inputs["scope"], role_key(g.inputs["roleDefinitionId"], g.inputs["scope"])): g
                 for g in ev.of_type("azure-native:authorization:RoleAssignment") if g.inputs["principalId"] == "deployer"}
     data, status = (ev.one("azure-native:storage:BlobContainer", f"data-{c}").state["id"] for c in ("data", "status"))
     account = ev.one("azure-native:batch:BatchAccount").state["id"]
