@@ -116,7 +116,9 @@ def before_up(cfg, today: date | None = None) -> list[str]:
     from infra.core.skus import retirement_warning
 
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
-    return [*cfg.placeholders, *([warning] if warning else []), *backend(cfg.backend).before_up(cfg)]
+    sas = security.sas_policy_warning(cfg.storage.sas_expiry_hours)
+    return [*cfg.placeholders, *([warning] if warning else []), *([sas] if sas else []),
+            *backend(cfg.backend).before_up(cfg)]
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:

@@ -28,6 +28,7 @@ import pulumi
 from pulumi_azure_native import compute, managedidentity, network, storage
 
 from infra.components import roles
+from infra.core import security
 from infra.core.config import NfsConfig
 from infra.core.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
                                      VM_MOUNT_OPTIONS, StagingUrls, custom_data)
@@ -161,6 +162,9 @@ class NfsServer(pulumi.ComponentResource):
             # the firewall (compute subnet only) and no shared keys at all.
             enable_https_traffic_only=False, allow_shared_key_access=False,
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2, allow_blob_public_access=False,
+            # No SAS can be signed here (no shared keys); the policy is for organisations' sasPolicy rules.
+            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(1),
+                                             expiration_action=storage.ExpirationAction.LOG),
             network_rule_set=storage.NetworkRuleSetArgs(
                 default_action=storage.DefaultAction.DENY, bypass=storage.Bypass.NONE,
                 virtual_network_rules=[storage.VirtualNetworkRuleArgs(

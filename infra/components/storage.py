@@ -58,6 +58,9 @@ class Storage(pulumi.ComponentResource):
             enable_https_traffic_only=True,
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
             allow_blob_public_access=False,
+            # The SAS lifetime the stack issues, as the account's SAS expiration policy (security.py says why Log).
+            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(cfg.sas_expiry_hours),
+                                             expiration_action=storage.ExpirationAction.LOG),
             # Deny by default: only the VNet subnets and the deployers' listed IPs get through; trusted Azure
             # services (Batch output upload, diagnostics) bypass the firewall.
             network_rule_set=storage.NetworkRuleSetArgs(

@@ -68,6 +68,43 @@ def _storage_tls(props: Props) -> str | None:
     return None
 
 
+# An account's SAS expiration policy (sasPolicy: sasExpirationPeriod "DD.HH:MM:SS", expirationAction Log or Block:
+# SasPolicy in the Storage REST spec, https://learn.microsoft.com/rest/api/storagerp/storage-accounts/create;
+# https://learn.microsoft.com/azure/storage/common/sas-expiration-policy). Log records a SAS that outlives the
+# period, Block refuses it. The stack's own SAS (listServiceSas, expiring sasExpiryHours after `up`) keep to the
+# period by construction, so Log: Block would also refuse longer SAS someone else minted, an organisation's call.
+# Azure Policy's built-in "Storage account SAS tokens should adhere to 7 day maximum validity" (Deny by default)
+# refuses an account without sasPolicy or with a longer period.
+ORG_SAS_POLICY_HOURS = 7 * 24
+SAS_PERIOD = re.compile(r"(\d+)\.(\d\d):(\d\d):(\d\d)")
+
+
+def sas_expiration_period(hours: int) -> str:
+    """sasPolicy.sasExpirationPeriod for SAS that live `hours` (sasExpiryHours)."""
+    return f"{hours // 24}.{hours % 24:02d}:00:00"
+
+
+def sas_policy_warning(hours: int) -> str | None:
+    """Plan's line when sasExpiryHours would break the common 7-day SAS policy."""
+    if hours <= ORG_SAS_POLICY_HOURS:
+        return None
+    return (f"sasExpiryHours {hours} sets the storage account's sasPolicy to {sas_expiration_period(hours)}: an "
+            "organisation that assigns Azure Policy's \"Storage account SAS tokens should adhere to 7 day maximum "
+            f"validity\" (Deny by default) refuses the account at `pulumi up`; set sasExpiryHours to "
+            f"{ORG_SAS_POLICY_HOURS} or less there")
+
+
+def _storage_sas_policy(props: Props) -> str | None:
+    policy = props.get("sasPolicy") or {}
+    period = SAS_PERIOD.fullmatch(str(policy.get("sasExpirationPeriod") or ""))
+    if not period:
+        return (f"sasPolicy.sasExpirationPeriod is {policy.get('sasExpirationPeriod')!r}: set it (DD.HH:MM:SS), or "
+                "SAS of any lifetime go unrecorded and policies that require it refuse the account")
+    if policy.get("expirationAction") not in ("Log", "Block"):
+        return f"sasPolicy.expirationAction is {policy.get('expirationAction')!r}; it must be Log or Block"
+    return None
+
+
 def _storage_no_public_blob(props: Props) -> str | None:
     if props.get("allowBlobPublicAccess") is not False:
         return "allowBlobPublicAccess must be false"
@@ -463,6 +500,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
                                    "networkRuleSet.defaultAction"), "accountName", checks=(
         Check("storage-https-only", "Storage accounts accept HTTPS only.", _storage_https),
         Check("storage-min-tls-1-2", "Storage accounts refuse TLS below 1.2.", _storage_tls),
+        Check("storage-sas-policy", "Storage accounts carry a SAS expiration policy (sasPolicy).", _storage_sas_policy),
         Check("storage-no-public-blob-access", "No blob can be made public.", _storage_no_public_blob),
         Check("storage-network-default-deny", "Storage firewall denies by default and admits the VNet.",
               _storage_default_deny),

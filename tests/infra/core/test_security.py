@@ -14,6 +14,7 @@ GOOD_ACCOUNT = {
     "enableHttpsTrafficOnly": True, "minimumTlsVersion": "TLS1_2", "allowBlobPublicAccess": False,
     "networkRuleSet": {"defaultAction": "Deny", "virtualNetworkRules": [{"virtualNetworkResourceId": "/sub/x"}]},
     "encryption": {"requireInfrastructureEncryption": True}, "tags": {"team": "dev"},
+    "sasPolicy": {"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Log"},
 }
 GOOD_NSG = {"securityRules": [
     {"name": "vnet", "direction": "Inbound", "access": "Allow", "sourceAddressPrefix": "VirtualNetwork"},

@@ -1,0 +1,45 @@
+"""What an organisation's common Azure Policy assignments would meet, as ARM receives the stacks' resources:
+a SAS expiration policy on every storage account (Deny: "Storage account SAS tokens should adhere to 7 day maximum
+validity"), and plan's warning when sasExpiryHours would break it."""
+import dataclasses
+
+import pytest
+
+from infra.cli import plan
+from infra.core import config, security
+from infra.preview import offline
+from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
+
+STACKS = BATCH_STACKS + AML_STACKS
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_storage_account_carries_the_stacks_sas_lifetime_as_its_sas_policy(stack):
+    ev = evaluation_for(stack)
+    accounts = ev.of_type(security.STORAGE_ACCOUNT)
+    assert accounts
+    for account in accounts:
+        # The NFS (Azure Files) account signs no SAS (no shared keys): the shortest period.
+        hours = 1 if account.inputs["kind"] == "FileStorage" else ev.config.storage.sas_expiry_hours
+        assert account.inputs["sasPolicy"] == {"sasExpirationPeriod": security.sas_expiration_period(hours),
+                                               "expirationAction": "Log"}, account.urn
+
+
+def test_the_period_is_days_and_hours_as_azure_writes_it_and_the_check_needs_it():
+    assert security.sas_expiration_period(168) == "7.00:00:00"
+    assert security.sas_expiration_period(30) == "1.06:00:00"
+    assert security.sas_expiration_period(1) == "0.01:00:00"
+    [check] = [c for c in security.RESOURCE_CHECKS if c.name == "storage-sas-policy"]
+    assert check.validate({"sasPolicy": {"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Log"}}) is None
+    assert "sasExpirationPeriod is None" in check.validate({})
+    assert "Log or Block" in check.validate({"sasPolicy": {"sasExpirationPeriod": "7.00:00:00"}})
+
+
+def test_plan_warns_when_sas_expiry_hours_would_break_the_7_day_policy():
+    base = config.from_stack_file(BATCH_STACKS[0])
+    assert base.storage.sas_expiry_hours <= 168
+    assert not [line for line in plan.before_up(base) if "7 day maximum validity" in line]
+    longer = dataclasses.replace(base, storage=dataclasses.replace(base.storage, sas_expiry_hours=720))
+    [line] = [line for line in plan.before_up(longer) if "7 day maximum validity" in line]
+    assert line.startswith("sasExpiryHours 720 sets the storage account's sasPolicy to 30.00:00:00")
+    assert "set sasExpiryHours to 168 or less" in line
