@@ -36,7 +36,7 @@ def test_a_folder_in_the_trainers_layout_goes_up_and_the_gate_lets_it_train(azur
     url = azurite.container_url(container, "racwl")
     assert main(["upload", "--outputs", str(outputs_for(tmp_path, url)), str(src), "--workers", "2"]) == 0
     out, err = capsys.readouterr()
-    assert "pets: 3 classes, 3 training images, 3 validation images" in err and "uploaded 6 files" in out
+    assert "pets: 3 classes, 3 training images, 3 validation images" in err and "6 transferred" in out
     assert "python -m infra submit --outputs" in out
     assert names(url)[:3] == ["train/cat/1.jpg", "train/dog/2.JPEG", "train/ship/3.png"]
     assert staging.data_ready(azurite.container_url(container, "rl")).ready
