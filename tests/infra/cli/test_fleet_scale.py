@@ -108,3 +108,19 @@ def test_one_evaluation_per_distinct_config_gives_each_stack_the_verdicts_its_ow
     assert teams.shape(config.engine_config("dev", fleet)) == teams.shape(config.engine_config(f"team{N - 1}", fleet))
     assert failing(dev) == failing(other)
     assert dev.network.address_space != other.network.address_space and dev.team != other.team
+
+
+def test_a_stack_that_differs_in_more_than_team_and_addresses_gets_its_own_evaluation(fleet, tmp_path, capsys,
+                                                                                       monkeypatch):
+    for name in ("Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.team1.yaml", "Pulumi.team2.yaml"):
+        shutil.copy(fleet / name, tmp_path)
+    text = (tmp_path / "Pulumi.team2.yaml").read_text()
+    assert "azure-dl-training:maxNodes: 2\n" in text
+    (tmp_path / "Pulumi.team2.yaml").write_text(text.replace("maxNodes: 2\n", "maxNodes: 1\n"))
+    evaluated = []
+    real = offline.evaluate
+    monkeypatch.setattr(offline, "evaluate", lambda cfg, *a, **k: evaluated.append(cfg.stack) or real(cfg, *a, **k))
+    assert main(["teams", "--json", "--project-dir", str(tmp_path)]) == 0
+    rows = {row["stack"]: row for row in json.loads(capsys.readouterr().out)}
+    assert evaluated == ["dev", "team2"]  # team1 shares dev's
+    assert (rows["dev"]["maxNodes"], rows["team1"]["maxNodes"], rows["team2"]["maxNodes"]) == (2, 2, 1)
