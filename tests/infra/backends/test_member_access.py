@@ -57,6 +57,9 @@ def test_a_member_submits_and_follows_from_the_member_file_alone(batch, tmp_path
     assert job.startswith("train-dev-") and "SIG" not in json.dumps(batch.tasks[job]) + out
     assert main(["status", "--outputs", str(member)], **verb) == 0
     assert f"job {job}: active" in capsys.readouterr().out
+    batch.files[(job, "stdout.txt")] = b"step 10 loss 6.1\n"
+    assert main(["logs", "--outputs", str(member)], **verb) == 0
+    assert capsys.readouterr().out == "step 10 loss 6.1\n"
     assert main(["cancel", "--outputs", str(member)], **verb) == 0
 
 
