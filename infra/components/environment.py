@@ -66,6 +66,7 @@ class Environment(pulumi.ComponentResource):
         self.registry = Registry(f"{name}-reg", RegistryArgs(
             cfg.registry, **place, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
             pull_principal_id=nodes.principal_id, now=now), child)
+        self.monitoring.watch_registry("registry", self.registry.registry.id)
         # The GPU nodes reach storage with their identity, so no SAS sits in job definitions: the scripts and
         # data to read, the outputs to write (Batch uploads output files with it; Azure ML reads datastores).
         self.node_grants = [
@@ -114,6 +115,7 @@ class Environment(pulumi.ComponentResource):
                 cfg.budget, resource_group_id=self.resource_group.id, resource_group_name=rg,
                 location=cfg.location, tags=cfg.tags, stop=backend(cfg.backend).budget_stop(self),
                 start_date=start_of_month(now)), child)
+            self.monitoring.watch_logic_app("budget-guard", self.budget.workflow.id)
         # The export names (camelCase, the contract of `pulumi stack output`) come from StackOutputs.
         self.outputs = StackOutputs(**values).exports(tuple(values))
         self.register_outputs(self.outputs)

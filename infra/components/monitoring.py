@@ -1,7 +1,8 @@
 """Monitoring: a Log Analytics workspace and Application Insights, fed by diagnostic settings.
 
 Storage access logs (who read or wrote which blob, with which SAS) matter for a data path built on SAS;
-the cluster component adds the Batch account's settings to the same workspace.
+every other resource type that has resource logs (Batch account, Azure ML workspace, registry, Key Vault, the
+budget guard's Logic App) sends them to the same workspace.
 """
 from __future__ import annotations
 
@@ -21,6 +22,16 @@ BATCH_LOG_CATEGORIES = ("ServiceLog", "AuditLog")
 # (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-machinelearningservices-workspaces-logs).
 AML_LOG_CATEGORIES = ("AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComputeCpuGpuUtilization",
                       "AmlRunStatusChangedEvent")
+
+# Resource logs of the other types that have them (Azure Policy's "Resource logs in ... should be enabled" family):
+# the registry's logins and pushes/pulls
+# (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-containerregistry-registries-logs),
+# the Key Vault's audit of every access
+# (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-keyvault-vaults-logs) and the
+# budget guard's runs (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-logic-workflows-logs).
+REGISTRY_LOG_CATEGORIES = ("ContainerRegistryLoginEvents", "ContainerRegistryRepositoryEvents")
+KEY_VAULT_LOG_CATEGORIES = ("AuditEvent",)
+LOGIC_APP_LOG_CATEGORIES = ("WorkflowRuntime",)
 
 
 @dataclass
@@ -71,6 +82,18 @@ class Monitoring(pulumi.ComponentResource):
     def watch_azureml(self, label: str, workspace_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
         """Send the Azure ML workspace's cluster, job and utilisation logs and its metrics to the workspace."""
         return self._watch(label, workspace_id, AML_LOG_CATEGORIES)
+
+    def watch_registry(self, label: str, registry_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the registry's login and repository events and its metrics to the workspace."""
+        return self._watch(label, registry_id, REGISTRY_LOG_CATEGORIES)
+
+    def watch_key_vault(self, label: str, vault_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the Key Vault's audit events and metrics to the workspace."""
+        return self._watch(label, vault_id, KEY_VAULT_LOG_CATEGORIES)
+
+    def watch_logic_app(self, label: str, workflow_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
+        """Send the Logic App's run history (the budget guard's calls and their outcomes) to the workspace."""
+        return self._watch(label, workflow_id, LOGIC_APP_LOG_CATEGORIES)
 
     def _watch(self, label: str, resource_id: pulumi.Input[str], categories: tuple[str, ...]) -> monitor.DiagnosticSetting:
         return monitor.DiagnosticSetting(

@@ -14,6 +14,14 @@ from pulumi_azure_native import network
 from infra.core.config import NetworkConfig
 
 
+# Private subnets: no default outbound access (Azure's implicit public IP for VMs without explicit egress, which
+# it retires for new VNets), the NAT gateway being the one way out
+# (https://learn.microsoft.com/azure/virtual-network/ip-services/default-outbound-access). Azure takes
+# defaultOutboundAccess only when a subnet is created ("cannot be updated for an existing subnet": the Subnet
+# reference), so a stack whose subnets exist keeps theirs rather than failing its next `up`.
+PRIVATE_SUBNET = pulumi.ResourceOptions(ignore_changes=["defaultOutboundAccess"])
+
+
 @dataclass
 class NetworkArgs:
     network: NetworkConfig
@@ -74,7 +82,7 @@ class Network(pulumi.ComponentResource):
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
             service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service=service) for service in
                                ("Microsoft.Storage", "Microsoft.ContainerRegistry", *vault)],
-            opts=child)
+            default_outbound_access=False, opts=PRIVATE_SUBNET.merge(child))
         # Subnets of one VNet are created one after the other: Azure rejects concurrent subnet writes.
         self.storage_subnet = network.Subnet(
             f"{name}-storage", resource_group_name=args.resource_group_name,
@@ -83,7 +91,8 @@ class Network(pulumi.ComponentResource):
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
             service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service=service) for service in
                                ("Microsoft.Storage", *vault)],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.compute_subnet]))
+            default_outbound_access=False,
+            opts=PRIVATE_SUBNET.merge(pulumi.ResourceOptions(parent=self, depends_on=[self.compute_subnet])))
 
         self.register_outputs({
             "vnet_id": self.vnet.id,

@@ -66,6 +66,7 @@ class AzureMlBackend:
             image_refs=env.registry.image_refs, depends_on=[env.registry.acr_pull, *env.node_grants], now=env.now),
             pulumi.ResourceOptions(parent=env))
         env.monitoring.watch_azureml("azureml", env.azureml.workspace.id)
+        env.monitoring.watch_key_vault("key-vault", env.azureml.key_vault.id)
         subscription = authorization.get_client_config_output(
             opts=pulumi.InvokeOutputOptions(parent=env)).subscription_id
         if self.launches_on_up(cfg):  # not with a private workspace: `up` cannot reach it (plan says so)

@@ -180,14 +180,16 @@ def test_monitoring_workspace_app_insights_storage_and_batch_diagnostics(ev):
     assert insights.inputs["workspaceResourceId"] == workspace.state["id"]
     account_id = ev.one("azure-native:storage:StorageAccount", "-data-").state["id"]
     settings = {d.inputs["resourceUri"]: d.inputs for d in ev.of_type("azure-native:monitor:DiagnosticSetting")}
-    watched = {account_id, f"{account_id}/blobServices/default"}
+    watched = {account_id, f"{account_id}/blobServices/default",
+               ev.one("azure-native:containerregistry:Registry").state["id"],
+               *(guard.state["id"] for guard in ev.of_type("azure-native:logic:Workflow"))}  # a budget's guard
     if ev.config.backend == "batch":
         batch_id = ev.one("azure-native:batch:BatchAccount").state["id"]
         watched.add(batch_id)
         assert {log["category"] for log in settings[batch_id]["logs"]} == {"ServiceLog", "AuditLog"}
     else:
         aml_id = ev.one("azure-native:machinelearningservices:Workspace").state["id"]
-        watched.add(aml_id)
+        watched |= {aml_id, ev.one("azure-native:keyvault:Vault").state["id"]}
         assert {log["category"] for log in settings[aml_id]["logs"]} == {
             "AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComputeCpuGpuUtilization", "AmlRunStatusChangedEvent"}
     assert set(settings) == watched

@@ -43,3 +43,35 @@ def test_plan_warns_when_sas_expiry_hours_would_break_the_7_day_policy():
     [line] = [line for line in plan.before_up(longer) if "7 day maximum validity" in line]
     assert line.startswith("sasExpiryHours 720 sets the storage account's sasPolicy to 30.00:00:00")
     assert "set sasExpiryHours to 168 or less" in line
+
+
+@pytest.mark.parametrize("stack", [BATCH_STACKS[0], AML_STACKS[0]])
+def test_subnets_are_private_and_egress_through_the_nat_gateway(stack):
+    ev = evaluation_for(stack)
+    nat = ev.one("azure-native:network:NatGateway").state["id"]
+    subnets = ev.of_type("azure-native:network:Subnet")
+    assert subnets
+    for subnet in subnets:
+        assert subnet.inputs["defaultOutboundAccess"] is False, subnet.urn
+        assert subnet.inputs["natGateway"] == {"id": nat}, subnet.urn
+
+
+RESOURCE_LOGS = {"azure-native:storage:StorageAccount": None, "azure-native:batch:BatchAccount": "ServiceLog",
+                 "azure-native:machinelearningservices:Workspace": "AmlComputeJobEvent",
+                 "azure-native:containerregistry:Registry": "ContainerRegistryLoginEvents",
+                 "azure-native:keyvault:Vault": "AuditEvent", "azure-native:logic:Workflow": "WorkflowRuntime"}
+
+
+@pytest.mark.parametrize("stack", [BATCH_STACKS[0], AML_STACKS[0]])
+def test_every_resource_type_with_resource_logs_sends_them_to_the_workspace(stack):
+    from tests.infra.components.test_budget import with_budget
+
+    ev = with_budget(stack)  # the budget's guard (a Logic App) too
+    workspace = ev.one("azure-native:operationalinsights:Workspace").state["id"]
+    settings = {s.inputs["resourceUri"]: s.inputs for s in ev.of_type("azure-native:monitor:DiagnosticSetting")}
+    assert all(s["workspaceId"] == workspace for s in settings.values())
+    for token, category in RESOURCE_LOGS.items():
+        for resource in ev.of_type(token):
+            assert resource.state["id"] in settings, resource.urn
+            if category:
+                assert category in [log["category"] for log in settings[resource.state["id"]]["logs"]], resource.urn
