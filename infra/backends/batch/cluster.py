@@ -114,6 +114,12 @@ class Cluster(pulumi.ComponentResource):
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,
+                    # The temporary disk (and, on Linux, the other partitions encrypted at boot) encrypted on the
+                    # node: "On Linux pool, only TemporaryDisk is supported", and only for marketplace images like
+                    # this one (DiskEncryptionConfiguration, https://learn.microsoft.com/azure/batch/disk-encryption).
+                    # The OS disk is a managed disk, encrypted at rest by Azure Storage in any case.
+                    disk_encryption_configuration=batch.DiskEncryptionConfigurationArgs(
+                        targets=[batch.DiskEncryptionTarget.TEMPORARY_DISK]),
                     os_disk=batch.OSDiskArgs(
                         disk_size_gb=batch_spec.POOL_OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
                         managed_disk=batch.ManagedDiskArgs(storage_account_type=batch.StorageAccountType.PREMIUM_LRS)),

@@ -75,3 +75,10 @@ def test_every_resource_type_with_resource_logs_sends_them_to_the_workspace(stac
             assert resource.state["id"] in settings, resource.urn
             if category:
                 assert category in [log["category"] for log in settings[resource.state["id"]]["logs"]], resource.urn
+
+
+def test_the_batch_pool_encrypts_its_nodes_temporary_disk():
+    """Azure Policy's "Azure Batch pools should have disk encryption enabled"; Linux pools take TemporaryDisk only."""
+    ev = evaluation_for(BATCH_STACKS[0])
+    vm = ev.one("azure-native:batch:Pool").inputs["deploymentConfiguration"]["virtualMachineConfiguration"]
+    assert vm["diskEncryptionConfiguration"] == {"targets": ["TemporaryDisk"]}
