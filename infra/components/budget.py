@@ -11,7 +11,9 @@ its own managed identity that scales the GPU pool (or Azure ML cluster) to zero 
 Automation runbook behind the Logic App; an HTTP action authenticated with the Logic App's managed identity calls
 ARM directly (https://learn.microsoft.com/azure/logic-apps/authenticate-with-managed-identity), so no runbook,
 Automation account or webhook secret is needed. The identity gets one role on the pool or cluster only
-(security.py's role-assignment-on-its-resource). `infra submit` refuses new jobs at or over the budget as well
+(security.py's role-assignment-on-its-resource), and Cost Management Reader on the resource group: the workflow
+reads the budget's current spend first and scales nothing while it is under the amount, since the trigger's URL is
+readable by anyone with Reader (workflow_definition). `infra submit` refuses new jobs at or over the budget as well
 (infra/core/budget.py), from Cost Management's figures, which lag the same way.
 
 What the guard does not do: it does not act before Azure's figures reach the budget (up to a day late, so a
@@ -61,20 +63,41 @@ def start_of_month(now: datetime) -> str:
     return f"{now:%Y-%m}-01T00:00:00Z"
 
 
-def workflow_definition(target_id: str, api_version: str, body: dict[str, Any]) -> dict[str, Any]:
+# The budget the guard reads before it acts (Budgets - Get, https://learn.microsoft.com/rest/api/consumption/budgets/get:
+# properties.amount and properties.currentSpend.amount, as the REST spec's example Budget.json answers), in the API
+# version pulumi-azure-native 3.29 declares the budget with.
+BUDGET_API_VERSION = "2024-08-01"
+SPENT = "@float(body('read_budget')?['properties']?['currentSpend']?['amount'])"
+AMOUNT = "@float(body('read_budget')?['properties']?['amount'])"
+
+
+def workflow_definition(target_id: str, api_version: str, body: dict[str, Any], budget_id: str) -> dict[str, Any]:
     """The Logic App's workflow (Workflow Definition Language,
     https://learn.microsoft.com/azure/logic-apps/logic-apps-workflow-definition-language): an HTTP request trigger
-    (what an action group's Logic App receiver calls) and one HTTP action, the ARM PATCH, authenticated with the
-    Logic App's system-assigned identity for ARM's audience (authenticate-with-managed-identity above)."""
+    (what an action group's Logic App receiver calls), a GET of the budget, and the ARM PATCH only if the budget's
+    current spend has reached its amount (an If action: logic-apps-control-flow-conditional-statement), each call
+    authenticated with the Logic App's system-assigned identity for ARM's audience.
+
+    Why read first: the trigger's URL, signature included, is a plain property of the action group's Logic App
+    receiver (monitor REST spec, ActionGroups - Get), so anyone with Reader on the resource group can call it. A call
+    while spend is under the budget then reads the budget and stops nothing."""
+    identity = {"type": "ManagedServiceIdentity", "audience": f"{ARM}/"}
     return {
         "$schema": "https://schema.management.azure.com/providers/Microsoft.Logic/schemas/2016-06-01/"
                    "workflowdefinition.json#",
         "contentVersion": "1.0.0.0",
         "triggers": {TRIGGER: {"type": "Request", "kind": "Http", "inputs": {"schema": {}}}},
-        "actions": {"scale_to_zero": {
-            "type": "Http", "runAfter": {},
-            "inputs": {"method": "PATCH", "uri": f"{ARM}{target_id}?api-version={api_version}", "body": body,
-                       "authentication": {"type": "ManagedServiceIdentity", "audience": f"{ARM}/"}}}},
+        "actions": {
+            "read_budget": {"type": "Http", "runAfter": {}, "inputs": {
+                "method": "GET", "uri": f"{ARM}{budget_id}?api-version={BUDGET_API_VERSION}", "authentication": identity}},
+            "when_spent": {
+                "type": "If", "runAfter": {"read_budget": ["Succeeded"]},
+                "expression": {"and": [{"greaterOrEquals": [SPENT, AMOUNT]}]},
+                "actions": {"scale_to_zero": {
+                    "type": "Http", "runAfter": {},
+                    "inputs": {"method": "PATCH", "uri": f"{ARM}{target_id}?api-version={api_version}", "body": body,
+                               "authentication": identity}}},
+                "else": {"actions": {}}}},
         "outputs": {},
     }
 
@@ -97,16 +120,26 @@ class TeamBudget(pulumi.ComponentResource):
         stop = args.stop
         # The guard: a Consumption Logic App (billed per run: it runs when the budget runs out) with its own
         # identity, which is all it may act as.
+        # The budget's name is set, so its ID is known before it exists: the workflow reads it, and the budget
+        # calls the workflow (through the action group), which would otherwise be a cycle.
+        budget_name = f"{name}-monthly"
+        budget_id = pulumi.Output.concat(args.resource_group_id, "/providers/Microsoft.Consumption/budgets/",
+                                         budget_name)
         self.workflow = logic.Workflow(
             f"{name}-guard", resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             identity=logic.ManagedServiceIdentityArgs(type=logic.ManagedServiceIdentityType.SYSTEM_ASSIGNED),
             state=logic.WorkflowState.ENABLED,
-            definition=pulumi.Output.from_input(stop.target_id).apply(
-                lambda target: workflow_definition(target, stop.api_version, stop.body)), opts=child)
+            definition=pulumi.Output.all(stop.target_id, budget_id).apply(
+                lambda v: workflow_definition(v[0], stop.api_version, stop.body, v[1])), opts=child)
+        principal = self.workflow.identity.apply(lambda identity: identity.principal_id if identity else None)
         self.grant = roles.assign(
-            f"{name}-guard-scale", role=stop.role, principal_id=self.workflow.identity.apply(
-                lambda identity: identity.principal_id if identity else None),
+            f"{name}-guard-scale", role=stop.role, principal_id=principal,
             scope=stop.target_id, parent=self, description=f"budget guard: {stop.why}")
+        # Cost Management Reader on the resource group: reads the team's budget (and cost), nothing else there.
+        self.read_grant = roles.assign(
+            f"{name}-guard-read", role=roles.COST_MANAGEMENT_READER, principal_id=principal,
+            scope=args.resource_group_id, parent=self,
+            description="budget guard: read the budget's current spend before stopping anything")
         # The trigger's URL carries its signature (sig=...): whoever holds it can run the guard, so it stays a
         # secret, as SAS values do.
         callback = logic.list_workflow_trigger_callback_url_output(
@@ -123,7 +156,7 @@ class TeamBudget(pulumi.ComponentResource):
             opts=child)
         contacts = list(args.budget.contacts)
         self.budget = consumption.Budget(
-            f"{name}-monthly", scope=args.resource_group_id, amount=args.budget.monthly_usd,
+            budget_name, budget_name=budget_name, scope=args.resource_group_id, amount=args.budget.monthly_usd,
             category=consumption.CategoryType.COST, time_grain=consumption.TimeGrainType.MONTHLY,
             time_period=consumption.BudgetTimePeriodArgs(start_date=args.start_date),
             notifications={

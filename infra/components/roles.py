@@ -12,7 +12,8 @@ from pulumi_azure_native import authorization
 # The roles by ID live in infra/core (the security checks read them too); the components name them as roles.X.
 from infra.core.role_ids import (  # noqa: F401
     ACR_PULL, AZUREML_COMPUTE_OPERATOR, AZUREML_DATA_SCIENTIST, BATCH_ACCOUNT_CONTRIBUTOR, BATCH_JOB_SUBMITTER,
-    BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, BLOB_DATA_WRITER, CONTRIBUTOR, CUSTOM_ROLES, READER, ROLE_NAMES,
+    BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, BLOB_DATA_WRITER, CONTRIBUTOR, COST_MANAGEMENT_READER, CUSTOM_ROLES,
+    READER, ROLE_NAMES,
     ROLE_PERMISSIONS, custom_role_id, role_key)
 
 # Who a grant is for, as ARM's principalType: managed identities are service principals. Setting it skips ARM's

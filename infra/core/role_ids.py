@@ -29,6 +29,10 @@ AZUREML_DATA_SCIENTIST = "f6c7c914-8db3-469d-8ca1-694a8f32e121"
 # compute (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/ai-machine-learning#azureml-compute-operator);
 # on a compute's scope, that cluster only.
 BATCH_ACCOUNT_CONTRIBUTOR = "29fe4964-1e60-436b-bd3a-77fd4c178b3c"
+# Cost Management Reader: "Can view cost data and configuration (e.g. budgets, exports)"
+# (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/management-and-governance#cost-management-reader):
+# the guard reads its budget's current spend with it, on the resource group.
+COST_MANAGEMENT_READER = "72fafb9e-0641-4937-9268-a91bfd8191a3"
 AZUREML_COMPUTE_OPERATOR = "e503ece1-11d0-4e8e-8e2c-7a6c3bf38815"
 # Roles that manage a whole resource, granted only on a resource of this ARM type (the scope's last type segments).
 RESOURCE_ROLES = {BATCH_ACCOUNT_CONTRIBUTOR: "Microsoft.Batch/batchAccounts/pools",
@@ -61,6 +65,9 @@ ROLE_PERMISSIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                         f"{_BLOBS}/containers/blobs/write", f"{_BLOBS}/containers/blobs/move/action",
                         f"{_BLOBS}/containers/blobs/add/action")),
     READER: (("*/read",), ()),
+    # Microsoft.Consumption/*/read, Microsoft.CostManagement/*/read, Billing, Advisor, Support and resource group
+    # reads: nothing under Microsoft.Storage.
+    COST_MANAGEMENT_READER: ((), ()),
     CONTRIBUTOR: (("*",), ()),
 }
 CUSTOM_ROLES = (BLOB_DATA_WRITER,)
@@ -85,7 +92,7 @@ ROLE_NAMES = {BLOB_DATA_WRITER: "Blob Data Writer (custom)", ACR_PULL: "AcrPull"
               BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor", BATCH_JOB_SUBMITTER: "Azure Batch Job Submitter",
               READER: "Reader", CONTRIBUTOR: "Contributor", AZUREML_DATA_SCIENTIST: "AzureML Data Scientist",
               BATCH_ACCOUNT_CONTRIBUTOR: "Azure Batch Account Contributor",
-              AZUREML_COMPUTE_OPERATOR: "AzureML Compute Operator"}
+              AZUREML_COMPUTE_OPERATOR: "AzureML Compute Operator", COST_MANAGEMENT_READER: "Cost Management Reader"}
 
 
 def role_key(role_definition_id: str, scope: str) -> str:

@@ -552,7 +552,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
     ResourceType("azure-native:operationalinsights:Workspace", ("retentionInDays",)),
     ResourceType("azure-native:monitor:DiagnosticSetting", ("logs.category",)),
     # The budget and its guard (infra/components/budget.py); the action group's callbackUrl is a secret, never shown.
-    ResourceType("azure-native:consumption:Budget", ("amount", "timeGrain", "category")),
+    ResourceType("azure-native:consumption:Budget", ("amount", "timeGrain", "category"), "budgetName"),
     ResourceType("azure-native:logic:Workflow", ("identity.type", "state")),
     ResourceType("azure-native:monitor:ActionGroup", ("groupShortName", "logicAppReceivers.name")),
     ResourceType("docker-build:index:Image", ("dockerfile.location", "tags", "push", "buildOnPreview")),

@@ -23,7 +23,8 @@ def declared(project_dir):
     """The stack's Logic App definition (the guard's PATCH) and its declared pool, as `up` sends them."""
     cfg = config.from_stack_file("dev", project_dir)
     ev = offline.evaluate(cfg, now=NOW)
-    [action] = ev.one("azure-native:logic:Workflow").inputs["definition"]["actions"].values()
+    action = ev.one("azure-native:logic:Workflow").inputs["definition"]["actions"]["when_spent"]["actions"][
+        "scale_to_zero"]
     return action["inputs"]["body"], ev.one("azure-native:batch:Pool").inputs
 
 

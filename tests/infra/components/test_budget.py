@@ -49,7 +49,7 @@ def test_the_action_group_runs_the_logic_app_that_scales_the_nodes_to_zero(ev):
     assert workflow.inputs["identity"] == {"type": "SystemAssigned"} and workflow.inputs["state"] == "Enabled"
     definition = workflow.inputs["definition"]
     assert definition["triggers"]["budget"]["type"] == "Request"
-    [action] = definition["actions"].values()
+    action = definition["actions"]["when_spent"]["actions"]["scale_to_zero"]
     request = action["inputs"]
     assert action["type"] == "Http" and request["method"] == "PATCH"
     assert request["authentication"] == {"type": "ManagedServiceIdentity", "audience": "https://management.azure.com/"}
@@ -66,12 +66,14 @@ def test_the_action_group_runs_the_logic_app_that_scales_the_nodes_to_zero(ev):
         assert request["body"]["properties"]["properties"]["scaleSettings"]["maxNodeCount"] == 0
 
 
-def test_the_guards_identity_gets_one_role_on_the_pool_or_cluster_only(ev):
+def test_the_guards_identity_scales_the_pool_or_cluster_only_and_reads_cost(ev):
     workflow = ev.one("azure-native:logic:Workflow")
     grants = [a.inputs for a in ev.of_type("azure-native:authorization:RoleAssignment")
               if a.inputs["principalId"] == workflow.state["identity"]["principalId"]]
-    [grant] = grants
-    uri = workflow.inputs["definition"]["actions"]["scale_to_zero"]["inputs"]["uri"]
+    [read] = [g for g in grants if g["roleDefinitionId"].endswith(role_ids.COST_MANAGEMENT_READER)]
+    assert read["scope"] == ev.one("azure-native:resources:ResourceGroup").state["id"]
+    [grant] = [g for g in grants if g is not read]
+    uri = workflow.inputs["definition"]["actions"]["when_spent"]["actions"]["scale_to_zero"]["inputs"]["uri"]
     assert uri.startswith("https://management.azure.com" + grant["scope"] + "?")  # the resource it PATCHes
     role = role_ids.BATCH_ACCOUNT_CONTRIBUTOR if ev.config.backend == "batch" else role_ids.AZUREML_COMPUTE_OPERATOR
     assert grant["roleDefinitionId"].endswith(role) and grant["principalType"] == "ServicePrincipal"
@@ -132,3 +134,35 @@ def test_plan_shows_the_budget_beside_the_hourly_cost_and_the_hours_it_buys_at_m
 def test_plan_says_when_a_stack_has_no_budget():
     text, _ = plan.render(evaluation_for(BATCH_STACKS[0]))
     assert "  monthly budget: none (monthlyBudgetUsd unset" in text
+
+
+def _walk(document, expression: str):
+    """The value the workflow's expression `@float(body('read_budget')?['a']?['b'])` reads from a Budgets - Get answer."""
+    import re
+
+    value = document
+    for key in re.findall(r"\?\['([^']+)'\]", expression):
+        value = value[key]
+    return float(value)
+
+
+def test_the_guard_reads_the_budget_first_and_scales_only_once_spend_reaches_it(ev):
+    """Anyone with Reader can read the trigger URL (the action group's receiver): a call while spend is under the
+    budget must stop nothing. The GET goes to this stack's budget; the condition reads the two figures where
+    Budgets - Get answers them (the REST spec's example Budget.json, 2024-08-01: amount 100.65, currentSpend 80.89)."""
+    from infra.components import budget as guard
+
+    definition = ev.one("azure-native:logic:Workflow").inputs["definition"]
+    read, when = definition["actions"]["read_budget"], definition["actions"]["when_spent"]
+    stack_budget = ev.one("azure-native:consumption:Budget")
+    group = ev.one("azure-native:resources:ResourceGroup").state["id"]
+    assert read["inputs"]["method"] == "GET" and read["runAfter"] == {}
+    assert read["inputs"]["uri"] == (f"https://management.azure.com{group}/providers/Microsoft.Consumption/budgets/"
+                                     f"{stack_budget.inputs['budgetName']}?api-version=2024-08-01")
+    assert when["type"] == "If" and when["runAfter"] == {"read_budget": ["Succeeded"]} and when["else"] == {"actions": {}}
+    [[operator, (spent, amount)]] = [next(iter(c.items())) for c in when["expression"]["and"]]
+    example = {"properties": {"amount": 100.65, "currentSpend": {"amount": 80.89, "unit": "USD"}}}
+    assert operator == "greaterOrEquals" and (spent, amount) == (guard.SPENT, guard.AMOUNT)
+    assert not _walk(example, spent) >= _walk(example, amount)  # under budget: the PATCH does not run
+    example["properties"]["currentSpend"]["amount"] = 100.65
+    assert _walk(example, spent) >= _walk(example, amount)  # reached: it does

@@ -38,6 +38,9 @@ def principal_kind(ev: offline.Evaluation, assignment) -> str:
         return "teamAdmins"
     if str(p.get("description") or "").startswith(roles.DEPLOYER):
         return "deployer"
+    guards = {w.state["identity"]["principalId"] for w in ev.of_type("azure-native:logic:Workflow")}
+    if p["principalId"] in guards:
+        return "budget guard"
     identities = {i.state["principalId"]: i.name for i in ev.of_type("azure-native:managedidentity:UserAssignedIdentity")}
     name = identities.get(p["principalId"], "")
     if name.endswith("-nfs-id"):
@@ -68,7 +71,9 @@ def on_storage(ev: offline.Evaluation) -> dict[str, tuple[set[str], set[str]]]:
 @pytest.mark.parametrize("stack", BATCH_STACKS[:1] + AML_STACKS[:1])
 @pytest.mark.parametrize("team", [True, False], ids=["with-team", "without-team"])
 def test_each_principal_holds_on_storage_what_the_readme_table_says_and_no_container_control(stack, team):
-    ev = with_team(stack) if team else evaluation_for(stack)
+    from tests.infra.components.test_budget import with_budget
+
+    ev = with_team(stack) if team else with_budget(stack)  # the budget's guard too
     table = readme_table()
     for kind, (actions, data) in on_storage(ev).items():
         assert kind in table, kind
