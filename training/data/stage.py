@@ -54,8 +54,10 @@ _SPLIT_OF_NAME = re.compile(r"(?:^|[_\-.])(train|val)$", re.IGNORECASE)
 VAL_IMAGE = "ILSVRC2012_val_{:08d}"
 
 
-class Corrupt(Exception):
-    """Bytes that do not match the blob's MD5: transient (a bad read), so retried."""
+class Corrupt(transfer.PermanentError):
+    """Bytes that do not match the blob's Content-MD5. Not retried: HTTPS already checks every byte in transit
+    (TLS), so a mismatch means the blob's bytes differ from the MD5 it was stored with (a broken upload, or a
+    blob rewritten without its MD5); a retry reads the same bytes. The run stops at once naming the blob."""
 
 
 class _HashingReader:
@@ -145,10 +147,14 @@ class Stager:
                     digest.update(chunk)
                 self.reader.copy(name, write)
             if expected and digest.digest() != expected:
-                raise Corrupt(f"{name}: MD5 {transfer.b64(digest.digest())} != Content-MD5 {transfer.b64(expected)}")
+                raise Corrupt(f"{name}: MD5 {transfer.b64(digest.digest())} != Content-MD5 {transfer.b64(expected)}: "
+                              "the blob's bytes do not match the MD5 it was stored with; upload it again "
+                              "(`python -m training upload`)")
             os.replace(part, target)
-        except BaseException:
+        except BaseException as err:
             part.unlink(missing_ok=True)
+            if isinstance(err, OSError) and err.filename is None:
+                err.filename = str(part)  # a write's error names no file: say which (a full disk is permanent)
             raise
 
     def _extract(self, blob: BlobItem) -> None:
@@ -176,7 +182,8 @@ class Stager:
             pass
         expected = blob.md5
         if expected and reader.digest.digest() != expected:
-            raise Corrupt(f"{blob.name}: archive MD5 does not match its Content-MD5")
+            raise Corrupt(f"{blob.name}: archive MD5 does not match its Content-MD5: upload it again "
+                          "(`python -m training upload`)")
 
     def _place(self, blob: BlobItem, split: str | None, name: str, nested: bool = False) -> str:
         """Where a member of `blob` goes, relative to DEST: as named in the archive, or under its split's folder
@@ -306,7 +313,7 @@ def main(argv: list[str]) -> int:
     print(f"stage: {target.display}{' prefix ' + args.prefix if args.prefix else ''} -> {args.dest}", file=sys.stderr)
     if args.mark or report_target:
         return _stage_marked(target, args, report_target)
-    with transfer.stopping_cleanly("stage"):
+    with transfer.stopping_cleanly("stage", target):
         stats = stage(target, args.dest, args.prefix, args.workers, args.extract, args.val_labels)
     print(stats.line("stage"))
     return 0
@@ -327,7 +334,7 @@ def _stage_marked(target: transfer.ContainerTarget, args: argparse.Namespace,
         return stage(target, args.dest, args.prefix, args.workers, args.extract, args.val_labels).line("stage")
 
     source = f"{target.account_url}/{target.container}" + (f" (prefix {args.prefix})" if args.prefix else "")
-    with transfer.stopping_cleanly("stage"):
+    with transfer.stopping_cleanly("stage", target):
         status = staged.StatusBlobs(report_target.client(1), args.dest.name) if report_target else None
         result = staged.stage_round(args.dest, source, listing, run_stager, status, args.recheck_minutes)
     print(result.line)

@@ -6,6 +6,7 @@ Account keys are refused. SAS values are secrets: everything this module prints 
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import os
 import random
@@ -129,17 +130,45 @@ class AzureCredential:
 
 
 @contextmanager
-def stopping_cleanly(verb: str):
-    """Turn whatever ends a transfer early into the one-line UsageError the CLI prints (SAS redacted)."""
+def stopping_cleanly(verb: str, target: "ContainerTarget | None" = None):
+    """Turn whatever ends a transfer early into the one-line UsageError the CLI prints (SAS redacted). With the
+    `target` the transfer used: a 403 after its SAS's expiry (`se`) says the SAS expired, whatever the service's
+    code (Azurite answers AuthorizationFailure, Azure AuthenticationFailed), and a connection that was refused
+    names the endpoint."""
     try:
         yield
-    except RefusedError as err:
-        raise AccessRefused(f"{verb} stopped: {err}") from None
     except PermanentError as err:
-        raise UsageError(f"{verb} stopped: {err}") from None
+        expired = target.expired_line() if target is not None and getattr(err, "status", None) == 403 else None
+        if expired:
+            raise UsageError(f"{verb} stopped: {expired}") from None
+        raise (AccessRefused if isinstance(err, RefusedError) else UsageError)(f"{verb} stopped: {err}") from None
     except Exception as err:  # noqa: BLE001 - transient errors that outlived every retry
+        refused = connection_refused(err, target)
+        if refused:
+            raise UsageError(f"{verb} stopped after {MAX_ATTEMPTS} attempts: {refused}") from None
         detail = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UsageError(f"{verb} stopped after {MAX_ATTEMPTS} attempts: {redact(detail)}") from None
+
+
+def connection_refused(err: BaseException, target: "ContainerTarget | None") -> str | None:
+    """One line for a connection the endpoint refused (nothing listens there: a wrong URL, the emulator or proxy
+    stopped, a firewall rejecting rather than dropping), naming the endpoint; None for other errors."""
+    seen, chain = set(), err
+    while chain is not None and id(chain) not in seen:
+        seen.add(id(chain))
+        if isinstance(chain, ConnectionRefusedError) or "connection refused" in str(chain).lower():
+            break
+        chain = chain.__cause__ or chain.__context__
+    else:
+        return None
+    if target is not None:
+        parsed = urlparse(target.account_url)
+        endpoint = f"{parsed.hostname}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}"
+    else:
+        found = re.search(r"host='([^']+)', port=(\d+)", str(err))
+        endpoint = f"{found[1]}:{found[2]}" if found else "the storage endpoint"
+    return (f"{endpoint} refused the connection: check the container URL, that the account (or emulator) is up, "
+            "and your network")
 
 
 def redact(text: str) -> str:
@@ -238,6 +267,25 @@ class ContainerTarget:
                                  "and that the storage firewall admits your IP (allowedIpRanges)") from None
 
     @property
+    def sas_expiry(self) -> datetime | None:
+        """The SAS's signed expiry (`se`), or None (no SAS, or none given)."""
+        expiry = parse_qs(urlparse(self.url).query).get("se", [None])[0]
+        try:
+            expires = datetime.fromisoformat(expiry.replace("Z", "+00:00")) if expiry else None
+        except ValueError:
+            return None
+        return expires.replace(tzinfo=timezone.utc) if expires and expires.tzinfo is None else expires
+
+    def expired_line(self, now: datetime | None = None) -> str | None:
+        """Why a request is refused once the SAS has expired mid-run (parse checks it only before the first)."""
+        expires = self.sas_expiry
+        if expires is None or expires > (now or datetime.now(timezone.utc)):
+            return None
+        return (f"the SAS expired at {expires:%Y-%m-%dT%H:%M:%SZ} during the run; get a fresh one (`pulumi up` "
+                "renews the stack's SAS, sasExpiryHours sets how long it lives) and run again: files already "
+                "copied are skipped")
+
+    @property
     def display(self) -> str:
         return f"{self.account_url}/{self.container}" + (" (SAS)" if self.has_sas else " (Azure AD)")
 
@@ -256,36 +304,64 @@ def b64(digest: bytes | bytearray | None) -> str:
 
 def classify(err: BaseException, operation: str) -> BaseException:
     """Turn a storage error (the SDK's, or blob_reader's of the same shape) into PermanentError (with the fix)
-    or leave it transient (returned as is): connection errors, timeouts, 408, 429 and 5xx."""
-    from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
+    or leave it transient (returned as is): connection errors, timeouts, 408, 429 and 5xx. A full or read-only
+    local disk is permanent too."""
+    from azure.core.exceptions import ClientAuthenticationError
 
     if isinstance(err, PermanentError):
         return err
     if isinstance(err, NotSignedIn):
         return PermanentError(str(err))
+    if isinstance(err, OSError) and err.errno in LOCAL_DISK_ERRNOS:
+        # The local disk, not the network: a retry writes into the same full or read-only disk.
+        where = f" ({err.filename})" if err.filename else ""
+        return PermanentError(f"{operation}: {err.strerror or os.strerror(err.errno)}{where}: free space on that "
+                              "disk (or pick another DEST) and run again; files already copied are skipped")
     status = getattr(err, "status_code", None)
     code = getattr(err, "error_code", None) or ""
     code = str(getattr(code, "value", code))  # the SDK gives a StorageErrorCode enum
     message = str(getattr(err, "message", "") or err)
     if isinstance(err, ClientAuthenticationError) or status == 403:
-        if "expir" in message.lower() or "Signed expiry time" in message:
-            return PermanentError("the SAS has expired; get a fresh one (`pulumi up` renews the stack's SAS)")
-        if code == "AuthorizationPermissionMismatch" or "permission" in message.lower():
-            # The same 403 for a SAS without the permission and an Azure AD identity without the role.
-            return RefusedError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
-                                  "container, stage and download need read+list (rl). With Azure AD: the identity "
-                                  "needs Storage Blob Data Contributor (upload) or Reader (stage, download) on it")
-        if code == "AuthorizationFailure":
-            # "This request is not authorized to perform this operation." (403): what the storage firewall
-            # answers an address outside its IP rules, and a SAS for another resource
-            # (https://learn.microsoft.com/rest/api/storageservices/common-rest-api-error-codes). A SAS we
-            # checked before sending; an Azure AD identity without a role gets AuthorizationPermissionMismatch.
-            return RefusedError(f"the storage account refused {operation} (403 AuthorizationFailure): this "
-                                  f"machine's address is not in the storage firewall; {FIREWALL_FIX}")
-        if code.startswith("AuthorizationResourceType"):
-            return PermanentError(f"access denied for {operation} ({code}): check the SAS scope")
-        return PermanentError(f"authentication failed for {operation} ({code or status}): the SAS or Azure AD "
-                              "identity is not valid for this container")
+        forbidden = _forbidden(err, operation, code, status, message)
+        forbidden.status = 403  # stopping_cleanly compares the SAS's expiry with the clock on any 403
+        return forbidden
+    return _not_forbidden(err, operation, code, status, message)
+
+
+# Errors of the local disk (no space, quota, read-only) that no retry can mend.
+LOCAL_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
+def _forbidden(err: BaseException, operation: str, code: str, status, message: str) -> PermanentError:
+    """A 403's meaning. Azure's AuthenticationFailed carries AuthenticationErrorDetail (e.g. "Signed expiry time
+    [...] must be after current time": https://learn.microsoft.com/rest/api/storageservices/common-rest-api-error-codes)."""
+    detail = re.search(r"AuthenticationErrorDetail:?\s*(.+)", message)
+    if "expir" in message.lower() or "Signed expiry time" in message:
+        return PermanentError("the SAS has expired; get a fresh one (`pulumi up` renews the stack's SAS)")
+    if code == "AuthorizationPermissionMismatch" or "permission" in message.lower():
+        # The same 403 for a SAS without the permission and an Azure AD identity without the role.
+        return RefusedError(f"not allowed: {operation}. With a SAS: upload needs create+write (cw) on the "
+                            "container, stage and download need read+list (rl). With Azure AD: the identity "
+                            "needs a blob role that writes (the stack's Blob Data Writer, which teamMembers "
+                            "hold on `data`, or Storage Blob Data Contributor) for upload, or Storage Blob "
+                            "Data Reader (stage, download) on it")
+    if code == "AuthorizationFailure":
+        # "This request is not authorized to perform this operation." (403): what the storage firewall
+        # answers an address outside its IP rules, and a SAS for another resource
+        # (https://learn.microsoft.com/rest/api/storageservices/common-rest-api-error-codes). A SAS we
+        # checked before sending; an Azure AD identity without a role gets AuthorizationPermissionMismatch.
+        return RefusedError(f"the storage account refused {operation} (403 AuthorizationFailure): this "
+                            f"machine's address is not in the storage firewall; {FIREWALL_FIX}")
+    if code.startswith("AuthorizationResourceType"):
+        return PermanentError(f"access denied for {operation} ({code}): check the SAS scope")
+    why = f": {redact(detail[1].strip())}" if detail else ""
+    return PermanentError(f"authentication failed for {operation} ({code or status}){why}: the SAS or Azure "
+                          "AD identity is not valid for this container")
+
+
+def _not_forbidden(err: BaseException, operation: str, code: str, status, message: str) -> BaseException:
+    from azure.core.exceptions import ResourceNotFoundError
+
     if isinstance(err, ResourceNotFoundError) or status == 404:
         if code == "ContainerNotFound":
             return PermanentError("the container does not exist (check the URL; `pulumi up` creates data, "

@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
         print(f"upload: note: {args.src} is not in the trainer's layout ({problem}); uploading it as it is",
               file=sys.stderr)
     print(f"upload: {args.src} -> {target.display}{' prefix ' + args.prefix if args.prefix else ''}", file=sys.stderr)
-    with transfer.stopping_cleanly("upload"):
+    with transfer.stopping_cleanly("upload", target):
         stats = upload(args.src, target, args.prefix, args.workers)
     print(stats.line("upload"))
     return 0

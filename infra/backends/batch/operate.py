@@ -115,7 +115,7 @@ def download(outputs_container_url: str, job: str, dest: Path, workers: int = 16
     from training.data import stage, transfer
 
     target = transfer.ContainerTarget.parse(outputs_container_url, "outputs container", verb="download")
-    with transfer.stopping_cleanly("download"):
+    with transfer.stopping_cleanly("download", target):
         stats = stage.stage(target, dest / job, f"{job}/", workers, extract=False)
     if stats.files + stats.skipped == 0:
         raise JobError(f"no outputs for {job} yet: Batch uploads them when the task ends (see `python -m infra "
