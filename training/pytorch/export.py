@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-TOLERANCE = 1e-3  # absolute and relative, on logits
+from training.onnx_check import disagreement
+
 
 
 class OnnxMismatch(RuntimeError):
@@ -26,7 +27,7 @@ def exact_fp32():
     """fp32 convolutions and matrix products computed as fp32. On A100/H100 PyTorch runs fp32 convolutions as TF32
     by default (a 10-bit mantissa: https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices,
     `torch.backends.cudnn.allow_tf32` is True by default), which differs from onnxruntime's exact fp32 by far more
-    than TOLERANCE; the reference logits are computed without it, so the check compares like with like."""
+    than the check's tolerance; the reference logits are computed without it, so the check compares like with like."""
     cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     try:
@@ -57,8 +58,9 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int) -> Path:
     if not np.isfinite(expected).all():
         tmp.unlink(missing_ok=True)
         raise OnnxMismatch("the trained model gives non-finite logits (training diverged); lower --base-lr")
-    if not np.allclose(got, expected, atol=TOLERANCE, rtol=TOLERANCE):
+    diff = disagreement(got, expected)
+    if diff is not None:
         tmp.unlink(missing_ok=True)
-        raise OnnxMismatch(f"ONNX logits differ from PyTorch by up to {np.abs(got - expected).max():.2e}")
+        raise OnnxMismatch(f"ONNX logits differ from PyTorch by up to {diff:.2e}")
     os.replace(tmp, final)
     return final
