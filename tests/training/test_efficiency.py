@@ -1,0 +1,86 @@
+"""The efficiency view's pure parts (training/efficiency.py): classification, expectation, the progress text that
+`infra status` reads back, the shortfall's cost and the job builders' flag. The runs that make each bound happen
+are in tests/training/pytorch/test_efficiency_runs.py."""
+import pytest
+
+from training import efficiency as eff
+from training.efficiency import StepTimes
+
+
+def times(data, compute, exchange, steps=10):
+    return StepTimes(data, compute, exchange, steps)
+
+
+@pytest.mark.parametrize("parts, label", [
+    ((6.0, 3.0, 1.0), eff.INPUT),  # the loader keeps the model waiting 60% of the time
+    ((0.5, 3.0, 6.5), eff.EXCHANGE),  # the all-reduce
+    ((0.5, 9.0, 0.5), eff.COMPUTE),  # both waits small
+    ((1.4, 8.6, 0.0), eff.COMPUTE),  # 14% data wait: under the threshold
+    ((1.5, 8.5, 0.0), eff.INPUT),  # 15%: at it
+    ((2.0, 5.0, 3.0), eff.EXCHANGE),  # both over: the larger wins
+    ((3.0, 5.0, 2.0), eff.INPUT),
+    ((0.5, 9.5, None), eff.STEP),  # exchange not separated from compute
+    ((5.0, 5.0, None), eff.INPUT),
+])
+def test_classify(parts, label):
+    bound = eff.classify(times(*parts))
+    assert bound.label == label
+    measured = [s for s in bound.shares.values() if s is not None]
+    assert sum(measured) == pytest.approx(1.0)
+
+
+def test_classify_without_timings_is_unknown():
+    assert eff.classify(None).label == eff.UNKNOWN
+    assert eff.classify(StepTimes()).label == eff.UNKNOWN  # no step yet
+    assert "unknown" in eff.classify(None).text()
+
+
+def test_window_since_a_copy():
+    run = StepTimes()
+    run.add(1.0, 2.0, 0.5)
+    before = run.copy()
+    run.add(3.0, 1.0, 0.25)
+    assert run.since(before) == StepTimes(3.0, 1.0, 0.25, 1)
+    run.add(0.0, 1.0, None)  # a step whose exchange is not measured makes the whole sum's exchange unknown
+    assert run.exchange is None and run.since(before).exchange is None
+
+
+def test_expectation_applies_on_a_gpu_at_the_benchmark_size_only():
+    assert eff.expectation(5155, device="gpu", image_size=224).img_per_sec == 5155
+    cpu = eff.expectation(5155, device="cpu", image_size=224)
+    assert cpu.img_per_sec is None and "CPU" in cpu.basis
+    assert eff.expectation(5155, device="gpu", image_size=128).img_per_sec is None
+    assert eff.expectation(0, device="gpu", image_size=224).img_per_sec is None
+
+
+def test_progress_text_reads_back():
+    bound = eff.classify(times(6.0, 3.0, 1.0))
+    known = eff.progress_text(3896.0, eff.Expectation(5155.0, "bench"), bound)
+    assert known == "3896.0 img/s per worker (0.76 of 5155 expected), input-bound (data 60%, compute 30%, exchange 10%)"
+    unknown = eff.progress_text(12.5, eff.Expectation(None, "cpu"), eff.classify(times(0.1, 9.0, None)))
+    stdout = f"step 10/20  loss 6.9  lr 0.1  50.0 img/s  {known}\nother\nstep 20/20  loss 6.8  lr 0.1  {unknown}\n"
+    reading = eff.parse_progress(stdout)
+    assert reading == eff.Reading(12.5, None, None, "compute+exchange-bound (data 1%, compute 99%, exchange in compute)")
+    assert eff.parse_progress(stdout.split("other")[0]) == eff.Reading(3896.0, 0.76, 5155.0, bound.text())
+    assert eff.parse_progress("training ResNet50 ...\n") is None
+
+
+def test_shortfall_cost():
+    assert eff.shortfall_per_hour(0.75, 2, 98.32) == pytest.approx(49.16)
+    assert eff.shortfall_per_hour(1.1, 2, 98.32) == 0.0  # above the expectation costs nothing
+
+
+def test_summary_fields():
+    fields = eff.summary_fields(3896.0, eff.Expectation(5155.0, "bench"), eff.classify(times(6.0, 3.0, 1.0)))
+    assert fields["efficiency"]["of_expected"] == 0.756
+    assert fields["efficiency"]["bound"] == eff.INPUT
+    assert fields["efficiency"]["time_shares"] == {"data": 0.6, "compute": 0.3, "exchange": 0.1}
+
+
+def test_expectation_args():
+    assert eff.expectation_args(["--steps", "9"], framework="pytorch", expected=5155.0) == \
+        ["--steps", "9", eff.FLAG, "5155"]
+    assert eff.expectation_args([], framework="tensorflow", expected=5155.0) == []  # measured for PyTorch only
+    assert eff.expectation_args([], framework="pytorch", expected=None) == []
+    assert eff.expectation_args([eff.FLAG, "10"], framework="pytorch", expected=5155.0) == [eff.FLAG, "10"]
+    assert eff.expectation_args([f"{eff.FLAG}=10"], framework="pytorch", expected=5155.0) == [f"{eff.FLAG}=10"]

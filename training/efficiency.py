@@ -1,0 +1,180 @@
+"""How well a run uses its GPUs: img/s per GPU against what the node size should reach, and what bounds it.
+
+Pure: the training loops time the parts of each step themselves (time.perf_counter around what the step already
+does, no extra device synchronisation beyond the one said in each loop) and add them to a `StepTimes`; the runner
+classifies each logged window and the whole run here, and prints and writes what this module words.
+
+The parts, as each loop measures them (seconds on this rank, summed over steps):
+  data      blocked in next(batch) on the loader (and, in PyTorch, the host-to-device copy it queues): time the
+            model waits for input. A loader that keeps ahead costs ~0 here.
+  exchange  blocked waiting for the gradient all-reduce after the backward pass has finished computing: Horovod
+            PyTorch's optimizer.synchronize(), which waits for the all-reduces backward started (the part of the
+            exchange that overlapping with backward did not hide), after a CUDA synchronize on a GPU so that it
+            does not count the backward kernels. It includes waiting for the slowest rank, and Horovod's
+            negotiation (HOROVOD_CYCLE_TIME). None where the framework does not separate it from compute (DDP's
+            all-reduce finishes inside backward; TensorFlow's runs inside the traced step): then compute holds it.
+  compute   the rest of the step: forward, backward, the optimizer update.
+
+A run is bound by what keeps its GPUs from computing: data wait or exchange wait. Each is named only once it is
+a large share of the step, since every loop waits a little for both.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+# A wait becomes the bound once it takes this share of the measured step time (data + compute + exchange). At 0.15,
+# removing that wait would make the run at least 1 / (1 - 0.15) = 1.18x faster: more than the run-to-run spread of
+# the benchmark's repeated runs (README: 4,996-5,155 img/s on one H100, 3%), and small enough that a run reported as
+# compute-bound loses at most 15% to each wait. MLPerf-class runs keep both well under 10%.
+INPUT_BOUND_SHARE = 0.15
+EXCHANGE_BOUND_SHARE = 0.15
+# The catalog's figures (infra/core/skus.py) are at the benchmark's crop size: another size trains at another pace.
+EXPECTATION_IMAGE_SIZE = 224
+FLAG = "--expected-img-per-sec"  # train's flag: the job builders pass the node size's figure (training imports no infra)
+
+INPUT, EXCHANGE, COMPUTE = "input-bound", "exchange-bound", "compute-bound"
+STEP = "compute+exchange-bound"  # the exchange is not measured apart from compute (DDP, TensorFlow)
+UNKNOWN = "unknown"
+PARTS = ("data", "compute", "exchange")
+
+
+@dataclass
+class StepTimes:
+    """Seconds this rank spent in each part of its steps, summed (see the module docstring for what each holds)."""
+    data: float = 0.0
+    compute: float = 0.0
+    exchange: float | None = 0.0  # None: not separated from compute in this framework
+    steps: int = 0
+
+    def add(self, data: float, compute: float, exchange: float | None) -> None:
+        self.data += data
+        self.compute += compute
+        if self.exchange is not None and exchange is not None:
+            self.exchange += exchange
+        else:
+            self.exchange = None
+        self.steps += 1
+
+    def copy(self) -> StepTimes:
+        return dataclasses.replace(self)
+
+    def since(self, earlier: StepTimes) -> StepTimes:
+        """The times of the steps after `earlier` (a copy taken then)."""
+        exchange = None if self.exchange is None or earlier.exchange is None else self.exchange - earlier.exchange
+        return StepTimes(self.data - earlier.data, self.compute - earlier.compute, exchange, self.steps - earlier.steps)
+
+
+@dataclass(frozen=True)
+class Bound:
+    label: str  # INPUT, EXCHANGE, COMPUTE, STEP or UNKNOWN
+    shares: dict[str, float | None]  # each part's share of data + compute + exchange (None: not measured)
+
+    def text(self) -> str:
+        """e.g. 'input-bound (data 62%, compute 30%, exchange 8%)'."""
+        if self.label == UNKNOWN:
+            return "bound unknown (no step timings)"
+        parts = ", ".join(f"{name} {share:.0%}" if share is not None else f"{name} in compute"
+                          for name, share in self.shares.items())
+        return f"{self.label} ({parts})"
+
+
+def classify(times: StepTimes | None) -> Bound:
+    """What bounds the steps `times` sums: the larger wait at or over its threshold, else compute."""
+    if times is None or times.steps <= 0:
+        return Bound(UNKNOWN, {})
+    total = times.data + times.compute + (times.exchange or 0.0)
+    if total <= 0:
+        return Bound(UNKNOWN, {})
+    shares = {"data": times.data / total, "compute": times.compute / total,
+              "exchange": None if times.exchange is None else times.exchange / total}
+    waits = [(shares["data"], INPUT)] if shares["data"] >= INPUT_BOUND_SHARE else []
+    if shares["exchange"] is not None and shares["exchange"] >= EXCHANGE_BOUND_SHARE:
+        waits.append((shares["exchange"], EXCHANGE))
+    if waits:
+        return Bound(max(waits)[1], shares)
+    return Bound(COMPUTE if times.exchange is not None else STEP, shares)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    img_per_sec: float | None  # per GPU (per worker); None: unknown
+    basis: str  # where the figure comes from, or why there is none
+
+
+def expectation(expected: float, *, device: str, image_size: int) -> Expectation:
+    """What this run should reach per GPU: the node size's benchmark figure (--expected-img-per-sec, 0: none) where
+    it applies, which is on a GPU at the benchmark's crop size."""
+    if not expected:
+        return Expectation(None, "no benchmark for this node size")
+    if device != "gpu":
+        return Expectation(None, f"a CPU run (the size's {expected:g} img/s is a GPU figure)")
+    if image_size != EXPECTATION_IMAGE_SIZE:
+        return Expectation(None, f"the size's {expected:g} img/s is at {EXPECTATION_IMAGE_SIZE} px, this run trains "
+                                 f"at {image_size} px")
+    return Expectation(expected, "the node size's benchmark")
+
+
+def of_expected(per_worker: float, expected: Expectation) -> float | None:
+    return per_worker / expected.img_per_sec if expected.img_per_sec else None
+
+
+def progress_text(per_worker: float, expected: Expectation, bound: Bound) -> str:
+    """The progress line's tail, e.g. '3896.0 img/s per worker (0.76 of 5155 expected), input-bound (data 24%, ...)'.
+    `python -m infra status` reads it back from the job's stdout (parse_progress)."""
+    ratio = of_expected(per_worker, expected)
+    against = f"{ratio:.2f} of {expected.img_per_sec:g} expected" if ratio is not None else "expected unknown"
+    return f"{per_worker:.1f} img/s per worker ({against}), {bound.text()}"
+
+
+_PROGRESS = re.compile(r"(?P<per>[\d.]+) img/s per worker \((?:(?P<ratio>[\d.]+) of (?P<expected>[\d.e+]+) expected|"
+                       r"expected unknown)\), (?P<bound>.+)$")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The last efficiency figures a run printed (parse_progress)."""
+    per_worker: float  # img/s per worker: per GPU on a GPU node
+    of_expected: float | None
+    expected: float | None
+    bound: str  # Bound.text()
+
+
+def parse_progress(text: str) -> Reading | None:
+    """The last progress line's figures in a run's stdout, or None before the first one."""
+    for line in reversed(text.splitlines()):
+        found = _PROGRESS.search(line.strip())
+        if found:
+            ratio, expected = found["ratio"], found["expected"]
+            return Reading(float(found["per"]), float(ratio) if ratio else None, float(expected) if expected else None,
+                           found["bound"])
+    return None
+
+
+def shortfall_per_hour(ratio: float, nodes: int, node_price_per_hour: float) -> float:
+    """What the GPUs' idle share costs an hour: the nodes' price times the share of the expected rate not reached
+    (0 at or above it)."""
+    return max(0.0, 1.0 - ratio) * nodes * node_price_per_hour
+
+
+def summary_fields(per_worker: float, expected: Expectation, bound: Bound) -> dict:
+    """summary.json's `efficiency`."""
+    ratio = of_expected(per_worker, expected)
+    return {"efficiency": {
+        "img_per_sec_per_worker": round(per_worker, 2),
+        "expected_img_per_sec_per_worker": expected.img_per_sec,
+        "expected_basis": expected.basis,
+        "of_expected": None if ratio is None else round(ratio, 3),
+        "bound": bound.label,
+        "time_shares": {k: None if v is None else round(v, 3) for k, v in bound.shares.items()},
+        "thresholds": {"input_bound_share": INPUT_BOUND_SHARE, "exchange_bound_share": EXCHANGE_BOUND_SHARE},
+    }}
+
+
+def expectation_args(train_args: list[str], *, framework: str, expected: float | None) -> list[str]:
+    """For a job builder (pure): train's flags with the node size's expected img/s per GPU, where the catalog has a
+    figure for this framework (the benchmark measured PyTorch only) and the user did not give one."""
+    if expected is None or framework != "pytorch" or any(a.split("=")[0] == FLAG for a in train_args):
+        return list(train_args)
+    return [*train_args, FLAG, f"{expected:g}"]
