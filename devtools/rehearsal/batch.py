@@ -234,6 +234,10 @@ class RehearsalBatch:
         return {"id": pool_id, "state": "active", "allocationState": "steady",
                 "currentDedicatedNodes": len(self.pool.nodes), "currentLowPriorityNodes": 0}
 
+    def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
+        self.pool(pool_id)  # its local nodes are dedicated, and idle between jobs
+        return [{"id": f"node-{i}", "state": "idle", "isDedicated": True} for i, _ in enumerate(self.pool.nodes)]
+
     def _end_with_tasks(self, job_id: str) -> None:
         # onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
         task = self.tasks.get(job_id)
@@ -510,4 +514,7 @@ class RecordedAccount(rest.JobsInDicts):
         return file.read_bytes()
 
     def pool(self, pool_id):
+        raise rest.pool_not_found()
+
+    def pool_nodes(self, pool_id):
         raise rest.pool_not_found()

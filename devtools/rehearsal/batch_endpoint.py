@@ -90,6 +90,9 @@ class BatchAccount(Protocol):
 
     def pool(self, pool_id: str) -> dict[str, Any]: ...
 
+    def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
+        """The pool's compute nodes (BatchNode JSON: id, state, isDedicated...); pool_not_found() without it."""
+
 
 class JobsInDicts:
     """The lookups every account answers the same way, over `jobs[id]` and `tasks[job id]` (one task per job, as
@@ -243,6 +246,8 @@ class BatchEndpoint:
             return 200, {}, {"value": [job for job in account.list_jobs() if job["id"].startswith(found[1])]}
         if len(parts) == 2 and parts[0] == "pools" and method == "GET":
             return 200, {}, account.pool(parts[1])
+        if len(parts) == 3 and parts[0] == "pools" and parts[2] == "nodes" and method == "GET":  # Nodes - List
+            return 200, {}, {"value": account.pool_nodes(parts[1])}
         if len(parts) == 2 and parts[0] == "jobs":
             if method == "GET":
                 job = account.job(parts[1])

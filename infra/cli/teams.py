@@ -348,8 +348,9 @@ def team_rows(root: Path) -> list[dict]:
 
 # `teams --live --json`: these keys follow JSON_KEYS in each object (without --live they are absent).
 LIVE_JSON_KEYS = {
-    "nodesNow": "GPU nodes the stack holds now, in any state (each bills): Batch, the pool's currentDedicatedNodes + "
-                "currentLowPriorityNodes; Azure ML, the compute cluster's nodes; null when not read",
+    "nodesNow": "GPU nodes the stack holds now that bill: Batch, the pool's currentDedicatedNodes + "
+                "currentLowPriorityNodes less the preempted Spot nodes (they no longer bill); Azure ML, the compute "
+                "cluster's nodes; null when not read",
     "jobsRunning": "the stack's training jobs not ended: Batch jobs in state active, Azure ML jobs in no terminal "
                    "state; null when not read",
     "spendThisMonth": "month-to-date actual cost of the stack's resource group (Cost Management; lags up to a day), "
@@ -443,7 +444,7 @@ def live_table(rows: list[dict]) -> str:
         body.append((r["stack"], *("-" if r[key] is None else str(r[key]) for key in ("nodesNow", "jobsRunning")),
                      _spend_text(r), why))
     return "\n".join(["Now (read from Azure):", *_aligned(head, body), "",
-                      "NODES NOW: GPU nodes held, in any state; JOBS RUNNING: training jobs not ended; SPEND: this "
+                      "NODES NOW: GPU nodes held that bill (evicted Spot nodes left out); JOBS RUNNING: training jobs not ended; SPEND: this "
                       "month's actual cost of the resource group (Cost Management lags up to a day), of "
                       "monthlyBudgetUsd where set."])
 

@@ -57,7 +57,8 @@ class BatchService(Protocol):
         """Delete the job (terminating it first if it runs); a job already gone is not an error."""
 
     def pool_nodes(self, pool_id: str) -> tuple[int, int]:
-        """The pool's nodes now: (dedicated, low-priority/Spot); JobError when the pool does not exist."""
+        """The pool's nodes that bill now: (dedicated, low-priority/Spot not preempted); JobError when the pool
+        does not exist."""
 
     def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
         """The pool's scale settings now (enableAutoScale, targetDedicatedNodes, targetLowPriorityNodes, in the
@@ -152,15 +153,24 @@ class AzureBatch:
 
         # Pools - Get (https://learn.microsoft.com/rest/api/batchservice/pools/get-pool): currentDedicatedNodes and
         # currentLowPriorityNodes are "the number of ... Compute Nodes currently in the Pool" (BatchPool in the
-        # REST spec of api-version 2025-06-01), whatever their state: each one is a VM that bills. $select asks
-        # for those two only.
+        # REST spec of api-version 2025-06-01); a dedicated node bills whatever its state, but "Spot/Low-priority
+        # Compute Nodes which have been preempted are included in this count" (the same spec), and an evicted
+        # Spot VM no longer bills (https://learn.microsoft.com/azure/batch/batch-spot-vms). So with Spot nodes,
+        # Nodes - List (https://learn.microsoft.com/rest/api/batchservice/nodes/list-nodes) says which are
+        # `preempted` (BatchNodeState). $select asks for what is counted only.
         try:
             pool = self._call(f"reading pool {pool_id}", lambda: self.client.get_pool(
                 pool_id, select=["id", "currentDedicatedNodes", "currentLowPriorityNodes"]))
+            spot = int(pool.current_low_priority_nodes or 0)
+            if spot:
+                preempted = self._call(f"listing the nodes of pool {pool_id}", lambda: sum(
+                    1 for node in self.client.list_nodes(pool_id, select=["id", "state", "isDedicated"])
+                    if not node.is_dedicated and node.state == "preempted"))
+                spot = max(0, spot - preempted)
         except ResourceNotFoundError:
             raise JobError(f"the Batch account has no pool {pool_id} (deleted outside Pulumi? `pulumi up` declares "
                            "it again)") from None
-        return int(pool.current_dedicated_nodes or 0), int(pool.current_low_priority_nodes or 0)
+        return int(pool.current_dedicated_nodes or 0), spot
 
     def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError

@@ -81,6 +81,8 @@ def schema_for(method: str, path: str, status: int) -> str | None:
         return "BatchJobListResult"
     if len(parts) == 2:
         return {"jobs": "BatchJob", "pools": "BatchPool"}.get(parts[0])
+    if len(parts) == 3 and parts[0] == "pools" and parts[2] == "nodes":
+        return "BatchNodeListResult"
     if len(parts) == 4 and parts[0] == "jobs" and parts[2] == "tasks":
         return "BatchTask"
     if len(parts) == 5 and parts[0] == "jobs" and parts[2] == "tasks" and parts[4] == "subtasksinfo":

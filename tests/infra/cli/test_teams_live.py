@@ -134,9 +134,10 @@ def test_live_json_reads_nodes_jobs_and_spend_and_a_stack_without_outputs_says_w
                              "liveError": f"--outputs-dir {project / 'outputs'}: no trial.json (the JSON of "
                                           "`pulumi stack output --json --show-secrets --stack trial`)"}
     assert rows["dev"]["monthlyBudgetUsd"] == 1000 and rows["trial"]["backend"] == "batch"  # offline keys still there
-    # What reached the services: one Pools - Get and one Jobs - List on dev's account, answered as the REST spec
-    # says; the cluster's nodes at the AML seam; one query per deployed stack's resource group.
-    assert [(m, p) for m, p, _ in dev.requests] == [("GET", "/pools/gpu"), ("GET", "/jobs")]
+    # What reached the services: Pools - Get, Nodes - List (the pool has Spot nodes: which are preempted) and one
+    # Jobs - List on dev's account, answered as the REST spec says; the cluster's nodes at the AML seam; one query
+    # per deployed stack's resource group.
+    assert [(m, p) for m, p, _ in dev.requests] == [("GET", "/pools/gpu"), ("GET", "/pools/gpu/nodes"), ("GET", "/jobs")]
     assert violations(dev.endpoint.responses) == []
     assert ("count_nodes", "gpu-cluster") in aml.calls
     assert [scope for scope, _, _ in services["cost"].requests] == [

@@ -19,13 +19,14 @@ _START = datetime(2026, 11, 21, 12, 0, tzinfo=timezone.utc)
 
 class MemoryAccount(rest.JobsInDicts):
     """A rest.BatchAccount in dicts: `jobs[id]` and `tasks[job id]` (one task per job, as the project submits)
-    are the REST JSON the service returns; `files[(job, path)]` the task's file contents; `pools[id]`."""
+    are the REST JSON the service returns; `files[(job, path)]` the task's file contents; `pools[id]`; `nodes[pool id]`."""
 
     def __init__(self):
         self.jobs: dict[str, dict] = {}
         self.tasks: dict[str, dict] = {}
         self.files: dict[tuple[str, str], bytes] = {}
         self.pools: dict[str, dict] = {}
+        self.nodes: dict[str, list[dict]] = {}  # pool id -> its nodes (BatchNode JSON)
         self._clock = 0
 
     def now(self) -> datetime:
@@ -71,6 +72,10 @@ class MemoryAccount(rest.JobsInDicts):
         if pool_id not in self.pools:
             raise rest.pool_not_found()
         return self.pools[pool_id]
+
+    def pool_nodes(self, pool_id):
+        self.pool(pool_id)
+        return self.nodes.get(pool_id, [])
 
 
 class _Token:
