@@ -7,6 +7,7 @@ and says so in one line for `infra submit` (which refuses) and `infra status` (w
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,9 +69,7 @@ def guard(budget_usd: float | None, spend: Spend | None, error: str | None = Non
         return Verdict(True, "")
     if error is not None or spend is None:
         return Verdict(False, f"cannot read this month's spend from Cost Management ({error or 'no answer'}), so "
-                              f"the monthlyBudgetUsd {budget_usd:.2f} cannot be checked: retry, check that you "
-                              "have Reader (or Cost Management Reader) on the stack's resource group, or remove "
-                              "monthlyBudgetUsd from the stack to submit without the guard")
+                              f"the monthlyBudgetUsd {budget_usd:.2f} cannot be checked: {unreadable_fix(error)}")
     if spend.currency.upper() != "USD":
         return Verdict(False, f"this month's spend is reported in {spend.currency} ({spend.amount:.2f}), and "
                               f"monthlyBudgetUsd {budget_usd:.2f} is in US dollars: the guard cannot compare them; "
@@ -80,6 +79,37 @@ def guard(budget_usd: float | None, spend: Spend | None, error: str | None = Non
     if spend.amount >= budget_usd:
         return Verdict(False, f"{figures}: no new job until next month, or raise monthlyBudgetUsd and `pulumi up`")
     return Verdict(True, f"{figures}; {budget_usd - spend.amount:.2f} USD left (Cost Management lags up to a day)")
+
+
+# Why Cost Management may not answer, by the error code in its answer, and what to do: Troubleshoot common Cost
+# Management errors (https://learn.microsoft.com/azure/cost-management-billing/costs/cost-management-error-codes)
+# and who can see costs for which billing setup
+# (https://learn.microsoft.com/azure/cost-management-billing/costs/assign-access-acm-data: an Enterprise Agreement
+# shows costs to subscription users only once its administrator turns on "Account owners can view charges"; a CSP
+# subscription only under a Microsoft Customer Agreement; a new subscription's data and budgets can take up to 48
+# hours: https://learn.microsoft.com/azure/cost-management-billing/costs/tutorial-acm-create-budgets).
+WITHOUT_GUARD = "or remove monthlyBudgetUsd from the stack to submit without the guard"
+UNREADABLE_FIXES = (
+    (r"AccountCostDisabled|IndirectCostDisabled|\b401\b",
+     "the billing account does not show costs to subscription users: on an Enterprise Agreement its administrator "
+     "turns on \"Account owners can view charges\" (a partner's, \"view charges\"); until then no role helps"),
+    (r"SubscriptionTypeNotSupported|not supported|Unsupported",
+     "Cost Management does not serve this subscription's offer (e.g. a CSP subscription not under a Microsoft "
+     "Customer Agreement): a budget cannot be read here"),
+    (r"\b404\b|NotFound",
+     "Cost Management has no data for this scope yet (a new subscription waits up to 48 hours): retry later"),
+    (r"AuthorizationFailed|RBACAccessDenied|\b403\b",
+     "you need Reader (or Cost Management Reader) on the stack's resource group (teamMembers have it)"),
+)
+
+
+def unreadable_fix(error: str | None) -> str:
+    """What to do when the spend cannot be read, by what Cost Management answered."""
+    for pattern, fix in UNREADABLE_FIXES:
+        if error and re.search(pattern, error):
+            return f"{fix}; {WITHOUT_GUARD}"
+    return ("retry; if it persists, check that you have Reader (or Cost Management Reader) on the stack's resource "
+            f"group and that the billing account shows costs to subscription users, {WITHOUT_GUARD}")
 
 
 def hours_bought(budget_usd: float, usd_per_hour: float) -> float:

@@ -78,6 +78,23 @@ def test_submit_refuses_when_cost_management_refuses(project, batch, cost, capsy
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("status, code, message, fix", [
+    (401, "AccountCostDisabled", "Cost management data is disabled. Please contact your enrollment administrator.",
+     '"Account owners can view charges"'),
+    (400, "SubscriptionTypeNotSupported", "Subscription type is not supported.", "Microsoft Customer Agreement"),
+    (404, "NotFound", "No data found for the scope.", "up to 48 hours"),
+])
+def test_submit_names_the_billing_setup_that_has_no_cost_management_not_a_role(project, batch, cost, capsys,
+                                                                               status, code, message, fix):
+    """Cost Management is missing for some billing setups (cost-management-error-codes, assign-access-acm-data):
+    the refusal says which and how to go on, not that a role is missing."""
+    cost.refuse = (status, code, message)
+    code_, out, err = run("submit", project, batch, cost, capsys)
+    assert code_ == 1 and err.count("\n") == 1 and not batch.jobs, err
+    assert code in err and fix in err and "remove monthlyBudgetUsd" in err
+    assert "you need Reader" not in err
+
+
 def test_status_shows_spend_against_the_budget(project, batch, cost, capsys):
     from infra.backends.batch import operate
     from infra.backends.batch import spec as batch_spec
