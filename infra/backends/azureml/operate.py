@@ -15,7 +15,22 @@ from infra.backends.shared import JobError, JobNotFound, submitted_lines
 SUMMARY_TAGS = ("framework", "world_size", "steps", "img_per_sec", "top1", "final_loss")
 
 
+def budget_stop_line(max_nodes: int | None, compute: str, stack: str) -> str | None:
+    """Why a job would never start on the cluster: maxNodeCount 0 is the budget guard's stop (infra/components/
+    budget.py) or a person's, and only an `up` that refreshes first (Pulumi.yaml options.refresh) puts the stack's
+    maxNodes back."""
+    if max_nodes != 0:
+        return None
+    return (f"compute cluster {compute} has maxNodeCount 0 (the budget guard's stop, or a change outside Pulumi), so "
+            "a job would wait for nodes forever: once this month's spend is under monthlyBudgetUsd (raise it, or "
+            f"wait for next month), run `pulumi up --stack {stack}`, which refreshes first (Pulumi.yaml "
+            "options.refresh: always) and puts maxNodes back, then submit again")
+
+
 def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: TextIO) -> str:
+    stopped = budget_stop_line(service.max_nodes(inputs.compute), inputs.compute, inputs.stack)
+    if stopped:
+        raise JobError(f"--stack {inputs.stack}: {stopped}")
     name = aml_job.job_name(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     with tempfile.TemporaryDirectory(prefix="dltrain-code-") as tmp:  # uploaded by the SDK as the job's code
         service.submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))

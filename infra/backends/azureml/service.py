@@ -51,6 +51,9 @@ class AmlJobs(Protocol):
     def count_nodes(self, compute: str) -> int:
         """How many nodes the compute cluster `compute` has now, in any state (each one bills)."""
 
+    def max_nodes(self, compute: str) -> int | None:
+        """The compute cluster's maxNodeCount now (the budget guard sets it to 0); None when not known."""
+
 
 ARM_SCOPE = "https://management.azure.com/.default"  # what MLClient's job and model calls sign in for
 # azure-ai-ml logs "Class X: This is an experimental class, and may change at any time..." at WARNING for each
@@ -127,3 +130,10 @@ class AzureMlJobs:
         # listKeys).
         return self._call(f"listing the nodes of compute {compute}",
                           lambda: sum(1 for _ in self.client.compute.list_nodes(compute)))
+
+    def max_nodes(self, compute: str) -> int | None:
+        # Compute - Get (https://learn.microsoft.com/rest/api/azureml/compute/get): an AmlCompute's
+        # scaleSettings.maxNodeCount, azure-ai-ml's AmlCompute.max_instances. AzureML Data Scientist reads computes.
+        cluster = self._call(f"reading compute {compute}", lambda: self.client.compute.get(compute))
+        value = getattr(cluster, "max_instances", None)
+        return int(value) if value is not None else None

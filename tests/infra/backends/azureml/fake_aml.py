@@ -7,10 +7,12 @@ from infra.backends.shared import JobNotFound
 class FakeAmlJobs:
     """Azure ML's jobs and models as the seam sees them; `finish(name)` plays a job that completed and wrote its
     run folder (summary.json, model.onnx) under the `run` output, as `jobs.download(all=True)` lays it out.
-    `nodes[compute]`: how many nodes a compute cluster holds now (count_nodes)."""
+    `nodes[compute]`: how many nodes a compute cluster holds now (count_nodes); `max_instances[compute]`: its
+    maxNodeCount (max_nodes)."""
 
     def __init__(self):
         self.jobs, self.calls, self.models, self.nodes = {}, [], {}, {}
+        self.max_instances: dict[str, int] = {}  # compute -> its maxNodeCount now (max_nodes); unset: not known
 
     def submit(self, job):
         self.calls.append(("submit", job.name))
@@ -49,6 +51,9 @@ class FakeAmlJobs:
     def count_nodes(self, compute):
         self.calls.append(("count_nodes", compute))
         return self.nodes[compute]
+
+    def max_nodes(self, compute):
+        return self.max_instances.get(compute)
 
     def finish(self, name, summary):
         self.jobs[name].update(status="Completed", summary=summary)

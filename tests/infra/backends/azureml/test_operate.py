@@ -92,6 +92,20 @@ def test_submit_refuses_an_empty_data_container_in_one_line(outputs_file, capsys
     assert code == 0 and len(aml.calls) == 1
 
 
+def test_submit_refuses_while_the_budget_guard_holds_the_cluster_at_zero_nodes(outputs_file, capsys):
+    """The guard PATCHes maxNodeCount to 0 behind Pulumi's back: a job would queue forever. submit names the fix
+    (an `up`, which refreshes first: Pulumi.yaml options.refresh) until the cluster's maxNodes is back."""
+    aml = FakeAmlJobs()
+    compute = evaluation_for("nlp").outputs["amlComputeName"]
+    aml.max_instances[compute] = 0
+    code, _, err = run(["submit", "--stack", "nlp", "--outputs", str(outputs_file)], aml, capsys)
+    assert code == 1 and err.count("\n") == 1 and not aml.jobs, err
+    assert f"compute cluster {compute} has maxNodeCount 0" in err and "pulumi up --stack nlp" in err
+    aml.max_instances[compute] = 4  # what the next `up` restores
+    code, _, err = run(["submit", "--stack", "nlp", "--outputs", str(outputs_file)], aml, capsys)
+    assert code == 0 and len(aml.jobs) == 1, err
+
+
 def test_outputs_of_another_version_are_named(tmp_path, capsys):
     partial = tmp_path / "outputs.json"
     partial.write_text(json.dumps({"resourceGroupName": "rg"}))
