@@ -65,7 +65,8 @@ class Environment(pulumi.ComponentResource):
         nodes = self.node_identity.identity
         self.registry = Registry(f"{name}-reg", RegistryArgs(
             cfg.registry, **place, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
-            pull_principal_id=nodes.principal_id, now=now), child)
+            pull_principal_id=nodes.principal_id, now=now, allowed_ip_ranges=cfg.network.allowed_ip_ranges,
+            egress_ip=self.network.egress_ip.ip_address), child)
         self.monitoring.watch_registry("registry", self.registry.registry.id)
         # The GPU nodes reach storage with their identity, so no SAS sits in job definitions: the scripts and
         # data to read, the outputs to write (Batch uploads output files with it; Azure ML reads datastores).

@@ -16,6 +16,7 @@ from pulumi_azure_native import containerregistry
 
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
+from infra.core import security
 from infra.core.config import RegistryConfig
 from training import frameworks
 
@@ -44,9 +45,28 @@ class RegistryArgs:
     registry_name: str
     pull_principal_id: pulumi.Input[str]  # the nodes' identity, granted AcrPull
     now: datetime
+    allowed_ip_ranges: tuple[str, ...] = ()  # the deployers' egress (allowedIpRanges): `up` pushes from there
+    egress_ip: pulumi.Input[str] | None = None  # the NAT gateway's public IP: the nodes pull through it
+
+
+# Only Premium registries take network rules ("Firewall rules ... available in the Premium service tier":
+# https://learn.microsoft.com/azure/container-registry/container-registry-access-selected-networks); Basic and
+# Standard stay open to the internet, behind Azure AD and token authentication (README lists it).
+NETWORK_RULES_SKU = "Premium"
 
 
 class Registry(pulumi.ComponentResource):
+    @staticmethod
+    def _closed(args: RegistryArgs) -> containerregistry.NetworkRuleSetArgs:
+        """Deny by default; admit the deployers (`up` builds and pushes the images) and the NAT gateway's address,
+        which every node's pull leaves through (the subnets have no other way out). Single addresses bare, as the
+        storage firewall takes them (security.firewall_ip_rules)."""
+        sources = [*security.firewall_ip_rules(args.allowed_ip_ranges), *([args.egress_ip] if args.egress_ip else [])]
+        return containerregistry.NetworkRuleSetArgs(
+            default_action=containerregistry.DefaultAction.DENY,
+            ip_rules=[containerregistry.IPRuleArgs(i_p_address_or_range=source,
+                                                   action=containerregistry.Action.ALLOW) for source in sources])
+
     def __init__(self, name: str, args: RegistryArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:registry:Registry", name, None, opts)
         cfg = args.registry
@@ -55,7 +75,8 @@ class Registry(pulumi.ComponentResource):
         self.registry = containerregistry.Registry(
             f"{name}-acr", resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             registry_name=args.registry_name, sku=containerregistry.SkuArgs(name=cfg.registry_sku),
-            admin_user_enabled=False, opts=child)
+            admin_user_enabled=False, network_rule_set=self._closed(args) if cfg.registry_sku == NETWORK_RULES_SKU
+            else None, opts=child)
 
         # The GPU nodes pull the images with their identity.
         self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=args.pull_principal_id,

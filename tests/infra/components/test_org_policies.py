@@ -82,3 +82,20 @@ def test_the_batch_pool_encrypts_its_nodes_temporary_disk():
     ev = evaluation_for(BATCH_STACKS[0])
     vm = ev.one("azure-native:batch:Pool").inputs["deploymentConfiguration"]["virtualMachineConfiguration"]
     assert vm["diskEncryptionConfiguration"] == {"targets": ["TemporaryDisk"]}
+
+
+def test_a_premium_registry_is_closed_but_to_the_deployers_and_the_nodes_egress():
+    """ACR network rules (Premium only): deny by default, admit allowedIpRanges (up pushes) and the NAT gateway's
+    public address (every node's pull leaves through it); Basic and Standard take none."""
+    premium = evaluation_for("vision")
+    assert premium.config.registry.registry_sku == "Premium"
+    registry = premium.one("azure-native:containerregistry:Registry").inputs
+    egress = premium.one("azure-native:network:PublicIPAddress").state["ipAddress"]
+    rules = registry["networkRuleSet"]
+    assert rules["defaultAction"] == "Deny"
+    assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == [
+        *security.firewall_ip_rules(premium.config.network.allowed_ip_ranges), egress]
+    assert all(r["action"] == "Allow" for r in rules["ipRules"])
+    standard = evaluation_for(BATCH_STACKS[0])
+    assert standard.config.registry.registry_sku != "Premium"
+    assert "networkRuleSet" not in standard.one("azure-native:containerregistry:Registry").inputs
