@@ -6,8 +6,9 @@ within 8-24 hours and budgets are evaluated against these costs every 24 hours",
 https://learn.microsoft.com/azure/cost-management-billing/costs/tutorial-acm-create-budgets). So, as in Azure's own
 budget scenario (budget -> action group -> Logic App -> stop the spend:
 https://learn.microsoft.com/azure/cost-management-billing/manage/cost-management-budget-scenario), the 100% actual
-notification also calls an action group whose one receiver is a Logic App; the Logic App makes one ARM call with
-its own managed identity that scales the GPU pool (or Azure ML cluster) to zero nodes. The scenario puts an
+notification also calls an action group whose one receiver is a Logic App; the Logic App, with
+its own managed identity, reads the budget and, once spend has reached it, makes the ARM call that scales the GPU
+pool (or Azure ML cluster) to zero nodes. The scenario puts an
 Automation runbook behind the Logic App; an HTTP action authenticated with the Logic App's managed identity calls
 ARM directly (https://learn.microsoft.com/azure/logic-apps/authenticate-with-managed-identity), so no runbook,
 Automation account or webhook secret is needed. The identity gets one role on the pool or cluster only
