@@ -15,6 +15,7 @@ from __future__ import annotations
 EXAMPLES = """Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
+  python -m infra preflight --stack vision   # before `pulumi up`: can the subscription run it?
   python -m infra new-team speech      # writes Pulumi.speech.yaml from trial, with a free address space
   python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
   python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
@@ -418,7 +419,7 @@ def _rehearse(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml,
-         spend_factory=_cost_management) -> int:
+         spend_factory=_cost_management, preflight_services=None) -> int:
     """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness`,
     `aml_factory(outputs) -> AmlJobs` and `spend_factory() -> CostManagementSpend`: the tests pass their own;
     everyone else gets Azure Batch, the `data` and `status` containers (infra/backends/staging.py), Azure ML and
@@ -439,6 +440,19 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
     plan.set_defaults(run=_plan)
+
+    from infra.cli import preflight as preflight_cli
+
+    preflight = commands.add_parser(
+        "preflight", help="before `pulumi up`: ask the live subscription whether it can run the stack (providers, "
+                          "size, quota, roles, Azure Policy, price), one line per check",
+        description=preflight_cli.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    preflight.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    preflight.add_argument("--subscription", metavar="ID", help="the subscription `up` deploys to (default: the "
+                           "stack file's azure-native:subscriptionId, AZURE_SUBSCRIPTION_ID, else the one your "
+                           "sign-in sees)")
+    preflight.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    preflight.set_defaults(run=lambda a: preflight_cli.command(a, preflight_services))
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.config import BACKENDS, RANGES

@@ -1,0 +1,234 @@
+"""Preflight's calls: Azure Resource Manager and the Retail Prices API, read with the deployer's sign-in, and the
+checks in order (infra/core/preflight.py gives each verdict). ARM is spoken through azure-mgmt-core's
+ARMPipelineClient (the pipeline every azure-mgmt client runs on: bearer token for ARM, ARM's error format,
+retries) with each REST spec's path and api-version, so one package serves every API here; the tests point it at a
+local HTTPS endpoint that answers as the specs' examples do (tests/infra/backends/arm_endpoint.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from infra.core import preflight as verdicts
+from infra.core.preflight import FAIL, WARN, Check, Needs
+
+ARM = "https://management.azure.com"
+ARM_SCOPE = f"{ARM}/.default"
+RETAIL_PRICES = "https://prices.azure.com"
+# Each API's version, the one whose REST spec (Azure/azure-rest-api-specs) the paths and answers follow.
+API = {
+    "providers": "2021-04-01",  # resources: Providers - List; Subscriptions - List; Resource Groups - Check Existence
+    "skus": "2021-07-01",  # compute: Resource Skus - List
+    "usages": "2024-07-01",  # compute: Usage - List
+    "batch": "2024-07-01",  # batch: Location - List Supported Virtual Machine Skus; Batch Account - Get
+    "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group
+    "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
+}
+
+
+class Arm:
+    """GET and POST on Azure Resource Manager with `credential` (a TokenCredential); `base_url` and
+    `connection_verify` point it elsewhere (the tests' local endpoint and its certificate)."""
+
+    def __init__(self, credential: Any, base_url: str = ARM, connection_verify: Any = True, retry_total: int = 3):
+        from azure.core.pipeline import policies
+        from azure.core.pipeline.transport import RequestsTransport
+        from azure.mgmt.core import ARMPipelineClient
+        from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy, ARMHttpLoggingPolicy
+
+        self.base_url = base_url.rstrip("/")
+        self._client = ARMPipelineClient(base_url=self.base_url, transport=RequestsTransport(
+            connection_verify=connection_verify, connection_timeout=10, read_timeout=60), policies=[
+            policies.HeadersPolicy(), policies.UserAgentPolicy("dltrain-preflight"),
+            policies.RetryPolicy(retry_total=retry_total), ARMChallengeAuthenticationPolicy(credential, ARM_SCOPE),
+            ARMHttpLoggingPolicy()])
+
+    def _send(self, method: str, path: str, api_version: str, params: Mapping[str, str] | None = None,
+              body: Any = None, missing_ok: bool = False) -> Any:
+        from azure.core.exceptions import HttpResponseError
+        from azure.core.rest import HttpRequest
+        from azure.mgmt.core.exceptions import ARMErrorFormat
+
+        url = path if path.startswith("http") else f"{self.base_url}{path}"
+        query = None if "api-version=" in url else {"api-version": api_version, **(params or {})}
+        response = self._client.send_request(HttpRequest(method, url, params=query, json=body))
+        if missing_ok and response.status_code == 404:
+            return None
+        if response.status_code >= 400:
+            raise HttpResponseError(response=response, error_format=ARMErrorFormat)
+        return response.json() if response.content else {}
+
+    def get(self, path: str, api_version: str, params: Mapping[str, str] | None = None,
+            missing_ok: bool = False) -> Any:
+        return self._send("GET", path, api_version, params, missing_ok=missing_ok)
+
+    def post(self, path: str, api_version: str, body: Any) -> Any:
+        return self._send("POST", path, api_version, body=body)
+
+    def list(self, path: str, api_version: str, params: Mapping[str, str] | None = None) -> list[dict]:
+        """value[] of every page (nextLink, as ARM's list operations page)."""
+        items: list[dict] = []
+        page = self.get(path, api_version, params)
+        while True:
+            items += page.get("value") or []
+            if not page.get("nextLink"):
+                return items
+            page = self.get(page["nextLink"], api_version)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class RetailPrices:
+    """The Azure Retail Prices API (no sign-in): GET /api/retail/prices?$filter=..."""
+
+    def __init__(self, base_url: str = RETAIL_PRICES, connection_verify: Any = True):
+        from azure.core import PipelineClient
+        from azure.core.pipeline import policies
+        from azure.core.pipeline.transport import RequestsTransport
+
+        self._client = PipelineClient(base_url.rstrip("/"), transport=RequestsTransport(
+            connection_verify=connection_verify, connection_timeout=10, read_timeout=30),
+            policies=[policies.HeadersPolicy(), policies.RetryPolicy(retry_total=2)])
+        self.base_url = base_url.rstrip("/")
+
+    def items(self, size: str, region: str) -> list[dict]:
+        from azure.core.exceptions import HttpResponseError
+        from azure.core.rest import HttpRequest
+
+        query = (f"serviceName eq 'Virtual Machines' and armRegionName eq '{region}' and armSkuName eq '{size}' "
+                 "and priceType eq 'Consumption'")
+        url, params, items = f"{self.base_url}/api/retail/prices", {"$filter": query}, []
+        while url:
+            response = self._client.send_request(HttpRequest("GET", url, params=params))
+            if response.status_code >= 400:
+                raise HttpResponseError(response=response)
+            page = response.json()
+            items += page.get("Items") or []
+            url, params = page.get("NextPageLink"), None
+        return items
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def subscription_of(arm: Arm, hint: str | None) -> str:
+    """`hint` (--subscription, the stack file's azure-native:subscriptionId or AZURE_SUBSCRIPTION_ID), else the
+    one enabled subscription the sign-in sees (Subscriptions - List); several: a ValueError naming them."""
+    if hint:
+        return hint
+    enabled = [s for s in arm.list("/subscriptions", API["providers"]) if s.get("state") == "Enabled"]
+    if len(enabled) == 1:
+        return str(enabled[0]["subscriptionId"])
+    names = ", ".join(f"{s.get('subscriptionId')} ({s.get('displayName')})" for s in enabled) or "none"
+    raise ValueError(f"your sign-in sees {len(enabled)} enabled subscriptions ({names}): pass --subscription ID, or "
+                     "set azure-native:subscriptionId in the stack file")
+
+
+def _guarded(name: str, check: Callable[[], list[Check]]) -> list[Check]:
+    """A check Azure refuses to answer (403: no read access; anything else) fails alone, in one line; the others
+    still run."""
+    from azure.core.exceptions import HttpResponseError
+
+    from infra.backends.shared import status_line
+
+    try:
+        return check()
+    except HttpResponseError as err:
+        return [Check(name, FAIL, f"Azure refused the question ({status_line(err)}): you need Reader on the "
+                                  "subscription for preflight to answer it")]
+
+
+def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
+        report: Callable[[Check], None] = lambda check: None) -> list[Check]:
+    """Every check, in order of what most often stops `up`: providers, the size, quota, roles, Azure Policy, the
+    price; `report` sees each as it is decided."""
+    sub = f"/subscriptions/{subscription}"
+    group_id = f"{sub}/resourceGroups/{needs.resource_group}"
+    checks: list[Check] = []
+    offers: dict[str, verdicts.Offer] = {}
+
+    def step(name: str, check: Callable[[], list[Check]]) -> None:
+        for one in _guarded(name, check):
+            checks.append(one)
+            report(one)
+
+    step("providers", lambda: [verdicts.providers_verdict(needs.namespaces, arm.list(f"{sub}/providers",
+                                                                                     API["providers"]))])
+
+    def sizes() -> list[Check]:
+        skus = arm.list(f"{sub}/providers/Microsoft.Compute/skus", API["skus"],
+                        {"$filter": f"location eq '{needs.location}'"})
+        role = "Batch pool" if needs.backend == "batch" else "Azure ML cluster"
+        found = []
+        for size, what, spot in [(needs.gpu.name, role, needs.spot)] + [(s, "NFS server", False)
+                                                                          for s in needs.vm_sizes]:
+            check, offer = verdicts.sku_verdict(size, needs.location, skus, what, spot)
+            found.append(check)
+            if offer:
+                offers[size] = offer
+        if needs.backend == "batch":
+            found.append(verdicts.batch_sku_verdict(needs.gpu.name, needs.location, arm.list(
+                f"{sub}/providers/Microsoft.Batch/locations/{needs.location}/virtualMachineSkus", API["batch"])))
+        return found
+
+    step("sizes", sizes)
+
+    def quota() -> list[Check]:
+        family = offers.get(needs.gpu.name, verdicts.Offer(needs.gpu.name, needs.gpu.quota_family, needs.gpu.vcpus))
+        demands = [("NFS server", offers[s].family, offers[s].vcpus) for s in needs.vm_sizes if s in offers]
+        spot_vcpus = 0
+        found = []
+        if needs.backend == "azureml":  # AmlCompute nodes count against the subscription's compute quota
+            if needs.spot:
+                spot_vcpus = needs.gpu_vcpus
+            else:
+                demands.append((f"{needs.max_nodes} x {needs.gpu.name}", family.family, needs.gpu_vcpus))
+        else:
+            account = arm.get(f"{group_id}/providers/Microsoft.Batch/batchAccounts/{needs.batch_account}",
+                              API["batch"], missing_ok=True)
+            found.append(verdicts.batch_quota_verdict(needs, family.family, account))
+        if demands or spot_vcpus:
+            usages = arm.list(f"{sub}/providers/Microsoft.Compute/locations/{needs.location}/usages", API["usages"])
+            found.insert(0, verdicts.usage_verdict(demands, needs.location, usages, spot_vcpus))
+        return found
+
+    step("quota", quota)
+    group_exists = arm.get(group_id, API["providers"], missing_ok=True) is not None
+
+    def roles() -> list[Check]:
+        scope = group_id if group_exists else sub
+        actions = needs.write_actions if group_exists else (
+            ("Microsoft.Resources/subscriptions/resourceGroups/write",) + needs.write_actions)
+        permissions = arm.list(f"{scope}/providers/Microsoft.Authorization/permissions", API["permissions"])
+        return [verdicts.permissions_verdict(actions, permissions, scope, group_exists)]
+
+    step("roles", roles)
+
+    def policy() -> list[Check]:
+        found = []
+        for target in needs.policy_targets:
+            on_group = group_exists and target.content["type"] != "Microsoft.Resources/resourceGroups"
+            path = (group_id if on_group else sub) + "/providers/Microsoft.PolicyInsights/checkPolicyRestrictions"
+            details = {"resourceContent": target.content, "apiVersion": target.api_version}
+            if not on_group and target.content["type"] != "Microsoft.Resources/resourceGroups":
+                details["scope"] = group_id  # where it will be created: the group `up` makes first
+            found.append(verdicts.policy_verdict(target, arm.post(path, API["policy"],
+                                                                  {"resourceDetails": details}),
+                                                        needs.resource_group, group_exists))
+        return found
+
+    step("policy", policy)
+    if prices is not None:  # the price informs, it never stops `up`
+        from azure.core.exceptions import AzureError
+
+        from infra.backends.shared import status_line
+
+        try:
+            one = verdicts.price_verdict(needs.gpu, needs.location, needs.spot,
+                                         prices.items(needs.gpu.name, needs.location))
+        except AzureError as err:
+            one = Check(f"price {needs.gpu.name}", WARN, f"the Retail Prices API did not answer ({status_line(err)})")
+        checks.append(one)
+        report(one)
+    return checks

@@ -1,0 +1,104 @@
+"""`python -m infra preflight --stack NAME`: before `pulumi up`, ask the live subscription whether it can run the
+stack, one line per check (infra/backends/preflight.py runs them, infra/core/preflight.py judges them). Exit
+status: 0 nothing would stop `up` or the first job, 1 something would (or Azure could not be asked), 2 the stack
+file or the subscription is refused."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+DESCRIPTION = (
+    "Ask the live subscription, with your Azure sign-in (`az login`), whether it can run the stack, before\n"
+    "`pulumi up`: each check prints one line, ok or what is wrong with the exact fix:\n"
+    "  providers   the resource providers the stack's resources need are registered\n"
+    "  size        the GPU size (and the NFS server's) is offered in the region to this subscription (Resource\n"
+    "              SKUs and their restrictions), and to Batch pools there (backend batch)\n"
+    "  quota       the family's vCPUs for maxNodes (Spot or dedicated): the Batch account's quota, or the\n"
+    "              subscription's compute usages (Azure ML, the NFS server)\n"
+    "  roles       you may create role assignments (and the stack's resources) at the resource group's scope\n"
+    "  policy      the organisation's Azure Policy would not deny the resources as ARM receives them\n"
+    "              (Policy Restrictions API: storage account, registry, Batch or Azure ML, key vault, VM, group)\n"
+    "  price       Azure's current list price of the size in the region, beside plan's estimate\n"
+    "Exit status: 0 nothing would stop `up`, 1 something would (FAIL lines) or Azure could not be asked,\n"
+    "2 the stack file or the subscription is refused.")
+
+
+def subscription_hint(args: Any, stack_file: Path) -> str | None:
+    """--subscription, else the stack file's azure-native:subscriptionId (the provider's own key), else
+    AZURE_SUBSCRIPTION_ID."""
+    if args.subscription:
+        return args.subscription
+    import yaml
+
+    try:
+        values = (yaml.safe_load(stack_file.read_text()) or {}).get("config") or {}
+    except (OSError, yaml.YAMLError):
+        values = {}
+    return str(values.get("azure-native:subscriptionId") or "") or os.environ.get("AZURE_SUBSCRIPTION_ID") or None
+
+
+def azure_services():
+    """Preflight's services with your sign-in: ARM (asked for a token at once, so no sign-in ends here in one line)
+    and the Retail Prices API."""
+    from infra.backends.preflight import ARM_SCOPE, Arm, RetailPrices
+    from training.data.transfer import AzureCredential
+
+    return Arm(AzureCredential(probe_scope=ARM_SCOPE)), RetailPrices()
+
+
+def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
+    from infra.core import config
+
+    started = time.monotonic()
+    try:
+        stack_config = config.from_stack_file(args.stack, args.project_dir)
+    except config.ConfigError as err:
+        print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
+        return 2
+    from azure.core.exceptions import AzureError
+
+    from infra.backends import preflight
+    from infra.backends.shared import status_line
+    from infra.core import preflight as verdicts
+    from training.errors import UsageError
+
+    arm = prices = None
+    try:
+        arm, prices = (services or azure_services)()
+        subscription = preflight.subscription_of(arm, subscription_hint(args, args.project_dir /
+                                                                        f"Pulumi.{args.stack}.yaml"))
+        from infra.preview import offline
+
+        evaluation = offline.evaluate(stack_config)
+        needs = verdicts.needs(stack_config, [(r.type, r.inputs) for r in evaluation.resources], subscription,
+                               offline.SUBSCRIPTION)
+        print(f"preflight of stack {args.stack} ({stack_config.backend}, {needs.max_nodes} x {needs.gpu.name}"
+              f"{' Spot' if needs.spot else ''} in {needs.location}) against subscription {subscription}:", flush=True)
+        checks = [verdicts.Check("config", verdicts.FAIL, f"{p} (`pulumi up` refuses it)")
+                  for p in stack_config.placeholders]
+        for check in checks:
+            print(check.line(), flush=True)
+        checks += preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except UsageError as err:  # not signed in (training.data.transfer.NotSignedIn)
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except AzureError as err:
+        print(f"error: cannot ask Azure Resource Manager ({status_line(err)}): check your network and `az login`, "
+              "then try again", file=sys.stderr)
+        return 1
+    finally:
+        for client in (arm, prices):
+            if client is not None:
+                client.close()
+    stopped = [c.name for c in checks if c.verdict == verdicts.FAIL]
+    print(f"\n{len(checks)} checks in {time.monotonic() - started:.1f} s: "
+          + (f"{len(stopped)} would stop `pulumi up` or the first job ({', '.join(stopped)})" if stopped else
+             f"nothing stops `pulumi up --stack {args.stack}`"))
+    return 1 if stopped else 0

@@ -1,0 +1,413 @@
+"""Preflight verdicts, pure: what a stack needs from a subscription (`needs`, from the resources the program
+declares) and, per check, the verdict on Azure's answer (each `*_verdict` takes the JSON the REST API returns, as
+its spec's examples write it). The calls live in infra/backends/preflight.py; `python -m infra preflight` prints
+one line per check (infra/cli/preflight.py).
+
+A check's verdict is `ok`, `FAIL` (it would stop `pulumi up` or the first job: the line says what and the exact
+fix) or `warn` (worth knowing, stops nothing, or cannot be known before `up`).
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.core.skus import CATALOG, GpuSku
+
+OK, FAIL, WARN = "ok", "FAIL", "warn"
+
+# The resource provider of each azure-native module the program uses (its ARM namespace: the module's resources'
+# type prefix in https://learn.microsoft.com/azure/templates/, e.g. microsoft.insights/diagnosticsettings for
+# azure-native:monitor:DiagnosticSetting, and privatedns zones are Microsoft.Network/privateDnsZones).
+NAMESPACES = {
+    "applicationinsights": "Microsoft.Insights", "authorization": "Microsoft.Authorization",
+    "batch": "Microsoft.Batch", "compute": "Microsoft.Compute", "consumption": "Microsoft.Consumption",
+    "containerregistry": "Microsoft.ContainerRegistry", "costmanagement": "Microsoft.CostManagement",
+    "insights": "Microsoft.Insights", "keyvault": "Microsoft.KeyVault", "logic": "Microsoft.Logic",
+    "machinelearningservices": "Microsoft.MachineLearningServices", "managedidentity": "Microsoft.ManagedIdentity",
+    "monitor": "Microsoft.Insights", "network": "Microsoft.Network", "operationalinsights":
+    "Microsoft.OperationalInsights", "privatedns": "Microsoft.Network", "resources": "Microsoft.Resources",
+    "storage": "Microsoft.Storage", "web": "Microsoft.Web",
+}
+
+
+@dataclass(frozen=True)
+class PolicyTarget:
+    """A resource as ARM would receive it (resourceContent of checkPolicyRestrictions) and its API version."""
+
+    label: str  # e.g. "storage account stdev1234"
+    api_version: str
+    content: dict[str, Any]
+
+
+# The resources whose body is checked against Azure Policy: organisations' Deny policies aim at these (storage,
+# key vaults, registries, VMs, Batch, Azure ML, resource groups' tags). azure-native type -> (ARM type, the input
+# that is the resource's name, the API version azure-native 3.x sends, as its SDK's docstrings say "Uses Azure REST
+# API version ..."). azure-native flattens ARM's `properties` into the inputs and names some keys as the SDKs do
+# (x-ms-client-name); RENAMES turns those back into the wire names of the REST specs.
+POLICY_TYPES = {
+    "azure-native:resources:ResourceGroup": ("Microsoft.Resources/resourceGroups", "resourceGroupName", "2021-04-01"),
+    "azure-native:storage:StorageAccount": ("Microsoft.Storage/storageAccounts", "accountName", "2024-01-01"),
+    "azure-native:batch:BatchAccount": ("Microsoft.Batch/batchAccounts", "accountName", "2024-07-01"),
+    "azure-native:containerregistry:Registry": ("Microsoft.ContainerRegistry/registries", "registryName",
+                                                "2023-01-01-preview"),
+    "azure-native:keyvault:Vault": ("Microsoft.KeyVault/vaults", "vaultName", "2024-11-01"),
+    "azure-native:machinelearningservices:Workspace": ("Microsoft.MachineLearningServices/workspaces",
+                                                       "workspaceName", "2025-12-01"),
+    "azure-native:compute:VirtualMachine": ("Microsoft.Compute/virtualMachines", "vmName", "2024-11-01"),
+}
+# Storage's REST spec (storage.json): supportsHttpsTrafficOnly is the SDKs' enable_https_traffic_only, IPRule.value
+# their ip_address_or_range.
+RENAMES = {"enableHttpsTrafficOnly": "supportsHttpsTrafficOnly", "iPAddressOrRange": "value"}
+TOP_LEVEL = ("location", "tags", "sku", "kind", "identity", "zones", "plan", "extendedLocation", "properties")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    verdict: str  # OK | FAIL | WARN
+    text: str
+
+    def line(self) -> str:
+        return f"{self.verdict:<4} {self.name}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the stack asks of the subscription, from the declared resources."""
+
+    location: str
+    resource_group: str
+    gpu: GpuSku
+    max_nodes: int
+    spot: bool
+    backend: str
+    namespaces: tuple[str, ...]
+    vm_sizes: tuple[str, ...] = ()  # plain VMs the stack creates (the NFS server)
+    batch_account: str = ""  # "" when the stack has none (backend azureml)
+    write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
+    policy_targets: tuple[PolicyTarget, ...] = field(default=())
+
+    @property
+    def gpu_vcpus(self) -> int:
+        return self.gpu.vcpus * self.max_nodes
+
+
+def _arm_body(type_: str, inputs: Mapping[str, Any], name_key: str, subscription: str, mock_subscription: str):
+    def wire(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {RENAMES.get(k, k): wire(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [wire(v) for v in value]
+        if isinstance(value, str):  # the offline evaluation's IDs carry the mock subscription
+            return value.replace(mock_subscription, subscription)
+        return value
+
+    body: dict[str, Any] = {"type": type_, "name": inputs.get(name_key, "")}
+    properties = dict(inputs.get("properties") or {})
+    for key, value in inputs.items():
+        if key in TOP_LEVEL and key != "properties":
+            body[key] = value
+        elif key not in ("properties", "resourceGroupName", name_key):
+            properties[key] = value
+    identity = body.get("identity")
+    if isinstance(identity, Mapping) and isinstance(identity.get("userAssignedIdentities"), list):
+        # azure-native v3 takes a list of IDs; ARM's wire format is a map of ID -> {}
+        body["identity"] = {**identity, "userAssignedIdentities": {i: {} for i in identity["userAssignedIdentities"]}}
+    if properties:
+        body["properties"] = properties
+    return wire(body)
+
+
+def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subscription: str,
+          mock_subscription: str) -> Needs:
+    """What a stack (its StackConfig `config` and the (type, inputs) the program declares) asks of a subscription."""
+    resources = list(resources)
+    modules = {t.split(":")[1] for t, _ in resources if t.startswith("azure-native:")}
+    namespaces = tuple(sorted({NAMESPACES.get(m, m) for m in modules}))
+    group = next((i.get("resourceGroupName", "") for t, i in resources
+                  if t == "azure-native:resources:ResourceGroup"), "")
+    vm_sizes = tuple(i.get("hardwareProfile", {}).get("vmSize", "") for t, i in resources
+                     if t == "azure-native:compute:VirtualMachine")
+    batch_account = next((i.get("accountName", "") for t, i in resources if t == "azure-native:batch:BatchAccount"), "")
+    targets = []
+    writes = ["Microsoft.Authorization/roleAssignments/write"]
+    if any(t == "azure-native:authorization:RoleDefinition" for t, _ in resources):
+        writes.append("Microsoft.Authorization/roleDefinitions/write")
+    for type_, inputs in resources:
+        if type_ not in POLICY_TYPES:
+            continue
+        arm_type, name_key, api_version = POLICY_TYPES[type_]
+        body = _arm_body(arm_type, inputs, name_key, subscription, mock_subscription)
+        noun = arm_type.split("/")[-1]
+        targets.append(PolicyTarget(f"{noun} {body['name']}", api_version, body))
+        if f"{arm_type}/write" not in writes:
+            writes.append(f"{arm_type}/write")
+    return Needs(location=config.location, resource_group=group, gpu=CATALOG[config.nodes.gpu_sku],
+                 max_nodes=config.nodes.max_nodes, spot=config.nodes.spot, backend=config.backend,
+                 namespaces=namespaces, vm_sizes=vm_sizes, batch_account=batch_account,
+                 write_actions=tuple(writes), policy_targets=tuple(targets))
+
+
+# (a) Resource providers:
+# https://learn.microsoft.com/azure/azure-resource-manager/management/resource-providers-and-types
+# ("Before you use a resource provider, make sure your Azure subscription is registered for it"); the answer is
+# Providers - List (GET /subscriptions/{id}/providers): value[].namespace, value[].registrationState.
+def providers_verdict(needed: Sequence[str], providers: Sequence[Mapping[str, Any]]) -> Check:
+    state = {str(p.get("namespace", "")).lower(): str(p.get("registrationState", "")) for p in providers}
+    missing = [(ns, state.get(ns.lower(), "NotRegistered")) for ns in needed
+               if state.get(ns.lower(), "NotRegistered") != "Registered"]
+    if not missing:
+        return Check("providers", OK, f"{len(needed)} resource providers registered ({', '.join(needed)})")
+    fixes = " && ".join(f"az provider register --namespace {ns} --wait" for ns, _ in missing)
+    listed = ", ".join(f"{ns} ({st})" for ns, st in missing)
+    return Check("providers", FAIL, f"not registered: {listed}; run `{fixes}` (needs Contributor on the "
+                                    "subscription)")
+
+
+def _capability(sku: Mapping[str, Any], name: str) -> str | None:
+    return next((str(c.get("value")) for c in sku.get("capabilities") or [] if c.get("name") == name), None)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A size as the Resource SKUs API offers it in the region: its quota family and vCPUs."""
+
+    size: str
+    family: str
+    vcpus: int
+
+
+# (b) The size in the region, to this subscription: Resource SKUs - List
+# (https://learn.microsoft.com/rest/api/compute/resource-skus/list, GET /subscriptions/{id}/providers/
+# Microsoft.Compute/skus?$filter=location eq '{region}'): restrictions[] of type Location (the size is not offered
+# to this subscription in the region: reasonCode NotAvailableForSubscription, or QuotaId for the subscription's
+# offer) or Zone (not in the zones listed: this stack asks for no zone, so only a note).
+def sku_verdict(size: str, location: str, skus: Sequence[Mapping[str, Any]], role: str,
+                spot: bool = False) -> tuple[Check, Offer | None]:
+    name = f"size {size}"
+    match = [s for s in skus if s.get("resourceType") == "virtualMachines" and str(s.get("name", "")).lower() ==
+             size.lower() and location.lower() in [str(loc).lower() for loc in s.get("locations") or []]]
+    listing = f"`az vm list-skus --size {size} --all --output table`"
+    if not match:
+        return Check(name, FAIL, f"not offered in {location} ({role}): pick a region that lists it ({listing}) or "
+                                 "another size in the stack file"), None
+    sku = match[0]
+    offer = Offer(size, str(sku.get("family", "")), int(_capability(sku, "vCPUs") or 0))
+    for restriction in sku.get("restrictions") or []:
+        if restriction.get("type") == "Location":
+            reason = restriction.get("reasonCode", "")
+            return Check(name, FAIL, f"offered in {location} but not to this subscription ({reason}): ask Azure "
+                                     "support for access to the size in the region (https://learn.microsoft.com/"
+                                     "troubleshoot/azure/general/region-access-request-process) or pick a region "
+                                     f"where {listing} shows no restriction"), offer
+    if spot and _capability(sku, "LowPriorityCapable") == "False":
+        return Check(name, FAIL, f"cannot run as Spot (LowPriorityCapable False in {location}): set spot: false"), offer
+    zones = sorted({z for r in sku.get("restrictions") or [] if r.get("type") == "Zone"
+                    for z in (r.get("restrictionInfo") or {}).get("zones") or []})
+    note = f"; not in zones {','.join(zones)} (this stack asks for no zone)" if zones else ""
+    return Check(name, OK, f"offered in {location} to this subscription ({role}; family {offer.family}, "
+                           f"{offer.vcpus} vCPUs){note}"), offer
+
+
+# (b) ... and to Batch pools: Location - List Supported Virtual Machine Skus
+# (https://learn.microsoft.com/rest/api/batchmanagement/location/list-supported-virtual-machine-skus).
+def batch_sku_verdict(size: str, location: str, batch_skus: Sequence[Mapping[str, Any]]) -> Check:
+    found = next((s for s in batch_skus if str(s.get("name", "")).lower() == size.lower()), None)
+    if found is None:
+        return Check(f"batch size {size}", FAIL, f"Batch does not offer it for pools in {location} (`az batch location "
+                                          f"list-skus --location {location} --output table`): pick a region that "
+                                          "lists it, or backend: azureml")
+    end = found.get("batchSupportEndOfLife")
+    return Check(f"batch size {size}", WARN if end else OK,
+                 f"Batch pools in {location} may use it" + (f"; Batch support ends {end}" if end else ""))
+
+
+def _usage(usages: Sequence[Mapping[str, Any]], name: str) -> Mapping[str, Any] | None:
+    return next((u for u in usages if str((u.get("name") or {}).get("value", "")).lower() == name.lower()), None)
+
+
+QUOTA_DOC = "https://learn.microsoft.com/azure/quotas/per-vm-quota-requests"
+SPOT_QUOTA_DOC = "https://learn.microsoft.com/azure/quotas/spot-quota"
+
+
+# (c) Quota: Usage - List (https://learn.microsoft.com/rest/api/compute/usage/list, GET /subscriptions/{id}/
+# providers/Microsoft.Compute/locations/{region}/usages): per family (name.value = the Resource SKUs' family),
+# `cores` (Total Regional vCPUs) and `lowPriorityCores` (Spot vCPUs, one pool for every family:
+# https://learn.microsoft.com/azure/virtual-machines/spot-vms#pricing-and-quota), each with currentValue and limit.
+def usage_verdict(demands: Sequence[tuple[str, str, int]], location: str, usages: Sequence[Mapping[str, Any]],
+                  spot_vcpus: int = 0) -> Check:
+    """`demands`: (what, family, vCPUs) on dedicated quota; `spot_vcpus`: vCPUs on the Spot quota."""
+    per_family: dict[str, int] = {}
+    for _, family, vcpus in demands:
+        per_family[family] = per_family.get(family, 0) + vcpus
+    asks = [(family, vcpus, "dedicated") for family, vcpus in per_family.items()]
+    if demands:
+        asks.append(("cores", sum(per_family.values()), "regional"))
+    if spot_vcpus:
+        asks.append(("lowPriorityCores", spot_vcpus, "Spot"))
+    short, known = [], []
+    for quota, vcpus, kind in asks:
+        usage = _usage(usages, quota)
+        if usage is None:
+            short.append(f"{quota} ({kind}) is not in the region's usages: the subscription has no quota for it "
+                         f"in {location}; request {vcpus} vCPUs ({SPOT_QUOTA_DOC if kind == 'Spot' else QUOTA_DOC})")
+            continue
+        free = int(usage.get("limit", 0)) - int(usage.get("currentValue", 0))
+        known.append(f"{quota} {vcpus}/{free} free")
+        if vcpus > free:
+            short.append(f"{quota} ({kind}) needs {vcpus} vCPUs, {free} free (limit {usage.get('limit')}, in use "
+                         f"{usage.get('currentValue')}): request a limit of at least "
+                         f"{int(usage.get('currentValue', 0)) + vcpus} in {location} "
+                         f"({SPOT_QUOTA_DOC if kind == 'Spot' else QUOTA_DOC})")
+    what = ", ".join(w for w, _, _ in demands) + (" (Spot)" if spot_vcpus else "")
+    if short:
+        return Check("quota", FAIL, "; ".join(short))
+    return Check("quota", OK, f"{what or 'nothing'} fits the subscription's vCPU quota in {location} "
+                              f"({', '.join(known) or 'no VM'})")
+
+
+BATCH_QUOTA_DOC = "https://learn.microsoft.com/azure/batch/batch-quota-limit#increase-a-quota"
+
+
+# (c) ... on Batch (pool allocation mode BatchService), the nodes count against the Batch account's own quota:
+# Batch Account - Get (https://learn.microsoft.com/rest/api/batchmanagement/batch-account/get):
+# properties.dedicatedCoreQuotaPerVMFamily[{name, coreQuota}] when dedicatedCoreQuotaPerVMFamilyEnforced, else
+# dedicatedCoreQuota; lowPriorityCoreQuota for Spot.
+def batch_quota_verdict(needs_: Needs, family: str, account: Mapping[str, Any] | None) -> Check:
+    vcpus = needs_.gpu_vcpus
+    if account is None:
+        return Check("batch quota", WARN, f"Batch account {needs_.batch_account} does not exist yet: `up` creates it "
+                                          "with Batch's default quotas, and a new account's GPU family quota may be "
+                                          f"0; after `up`, rerun preflight (it needs {vcpus} "
+                                          f"{'Spot' if needs_.spot else family} vCPUs: {BATCH_QUOTA_DOC})")
+    props = account.get("properties") or {}
+    if needs_.spot:
+        limit, quota = int(props.get("lowPriorityCoreQuota") or 0), "lowPriorityCoreQuota (Spot)"
+    elif props.get("dedicatedCoreQuotaPerVMFamilyEnforced"):
+        entry = next((q for q in props.get("dedicatedCoreQuotaPerVMFamily") or []
+                      if str(q.get("name", "")).lower() == family.lower()), {})
+        limit, quota = int(entry.get("coreQuota") or 0), f"dedicated {family}"
+    else:
+        limit, quota = int(props.get("dedicatedCoreQuota") or 0), "dedicatedCoreQuota"
+    if vcpus > limit:
+        return Check("batch quota", FAIL, f"Batch account {needs_.batch_account}: {quota} is {limit} vCPUs, maxNodes "
+                                          f"{needs_.max_nodes} x {needs_.gpu.vcpus} needs {vcpus}: request an "
+                                          f"increase for the account ({BATCH_QUOTA_DOC}) or lower maxNodes")
+    return Check("batch quota", OK, f"Batch account {needs_.batch_account}: {quota} {limit} vCPUs >= {vcpus}")
+
+
+def _allowed(action: str, permissions: Sequence[Mapping[str, Any]]) -> bool:
+    """Azure RBAC's rule: an action is allowed if one permission's actions match it and that permission's
+    notActions do not (https://learn.microsoft.com/azure/role-based-access-control/role-definitions#notactions);
+    `*` matches any characters, case-insensitively."""
+    def match(patterns: Iterable[str]) -> bool:
+        return any(fnmatch.fnmatchcase(action.lower(), p.lower().replace("[", "[[]").replace("?", "[?]"))
+                   for p in patterns)
+
+    return any(match(p.get("actions") or []) and not match(p.get("notActions") or []) for p in permissions)
+
+
+# (d) Role assignments: Permissions - List For Resource Group (https://learn.microsoft.com/rest/api/authorization/
+# permissions/list-for-resource-group): value[{actions, notActions}] of the caller. Creating a role assignment
+# needs Microsoft.Authorization/roleAssignments/write: Owner, User Access Administrator or Role Based Access
+# Control Administrator
+# (https://learn.microsoft.com/azure/role-based-access-control/role-assignments-portal#prerequisites).
+def permissions_verdict(actions: Sequence[str], permissions: Sequence[Mapping[str, Any]], scope: str,
+                        group_exists: bool) -> Check:
+    denied = [a for a in actions if not _allowed(a, permissions)]
+    where = "the resource group" if group_exists else "the subscription (the group does not exist yet)"
+    if not denied:
+        return Check("roles", OK, f"you may create role assignments and the stack's resources at {where}")
+    roles = ("'User Access Administrator' (or Owner)" if any(a.startswith("Microsoft.Authorization/") for a in denied)
+             else "Contributor")
+    return Check("roles", FAIL, f"at {where} you may not: {', '.join(denied)}; ask an Owner to run `az role "
+                                f"assignment create --assignee $(az ad signed-in-user show --query id -o tsv) --role "
+                                f"{roles.split(' (')[0]} --scope {scope}`" + (" and Contributor likewise" if
+                                roles != "Contributor" and any(not a.startswith("Microsoft.Authorization/")
+                                                               for a in denied) else ""))
+
+
+# (e) Azure Policy: Policy Restrictions - Check At Resource Group Scope / Check At Subscription Scope
+# (https://learn.microsoft.com/rest/api/policyinsights/policy-restrictions): for a resource body, the fields an
+# assigned policy restricts (fieldRestrictions[].restrictions[] with result Required | Removed | Deny) and the
+# evaluation of the body itself (contentEvaluationResult.policyEvaluations[] with evaluationResult NonCompliant and
+# effectDetails.policyEffect Deny: ARM would refuse it with RequestDisallowedByPolicy).
+def _field_value(content: Mapping[str, Any], path: str) -> Any:
+    value: Any = content
+    for part in path.split("."):
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(part, value.get("properties", {}).get(part) if isinstance(value.get("properties"),
+                                                                                    Mapping) else None)
+    return value
+
+
+def policy_verdict(target: PolicyTarget, answer: Mapping[str, Any], group: str, group_exists: bool = True) -> Check:
+    problems, assignments = [], []
+    for evaluation in (answer.get("contentEvaluationResult") or {}).get("policyEvaluations") or []:
+        effect = str((evaluation.get("effectDetails") or {}).get("policyEffect", ""))
+        if evaluation.get("evaluationResult") == "NonCompliant" and effect.lower() == "deny":
+            info = evaluation.get("policyInfo") or {}
+            assignments.append(info.get("policyAssignmentId"))
+            fields = [e.get("path") or e.get("expression") for e in (evaluation.get("evaluationDetails") or {})
+                      .get("evaluatedExpressions") or [] if e.get("path") or e.get("expression")]
+            problems.append(f"assignment {info.get('policyAssignmentId')} (definition "
+                            f"{info.get('policyDefinitionId')}) denies it on {', '.join(fields) or 'its body'}")
+    for restricted in answer.get("fieldRestrictions") or []:
+        path = str(restricted.get("field", ""))
+        ours = _field_value(target.content, path)
+        for restriction in restricted.get("restrictions") or []:
+            result = restriction.get("result")
+            reason = restriction.get("reason") or ""
+            assignment = (restriction.get("policy") or {}).get("policyAssignmentId")
+            assignments.append(assignment)
+            values = [str(v).lower().replace(" ", "") for v in restriction.get("values") or []]
+            if result == "Deny" and ours is not None and str(ours).lower().replace(" ", "") in values:
+                problems.append(f"{path} {ours!r} is denied by {assignment} ({reason})")
+            elif result == "Required" and ours is None:
+                example = restriction.get("defaultValue") or (restriction.get("values") or [None])[0]
+                problems.append(f"{path} is required by {assignment} ({reason}"
+                                + (f"; e.g. {example!r}" if example else "") + ")")
+    name = f"policy {target.label}"
+    if not problems:
+        return Check(name, OK, "no assigned Deny policy refuses it")
+    first = next((a for a in assignments if a), "ASSIGNMENT_ID")
+    where = target.content.get("location")
+    create = "" if group_exists else f"`az group create --name {group} --location {where}`, then "
+    return Check(name, FAIL, "; ".join(problems) + ": change the stack so the field complies, or have the "
+                             f"assignment's owner exempt the group ({create}`az policy exemption create --name "
+                             f"dltrain-{group} --policy-assignment {first} --exemption-category Waiver "
+                             f"--resource-group {group}`)")
+
+
+# (f) The list price: Azure Retail Prices API (https://learn.microsoft.com/rest/api/cost-management/retail-prices/
+# azure-retail-prices): Items[] with armSkuName, armRegionName, retailPrice (USD), unitOfMeasure "1 Hour",
+# productName (Windows sizes end "... Windows"), skuName (Spot meters end " Spot", retired low priority ones " Low
+# Priority"), type "Consumption".
+PRICE_DRIFT = 0.2  # warn when Azure's price and the catalog's differ by more than this fraction
+
+
+def price_verdict(gpu: GpuSku, location: str, spot: bool, items: Sequence[Mapping[str, Any]]) -> Check:
+    linux = [i for i in items if i.get("type", "Consumption") == "Consumption" and "windows" not in
+             str(i.get("productName", "")).lower() and str(i.get("armSkuName", "")).lower() == gpu.name.lower()]
+    regular = [i for i in linux if not str(i.get("skuName", "")).endswith(("Spot", "Low Priority"))]
+    spot_items = [i for i in linux if str(i.get("skuName", "")).endswith("Spot")]
+    name = f"price {gpu.name}"
+    if not regular:
+        return Check(name, WARN, f"the Retail Prices API lists no Linux pay-as-you-go price in {location}: the size "
+                                 "may not be sold there; plan's estimate stands")
+    price = float(regular[0]["retailPrice"])
+    text = f"${price:.2f}/h pay-as-you-go in {location}"
+    if spot_items:
+        text += f", Spot ${float(spot_items[0]['retailPrice']):.2f}/h" + (" (this stack's)" if spot else "")
+    drift = abs(price - gpu.price_per_hour) / gpu.price_per_hour
+    text += f"; plan estimates ${gpu.price_per_hour:.2f}/h (East US catalog, infra/core/skus.py)"
+    if drift > PRICE_DRIFT:
+        return Check(name, WARN, f"{text}: {drift:.0%} apart, budget with Azure's figure")
+    return Check(name, OK, text)
+
+
+def failed(checks: Iterable[Check]) -> bool:
+    return any(c.verdict == FAIL for c in checks)

@@ -1,0 +1,215 @@
+"""Azure Resource Manager and the Retail Prices API at the wire, for preflight: a local HTTPS endpoint that answers
+the paths infra/backends/preflight.py asks as the services do, so the real ARM pipeline (azure-mgmt-core's
+ARMPipelineClient: bearer token, ARM error format) is what the tests exercise.
+
+Shapes, from Azure/azure-rest-api-specs examples:
+- resources 2021-04-01 GetProviders.json (value[{id, namespace, registrationState}]), GetSubscriptions.json
+  (value[{subscriptionId, displayName, state}]), a resource group GET (404 ResourceGroupNotFound when missing);
+- compute Skus 2021-07-01 ListAvailableResourceSkusForARegion.json (value[{resourceType, name, tier, size, family,
+  locations, locationInfo, capabilities[{name, value}], restrictions[{type, values, restrictionInfo, reasonCode}]}]);
+- compute usageExamples Usage_List (value[{unit, currentValue, limit, name{value, localizedValue}}]);
+- batch 2024-07-01 LocationListVirtualMachineSkus.json (value[{name, familyName, capabilities}]),
+  BatchAccountGet.json (properties.dedicatedCoreQuotaPerVMFamily[{name, coreQuota}], lowPriorityCoreQuota, ...);
+- authorization Permissions - List (value[{actions, notActions, dataActions, notDataActions}]);
+- policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
+  contentEvaluationResult.policyEvaluations);
+- the Retail Prices API's documented answer (BillingCurrency, Items[{armSkuName, armRegionName, retailPrice,
+  productName, skuName, type, unitOfMeasure ...}], NextPageLink):
+  https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices.
+A request without a bearer token is refused 401 (as ARM does; the prices API needs none); an unknown path 404.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from devtools.rehearsal.local_https import LocalHttps, QuietHandler
+
+SUBSCRIPTION = "35ee058e-5fa0-414c-8145-3ebb8d09b6e2"  # the specs' examples' subscription
+OWNER = [{"actions": ["*"], "notActions": [], "dataActions": [], "notDataActions": []}]
+# Contributor's permissions as Azure lists them (built-in roles: Contributor).
+CONTRIBUTOR = [{"actions": ["*"], "notActions": ["Microsoft.Authorization/*/Delete", "Microsoft.Authorization/*/Write",
+                                                  "Microsoft.Authorization/elevateAccess/Action",
+                                                  "Microsoft.Blueprint/blueprintAssignments/write",
+                                                  "Microsoft.Blueprint/blueprintAssignments/delete",
+                                                  "Microsoft.Compute/galleries/share/action",
+                                                  "Microsoft.Purview/consents/write",
+                                                  "Microsoft.Purview/consents/delete"],
+                "dataActions": [], "notDataActions": []}]
+READER = [{"actions": ["*/read"], "notActions": [], "dataActions": [], "notDataActions": []}]
+POLICY_BASE = "/subscriptions/d8db6de6-2b96-46af-b825-07aef2033c0b/providers/microsoft.authorization"
+
+
+def vm_sku(name: str, family: str, vcpus: int, location: str, restrictions: list | None = None,
+           low_priority: bool = True) -> dict[str, Any]:
+    """One Resource SKUs entry as ListAvailableResourceSkusForARegion.json writes it."""
+    return {"resourceType": "virtualMachines", "locations": [location],
+            "capabilities": [{"name": "vCPUs", "value": str(vcpus)}, {"name": "MemoryGB", "value": "900"},
+                             {"name": "LowPriorityCapable", "value": str(low_priority)},
+                             {"name": "RdmaEnabled", "value": "True"}, {"name": "vCPUsAvailable", "value": str(vcpus)}],
+            "locationInfo": [{"location": location, "zones": ["1", "2", "3"]}],
+            "name": name, "tier": "Standard", "size": name.removeprefix("Standard_"), "family": family,
+            "restrictions": restrictions or []}
+
+
+def not_for_subscription(location: str, kind: str = "Location", zones: list[str] | None = None) -> dict[str, Any]:
+    """A restriction as Azure writes one (`az vm list-skus` prints the API's own objects)."""
+    info: dict[str, Any] = {"locations": [location]}
+    if zones:
+        info["zones"] = zones
+    return {"type": kind, "values": [location], "restrictionInfo": info, "reasonCode": "NotAvailableForSubscription"}
+
+
+def usage(name: str, current: int, limit: int, localized: str = "") -> dict[str, Any]:
+    return {"unit": "Count", "currentValue": current, "limit": limit,
+            "name": {"value": name, "localizedValue": localized or name}}
+
+
+def price_item(sku: str, region: str, price: float, meter: str, windows: bool = False) -> dict[str, Any]:
+    short = sku.removeprefix("Standard_").replace("_", " ")
+    return {"currencyCode": "USD", "tierMinimumUnits": 0.0, "retailPrice": price, "unitPrice": price,
+            "armRegionName": region, "location": region, "effectiveStartDate": "2026-01-01T00:00:00Z",
+            "meterId": "000009d0-057f-5f2b-b7e9-9e26add324a8", "meterName": f"{short}{meter}",
+            "productId": "DZH318Z0BQ4L", "skuId": "DZH318Z0BQ4L/00BQ",
+            "productName": f"Virtual Machines {short} Series" + (" Windows" if windows else ""),
+            "skuName": f"{short}{meter}", "serviceName": "Virtual Machines", "serviceId": "DZH313Z7MMC8",
+            "serviceFamily": "Compute", "unitOfMeasure": "1 Hour", "type": "Consumption",
+            "isPrimaryMeterRegion": True, "armSkuName": sku}
+
+
+def deny(field_path: str, effect: str = "Deny", definition: str = "104a3c0b") -> dict[str, Any]:
+    """A NonCompliant policy evaluation as PolicyRestrictions_CheckAtResourceGroupScope.json writes one."""
+    return {"policyInfo": {"policyDefinitionId": f"{POLICY_BASE}/policyDefinitions/{definition}",
+                           "policySetDefinitionId": f"{POLICY_BASE}/policySetDefinitions/2162358E",
+                           "policyDefinitionReferenceId": "defref222",
+                           "policyAssignmentId": f"{POLICY_BASE}/policyAssignments/2FF66C37"},
+            "evaluationResult": "NonCompliant",
+            "evaluationDetails": {"evaluatedExpressions": [{"result": "False", "expressionKind": "field",
+                                                            "expression": field_path, "path": field_path,
+                                                            "operator": "exists", "targetValue": "true"}]},
+            "effectDetails": {"policyEffect": effect}}
+
+
+def sas_expiry_policy(body: dict[str, Any]) -> dict[str, Any]:
+    """Azure Policy's built-in "Storage SAS tokens should adhere to 7 day maximum validity" (Deny): a storage
+    account without properties.sasPolicy is NonCompliant."""
+    content = body["resourceDetails"]["resourceContent"]
+    evaluations = []
+    if content.get("type") == "Microsoft.Storage/storageAccounts" and \
+            not (content.get("properties") or {}).get("sasPolicy"):
+        evaluations.append(deny("Microsoft.Storage/storageAccounts/sasPolicy"))
+    return {"fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": evaluations}}
+
+
+class ArmEndpoint:
+    """The state each answer is made from (tests change it); `requests` lists (method, path, api-version, body)."""
+
+    def __init__(self, location: str, gpu: tuple[str, str, int], vm: tuple[str, str, int] | None = None):
+        self.subscriptions = [{"id": f"/subscriptions/{SUBSCRIPTION}", "subscriptionId": SUBSCRIPTION,
+                               "displayName": "Example Subscription", "state": "Enabled",
+                               "tenantId": "00000000-0000-0000-0000-000000000001"}]
+        self.providers = {ns: "Registered" for ns in (
+            "Microsoft.Authorization", "Microsoft.Batch", "Microsoft.Compute", "Microsoft.ContainerRegistry",
+            "Microsoft.Insights", "Microsoft.KeyVault", "Microsoft.MachineLearningServices",
+            "Microsoft.ManagedIdentity", "Microsoft.Network", "Microsoft.OperationalInsights", "Microsoft.Resources",
+            "Microsoft.Storage", "Microsoft.Logic", "Microsoft.Consumption")}
+        self.skus = [vm_sku(gpu[0], gpu[1], gpu[2], location)] + ([vm_sku(vm[0], vm[1], vm[2], location)] if vm else [])
+        self.skus.append(vm_sku("Standard_A1", "standardA0_A7Family", 1, location))
+        self.usages = [usage("cores", 10, 1000, "Total Regional vCPUs"), usage(gpu[1], 0, 400),
+                       usage("lowPriorityCores", 0, 400, "Total Regional Low-priority vCPUs")]
+        if vm:
+            self.usages.append(usage(vm[1], 4, 100))
+        self.batch_skus = [{"name": gpu[0], "familyName": gpu[1], "capabilities": [{"name": "vCPUs",
+                                                                                      "value": str(gpu[2])}]}]
+        self.batch_account: dict[str, Any] | None = None  # None: 404 (not created yet)
+        self.group: dict[str, Any] | None = None  # None: 404 ResourceGroupNotFound
+        self.permissions: list[dict[str, Any]] = copy.deepcopy(OWNER)
+        self.policy: Callable[[dict[str, Any]], dict[str, Any]] = lambda body: {
+            "fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": []}}
+        self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
+                       price_item(gpu[0], location, 31.0, "", windows=True)]
+        self.refuse: dict[str, tuple[int, str, str]] = {}  # a path's part -> (status, code, message)
+        self.requests: list[tuple[str, str, str, Any]] = []
+        endpoint = self
+
+        class Handler(QuietHandler):
+            def _answer(self, method: str):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length)) if length else None
+                url = urlparse(self.path)
+                query = parse_qs(url.query)
+                token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                endpoint.requests.append((method, url.path, query.get("api-version", [""])[0], body))
+                if url.path == "/api/retail/prices":
+                    status, payload = 200, {"BillingCurrency": "USD", "CustomerEntityId": "Default",
+                                            "CustomerEntityType": "Retail", "Items": endpoint.priced(query),
+                                            "NextPageLink": None, "Count": len(endpoint.prices)}
+                elif not token:
+                    status, payload = 401, _error("AuthenticationFailed", "Authentication failed. The "
+                                                  "'Authorization' header is missing.")
+                else:
+                    refused = next((v for k, v in endpoint.refuse.items() if k in url.path), None)
+                    status, payload = (refused[0], _error(*refused[1:])) if refused else \
+                        endpoint.route(method, url.path, query, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._answer("GET")
+
+            def do_POST(self):
+                self._answer("POST")
+
+        self._https = LocalHttps(Handler)
+        self.url, self.ca_file = self._https.url, self._https.ca_file
+
+    def priced(self, query: dict[str, list[str]]) -> list[dict[str, Any]]:
+        wanted = (query.get("$filter") or [""])[0]
+        return [i for i in self.prices if f"armSkuName eq '{i['armSkuName']}'" in wanted and
+                f"armRegionName eq '{i['armRegionName']}'" in wanted]
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        sub = r"/subscriptions/(?P<sub>[^/]+)"
+        group = sub + r"/resourceGroups/(?P<rg>[^/]+)"
+        routes: list[tuple[str, str, Callable[[re.Match], tuple[int, Any]]]] = [
+            ("GET", r"/subscriptions", lambda m: (200, {"value": self.subscriptions})),
+            ("GET", sub + r"/providers", lambda m: (200, {"value": [
+                {"id": f"/subscriptions/{m['sub']}/providers/{ns}", "namespace": ns, "registrationState": state,
+                 "resourceTypes": []} for ns, state in self.providers.items()]})),
+            ("GET", sub + r"/providers/Microsoft\.Compute/skus", lambda m: (200, {"value": self.skus,
+                                                                                  "nextLink": None})),
+            ("GET", sub + r"/providers/Microsoft\.Compute/locations/[^/]+/usages", lambda m: (200, {
+                "value": self.usages})),
+            ("GET", sub + r"/providers/Microsoft\.Batch/locations/[^/]+/virtualMachineSkus", lambda m: (200, {
+                "value": self.batch_skus})),
+            ("GET", group + r"/providers/Microsoft\.Batch/batchAccounts/(?P<name>[^/]+)", lambda m: (
+                (200, self.batch_account) if self.batch_account else (404, _error(
+                    "ResourceNotFound", f"The Resource 'Microsoft.Batch/batchAccounts/{m['name']}' under resource "
+                                        f"group '{m['rg']}' was not found.")))),
+            ("GET", group, lambda m: (200, self.group) if self.group else (404, _error(
+                "ResourceGroupNotFound", f"Resource group '{m['rg']}' could not be found."))),
+            ("GET", r"(?P<scope>.+)/providers/Microsoft\.Authorization/permissions", lambda m: (200, {
+                "value": self.permissions})),
+            ("POST", r"(?P<scope>.+)/providers/Microsoft\.PolicyInsights/checkPolicyRestrictions", lambda m: (
+                200, self.policy(body))),
+        ]
+        for verb, pattern, answer in routes:
+            match = re.fullmatch(pattern, path, re.IGNORECASE)
+            if verb == method and match:
+                return answer(match)
+        return 404, _error("NotFound", f"No route for {path}")
+
+    def close(self) -> None:
+        self._https.close()
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
