@@ -85,6 +85,9 @@ class TrainConfig:
     compile: bool = _opt(False, "torch.compile the model (pytorch)")
     xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
+    expected_img_per_sec: float = _opt(0.0, "img/s per GPU this node size should reach at 224 px, from its benchmark "
+                                            "(the job builders pass the catalog's figure; 0: unknown): progress lines "
+                                            "and summary.json give the run's share of it (training/efficiency.py)")
     # Before training (multi-node jobs add these: training/interconnect.py)
     interconnect_check: bool = _opt(False, "measure the all-reduce bus bandwidth over this run's ranks before "
                                            "training, in these same processes, and write it to "
@@ -121,6 +124,8 @@ class TrainConfig:
             raise UsageError("--steps and --stop-at-step must be >= 0, --epochs > 0")
         if self.checkpoint_minutes < 0:
             raise UsageError(f"--checkpoint-minutes must be >= 0 (0: by steps only), got {self.checkpoint_minutes}")
+        if self.expected_img_per_sec < 0:
+            raise UsageError(f"--expected-img-per-sec must be >= 0 (0: unknown), got {self.expected_img_per_sec}")
         if self.interconnect_floor_gbps < 0:
             raise UsageError(f"--interconnect-floor-gbps must be >= 0 (0: no floor), got {self.interconnect_floor_gbps}")
         if self.interconnect_check and self.dist == "native":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, frameworks, interconnect, metrics, tracking
+from training import checkpoint, efficiency, frameworks, interconnect, metrics, tracking
 from training.config import TrainConfig, resolve_optimizer
 from training.errors import RunStopped
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
@@ -75,6 +75,8 @@ class Loop(Protocol):
     device: str  # cpu | gpu
     steps_per_epoch: int
     checkpoint_suffix: str
+    # This rank's time in each part of its steps (training/efficiency.py), added to by fit(); None: not timed.
+    step_times: efficiency.StepTimes | None
 
     def load_checkpoint(self, path: Path) -> dict:
         """A checkpoint's state (with "step"); raises on a file that is not one of ours."""
@@ -111,28 +113,46 @@ class Reporter:
     rates: list[float]
     loss: float = float("nan")
     tracker: tracking.Tracker | None = None  # MLflow, rank 0, when on (training/tracking.py)
+    # The efficiency view (training/efficiency.py): the loop's step timings, copies taken at the window's start and
+    # after the first window (start-up left out, as steady_rates does), and what this run should reach per GPU.
+    times: efficiency.StepTimes | None = None
+    expected: efficiency.Expectation = efficiency.Expectation(None, "not given")
+    world_size: int = 1
+    window_times: efficiency.StepTimes | None = None
+    steady_times: efficiency.StepTimes | None = None
 
     def record(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
         rate = (step - self.window[1]) * self.plan.global_batch / (now - self.window[0])
         self.window = (now, step)
         self.rates.append(rate)
+        bound = efficiency.classify(self.times.since(self.window_times) if self.times else None)
+        if self.times:
+            self.window_times = self.times.copy()
+            self.steady_times = self.steady_times or self.window_times
         self.loss = loss
         if not self.rank0:
             return
         epoch = step / self.plan.steps_per_epoch
         self.log.write({"step": step, "epoch": round(epoch, 4), "loss": loss, "lr": lr, "img_per_sec": round(rate, 2),
+                        "img_per_sec_per_worker": round(rate / self.world_size, 2), "bound": bound.label,
                         "time": round(time.time(), 3)})  # when it was logged (Unix seconds)
         for tag, value in (("train/loss", loss), ("train/lr", lr), ("train/img_per_sec", rate)):
             self.writer.scalar(tag, value, step)
         if self.tracker:
             self.tracker.log_step(step, {"loss": loss, "lr": lr, "img_per_sec": rate})
-        print(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s",
-              flush=True)
+        print(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s  "
+              f"{efficiency.progress_text(rate / self.world_size, self.expected, bound)}", flush=True)
 
     def steady_rates(self) -> list[float]:
         # The first window includes start-up (tracing, compilation): leave it out when there are others.
         return self.rates[1:] if len(self.rates) > 1 else self.rates
+
+    def run_bound(self, start: efficiency.StepTimes | None) -> efficiency.Bound:
+        """What bounded the steps the steady rates cover (all of them when there was one window)."""
+        if not self.times:
+            return efficiency.classify(None)
+        return efficiency.classify(self.times.since(self.steady_times if len(self.rates) > 1 else start))
 
     def close(self) -> None:
         if self.rank0:
@@ -198,9 +218,13 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                                      "global_batch": the_plan.global_batch, "peak_lr": the_plan.peak_lr,
                                      "total_steps": the_plan.total_steps, "device": loop.device}) if uri else None
     started = time.perf_counter()
+    times = getattr(loop, "step_times", None)
+    start_times = times.copy() if times else None
+    expected = efficiency.expectation(cfg.expected_img_per_sec, device=loop.device, image_size=cfg.image_size)
     reporter = Reporter(the_plan, rank0, metrics.MetricsLog(out / "metrics.jsonl", append=bool(resume_from)) if rank0
                         else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [],
-                        tracker=tracker)
+                        tracker=tracker, times=times, expected=expected, world_size=loop.size,
+                        window_times=start_times)
     start_step = step
     # Rank 0 alone decides and writes (checkpoint_state and save are rank 0's own: no collective to agree on).
     cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_minutes, the_plan.stop_at, time.monotonic())
@@ -226,6 +250,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                                     "lr_schedule": cfg.lr_schedule, "precision": cfg.precision,
                                     "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
                                     "data_path": data_path(cfg), **peak_memory(loop), **interconnect_figure(out)})
+    bound = reporter.run_bound(start_times)
+    result.update(efficiency.summary_fields(result["img_per_sec_per_worker"], expected, bound))
     reporter.close()
     if rank0:
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
@@ -237,6 +263,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         if tracker:
             tracker.finish(result, [out / "summary.json", out / "report.png"])
         print(metrics.done_line(result, cfg.output_dir), flush=True)
+        print(f"efficiency: {efficiency.progress_text(result['img_per_sec_per_worker'], expected, bound)}; "
+              f"expected: {expected.basis}", flush=True)
     loop.shutdown()
     return result
 

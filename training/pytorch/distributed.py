@@ -11,6 +11,7 @@ rank left on cuda:0 would do so on an 8-GPU node.
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -60,16 +61,27 @@ class Horovod:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    def step(self, optimizer, scaler) -> None:
-        if scaler is None:
-            optimizer.step()
-            return
-        # Horovod with loss scaling: finish the allreduce, unscale, then step without a second allreduce.
+    def step(self, optimizer, scaler) -> float:
+        """The optimizer step after the all-reduces backward started; returns the seconds blocked waiting for them
+        (training/efficiency.py's exchange: what overlapping with backward did not hide, waits for the slowest rank
+        and Horovod's negotiation cycles included)."""
+        if self.device.type == "cuda":
+            # backward's kernels finished first, so the wait below is the exchange's alone. Free: synchronize() blocks
+            # the host until the all-reduces, which need those gradients, are done anyway.
+            torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        # Horovod: finish the allreduce, (unscale,) then step without a second allreduce.
         optimizer.synchronize()
+        waited = time.perf_counter() - start
+        if scaler is None:
+            with optimizer.skip_synchronize():
+                optimizer.step()
+            return waited
         scaler.unscale_(optimizer)
         with optimizer.skip_synchronize():
             scaler.step(optimizer)
         scaler.update()
+        return waited
 
     def mean(self, value: float) -> float:
         return self.hvd.allreduce(torch.tensor(float(value)), op=self.hvd.Average, name="metric").item()
@@ -114,6 +126,8 @@ class Ddp:
         pass  # DDP broadcast rank 0's parameters when it wrapped the model; every rank loaded the same checkpoint
 
     def step(self, optimizer, scaler) -> None:
+        """None: DDP's all-reduce finishes inside backward (its reducer waits for it), so the exchange is not
+        measured apart from compute."""
         if scaler is None:
             optimizer.step()
         else:

@@ -9,13 +9,14 @@ Launch (see README):
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from training import interconnect, runner
+from training import efficiency, interconnect, runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device, resolve_optimizer
 from training.pytorch import distributed, optim
@@ -74,6 +75,7 @@ class TorchLoop:
         optimizer = optim.build(model, cfg)
         self.scaler = torch.amp.GradScaler(self.torch_device.type) if cfg.precision == "fp16" else None
         self.model, self.optimizer = self.dist.wrap(model, optimizer, cfg.fp16_allreduce)
+        self.step_times = efficiency.StepTimes()  # fit() adds each step's data wait, compute and exchange wait
 
     @property
     def module(self) -> torch.nn.Module:
@@ -109,10 +111,12 @@ class TorchLoop:
                     if cfg.precision in AUTOCAST_DTYPES else contextlib.nullcontext())
         step = start
         self.model.train()
+        fetching = time.perf_counter()  # data wait: from here to the batch on its way to the device
         while step < stop_at:
             epoch, offset = divmod(step, self.steps_per_epoch)
             for images, labels in self.data.epoch_batches(epoch, offset):
                 images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+                computing = time.perf_counter()
                 if cfg.channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
                 for group in self.optimizer.param_groups:
@@ -121,11 +125,14 @@ class TorchLoop:
                 with autocast:
                     loss = F.cross_entropy(train_model(images), labels, label_smoothing=cfg.label_smoothing)
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
-                self.dist.step(self.optimizer, self.scaler)
+                exchange = self.dist.step(self.optimizer, self.scaler)  # seconds blocked on the all-reduce, or None
+                done = time.perf_counter()
+                self.step_times.add(computing - fetching, done - computing - (exchange or 0.0), exchange)
                 step += 1
                 after_step(step, lambda: self.dist.mean(loss.item()))  # Horovod/DDP: averaged over all ranks
                 if step >= stop_at:
                     break
+                fetching = time.perf_counter()  # after logging and checkpoints, which are none of the three parts
         return step
 
     def evaluate(self) -> float | None:

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import time
 from dataclasses import replace
 from pathlib import Path
 
-from training import interconnect, runner
+from training import efficiency, interconnect, runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device
 from training.cluster.launch import set_horovod_cycle, workers_on_this_host
@@ -157,6 +158,13 @@ def _loss_fn(tf, cfg: TrainConfig):
     return loss
 
 
+def _step_times(cfg: TrainConfig) -> efficiency.StepTimes | None:
+    """The custom loop's timings: data wait (next() on the tf.data stream) and the traced step, whose gradient
+    all-reduce (Horovod's, or the strategy's) runs inside it, so exchange is not measured apart from compute. Keras's
+    Model.fit draws its batches inside its own step: not timed (None)."""
+    return None if cfg.framework == "keras" else efficiency.StepTimes(exchange=None)
+
+
 class TfWriter:
     def __init__(self, tf, directory: Path):
         self.tf, self._writer = tf, tf.summary.create_file_writer(str(directory))
@@ -183,6 +191,7 @@ class TfLoop:
         self.model, self.optimizer, self.learning_rate = _build(tf, cfg)
         self.loss_fn = _loss_fn(tf, cfg)
         self.resumed = False
+        self.step_times = _step_times(cfg)
 
     def load_checkpoint(self, path: Path) -> dict:
         with open(path, "rb") as f:
@@ -242,9 +251,12 @@ class TfLoop:
             return loss
 
         broadcast = not self.resumed
+        fetching = time.perf_counter()
         for images, labels in stream:
+            computing = time.perf_counter()
             self.learning_rate.assign(lr_for(step))
             loss = train_step(images, labels)
+            self.step_times.add(computing - fetching, time.perf_counter() - computing, None)
             if broadcast:
                 # After the first step: start every rank from rank 0's state, the optimizer's slots included.
                 hvd.broadcast_variables(model.variables, root_rank=0)
@@ -254,6 +266,7 @@ class TfLoop:
             after_step(step, lambda: self.averaged(loss))
             if step >= stop_at:
                 break
+            fetching = time.perf_counter()
         return step
 
     def _fit_keras(self, stream, step, stop_at, lr_for, after_step) -> int:
@@ -345,6 +358,7 @@ class NativeLoop(TfLoop):
             self.model, self.optimizer, self.learning_rate = _build(tf, cfg)
         self.loss_fn = _loss_fn(tf, cfg)
         self.resumed = False
+        self.step_times = _step_times(cfg)
         self._plain = None
 
     def _local(self, variables) -> list:
@@ -410,13 +424,17 @@ class NativeLoop(TfLoop):
         def train_step(batch):
             return strategy.run(replica_step, args=batch)
 
+        fetching = time.perf_counter()
         for batch in stream:
+            computing = time.perf_counter()
             self.learning_rate.assign(lr_for(step))
             losses = train_step(batch)
+            self.step_times.add(computing - fetching, time.perf_counter() - computing, None)
             step += 1
             after_step(step, lambda: self._sum(losses))  # each replica's share of the global mean
             if step >= stop_at:
                 break
+            fetching = time.perf_counter()
         return step
 
     def _keras_callbacks(self) -> list:
