@@ -295,7 +295,9 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training job"] + _job_lines(cfg)
-    lines += ["", "Before `pulumi up`"] + [f"  - {line}" for line in before_up(cfg) + _deployer_lines(evaluation)
+    lines += ["", "Before `pulumi up`", f"  - run `python -m infra preflight --stack {cfg.stack}`: it asks the subscription "
+              "what below it can (providers, size, quota, roles, Azure Policy, price)"] + [
+        f"  - {line}" for line in before_up(cfg) + _deployer_lines(evaluation)
                                                               + _team_lines(evaluation)]
     lines += ["", "Security checks"] + [f"  {v:<4} {name}: {detail}" for v, name, detail in results]
     lines += ["", "Azure service rules (values Azure refuses although the types accept them)"] + [

@@ -259,3 +259,11 @@ def test_sku_verdict_spot_needs_low_priority_capable():
     sku = vm_sku("Standard_NC4as_T4_v3", "standardNCASv3_T4Family", 4, "eastus", low_priority=False)
     check, _ = verdicts.sku_verdict("Standard_NC4as_T4_v3", "eastus", [sku], "Batch pool", spot=True)
     assert check.verdict == FAIL and "set spot: false" in check.text
+
+
+def test_plan_names_preflight_as_the_step_before_up():
+    from infra.cli import plan
+
+    text, _ = plan.render(evaluation_for("dev"))
+    before = text.split("Before `pulumi up`\n", 1)[1]
+    assert before.startswith("  - run `python -m infra preflight --stack dev`")
