@@ -11,11 +11,14 @@ Commands:
   interconnect-check  all-reduce bus bandwidth over the job's process group before a multi-node run; below
                --floor-gbps the job stops (unless --allow-slow-interconnect)
   report       draw runs' loss, LR and img/s against step into one PNG (each run also writes its own report.png)
+  predict      the top classes of photos, by name, from a run's model.onnx (onnxruntime; its metadata gives the
+               classes, size and normalisation)
 
 Examples:
   horovodrun -np 2 -H localhost:2 python -m training train --data /tmp/ds --image-size 64 --batch-size 8 \\
       --steps 40 --output-dir /tmp/run
   python -m training report /tmp/run /tmp/run2 --out compare.png
+  python -m training predict /tmp/run/model.onnx photo.jpg
 """
 from __future__ import annotations
 
@@ -26,7 +29,8 @@ from training.errors import RunStopped, UsageError
 
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
             "upload": "training.data.upload",
-            "interconnect-check": "training.interconnect", "stage": "training.data.stage", "report": "training.report"}
+            "interconnect-check": "training.interconnect", "stage": "training.data.stage", "report": "training.report",
+            "predict": "training.predict"}
 
 
 TRAIN_HELP = """Train ResNet50 data-parallel, one process per GPU (or per CPU rank), under Horovod or PyTorch DDP, on

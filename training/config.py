@@ -47,7 +47,15 @@ class TrainConfig:
                                   "an ImageNet-layout folder: train/<class>/*.JPEG, optional val/<class>/*.JPEG")
     output_dir: str = _opt("out", "metrics.jsonl, summary.json, TensorBoard events, checkpoints/, model export")
     # Model and data
-    num_classes: int = _opt(1000, "classes of the ResNet50 head (a folder dataset must have this many or fewer)")
+    num_classes: int = _opt(0, "classes of the ResNet50 head; 0 (auto): the number of class folders in the "
+                               "folder's train/ (a given value must equal it), or ImageNet's 1000 with synthetic data")
+    init_from: str = _opt("", "start from these weights (pytorch): a torchvision ResNet50 state_dict file (such as "
+                              "resnet50-11ad3fa6.pth) or one of our checkpoints (.pt); the last layer (fc) is "
+                              "replaced, freshly initialised, when its classes differ from the run's (fine-tuning). "
+                              "--resume wins over it")
+    pretrained: bool = _opt(False, "start from torchvision's ImageNet weights (IMAGENET1K_V2), fetched from "
+                                   "download.pytorch.org into TORCH_HOME on nodes with internet egress (or found "
+                                   "there), the last layer replaced as with --init-from (pytorch)")
     image_size: int = _opt(224, "training crop size in pixels")
     batch_size: int = _opt(32, "images per worker per step; the global batch is this x world size")
     workers: int = _opt(4, "data-loading processes per worker (folder data)")
@@ -114,10 +122,14 @@ class TrainConfig:
                                "local store in OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns`)")
 
     def validate(self) -> None:
-        positive = ("num_classes", "image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints")
+        positive = ("image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.num_classes < 0:
+            raise UsageError(f"--num-classes must be >= 0 (0: from the data), got {self.num_classes}")
+        if self.init_from and self.pretrained:
+            raise UsageError("--init-from and --pretrained both name the starting weights; give one")
         if self.image_size < 32:
             raise UsageError(f"--image-size {self.image_size} is too small for ResNet50; use 32 or more")
         if self.steps < 0 or self.epochs <= 0 or self.stop_at_step < 0:
@@ -160,6 +172,9 @@ class TrainConfig:
         if self.loader not in ("auto", *fw.loaders):
             raise UsageError(f"--loader {self.loader} applies to {which(lambda f: self.loader in f.loaders)} only "
                              f"({self.framework} reads folders with {fw.folder_reader})")
+        if (self.init_from or self.pretrained) and not fw.starting_weights:
+            raise UsageError(f"--{'init-from' if self.init_from else 'pretrained'} applies to "
+                             f"{which(lambda f: f.starting_weights)} only ({self.framework} starts from random weights)")
         if self.channels_last is True and not fw.channels_last:
             raise UsageError(f"--channels-last applies to {which(lambda f: f.channels_last)} only ({self.framework} "
                              "is channels-last already)")

@@ -50,6 +50,7 @@ class Framework:
     compiler: str = ""  # the train flag that compiles its step (compile, xla), or none
     no_compiler: str = ""  # why it has none: said when --xla is refused
     channels_last: bool = False  # --channels-last applies: it trains NCHW unless told, NHWC by default on a GPU
+    starting_weights: bool = False  # --init-from and --pretrained apply: it loads torchvision's ResNet50 weights
 
 
 TORCH = Image("pytorch", requirements="training/requirements-torch.txt", venv=".venv-torch",
@@ -59,7 +60,8 @@ TF = Image("tensorflow", requirements="training/requirements-tf-gpu.txt", venv="
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "training.pytorch.loop", TORCH, dist=("horovod", "ddp"), optimizers=("sgd", "lars"),
-              loaders=("dali", "nvjpeg", "pil"), compiler="compile", channels_last=True),
+              loaders=("dali", "nvjpeg", "pil"), compiler="compile", channels_last=True,
+              starting_weights=True),
     Framework("tensorflow", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
               compiler="xla"),
     # Keras runs in the TensorFlow image, with the same loop module (Model.fit instead of the custom loop).

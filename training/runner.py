@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, efficiency, frameworks, interconnect, metrics, tracking
+from training import checkpoint, efficiency, frameworks, interconnect, metrics, model_card, tracking
 from training.config import TrainConfig, resolve_optimizer
+from training.data import folder
 from training.errors import RunStopped
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
@@ -92,8 +93,8 @@ class Loop(Protocol):
     def evaluate(self) -> float | None:
         """Top-1 on the validation split over all ranks, or None without one."""
     def tensorboard(self, directory: Path) -> ScalarWriter: ...
-    def export(self, out: Path) -> dict[str, str]:
-        """Rank 0 only: the model files written (name -> path)."""
+    def export(self, out: Path, card: model_card.ModelCard) -> dict[str, str]:
+        """Rank 0 only: the model files written (name -> path), the ONNX file stamped with `card`."""
     def peak_gpu_memory_mb(self) -> float | None:
         """The most GPU memory this rank's framework held at once, or None on CPU."""
     def allreduce_seconds(self, count: int, iters: int) -> float:
@@ -182,6 +183,7 @@ class CheckpointCadence:
 def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str, Any]:
     """Train as `cfg` says with the framework `make_loop` builds; returns the summary (every rank)."""
     out = Path(cfg.output_dir)
+    cfg, classes = with_classes(cfg)  # before any file is written or model built: a folder that disagrees stops here
     metrics.prepare_output_dir(out)
     loop = make_loop(cfg)
     # with the hardware-dependent defaults decided (config.resolve_for_device), and the batch-dependent ones
@@ -254,8 +256,13 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     result.update(efficiency.summary_fields(result["img_per_sec_per_worker"], expected, bound))
     reporter.close()
     if rank0:
+        card = model_card.ModelCard(num_classes=cfg.num_classes, image_size=cfg.image_size, classes=classes,
+                                    framework=cfg.framework, run_id=model_card.run_id())
+        result.update({"classes": list(classes) if classes else None, "run_id": card.run_id})
+        if classes:  # beside the model and the checkpoints, whether or not this run exports
+            model_card.write_classes(out, classes)
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
-            result.update(export(loop, out))
+            result.update(export(loop, out, card))
         metrics.write_json_atomic(out / "summary.json", result)
         from training import report
 
@@ -269,19 +276,29 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     return result
 
 
-def export(loop: Loop, out: Path) -> dict[str, str]:
+def export(loop: Loop, out: Path, card: model_card.ModelCard) -> dict[str, str]:
     """Rank 0's model files, or `export_error` saying why there are none. The training is done and checkpointed by
     now: a failed export must not hide summary.json, and must not fail the run, since a retried task (Batch) or
     job resumes at the last step and would fail at the same export every time while holding every node."""
     import sys
 
     try:
-        return loop.export(out)
+        return loop.export(out, card)
     except Exception as err:  # noqa: BLE001 - any exporter's failure; the checkpoint holds the weights
         line = f"{type(err).__name__}: {err}".splitlines()[0]
         print(f"error: the model export failed ({line}); the checkpoints in {out / 'checkpoints'} hold the trained "
               "weights", file=sys.stderr, flush=True)
         return {"export_error": line}
+
+
+def with_classes(cfg: TrainConfig) -> tuple[TrainConfig, tuple[str, ...] | None]:
+    """`cfg` with --num-classes decided, and the class names in label order: a folder's class folders
+    (training/data/folder.py, the order both frameworks label by; a given --num-classes must match), or for
+    synthetic data no names and ImageNet's 1000 unless given."""
+    if cfg.data == "synthetic":
+        return dataclasses.replace(cfg, num_classes=cfg.num_classes or model_card.SYNTHETIC_CLASSES), None
+    classes = folder.class_names(Path(cfg.data))
+    return dataclasses.replace(cfg, num_classes=folder.num_classes(cfg.num_classes, classes, cfg.data)), tuple(classes)
 
 
 def speed_settings(cfg: TrainConfig) -> str:

@@ -7,20 +7,42 @@ from pathlib import Path
 from PIL import Image
 
 from training.errors import UsageError
+from training.model_card import MEAN, STD  # noqa: F401 - ImageNet channel statistics, read from here too
 
 IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet channel statistics
 VERIFY_SAMPLE = 1000  # images opened up front to catch a broken dataset before the cluster spins
 
 
-def scan(root: Path, split: str) -> tuple[list[str], list[tuple[Path, int]]]:
-    """Classes and (path, label) of one split; raises UsageError on a folder not in ImageNet layout."""
+def class_names(root: Path, split: str = "train") -> list[str]:
+    """The classes of a folder dataset in label order: its class folders' names, sorted. Every framework numbers
+    labels by this list (through scan), and it is what the run writes beside its model (classes.json, the ONNX
+    metadata); raises UsageError on a folder not in ImageNet layout."""
+    if not root.is_dir():
+        raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder or 'synthetic')")
     folder = root / split
     if not folder.is_dir():
         raise UsageError(f"--data {root}: no {split}/ folder; expected ImageNet layout {split}/<class>/*.JPEG")
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
     if not classes:
         raise UsageError(f"--data {root}: {split}/ has no class folders; expected {split}/<class>/*.JPEG")
+    return classes
+
+
+def num_classes(given: int, classes: list[str], root: Path | str) -> int:
+    """The head's size for a folder of `classes`: their number when --num-classes is 0 (auto), else the given
+    value, which must be that number (a head of another size would train logits no label reaches, or refuse
+    labels)."""
+    if given and given != len(classes):
+        raise UsageError(f"--num-classes {given}: --data {root} has {len(classes)} class folders in train/ "
+                         f"({', '.join(classes[:5])}{' ...' if len(classes) > 5 else ''}); leave --num-classes out "
+                         f"(or 0) to take {len(classes)}")
+    return len(classes)
+
+
+def scan(root: Path, split: str) -> tuple[list[str], list[tuple[Path, int]]]:
+    """Classes and (path, label) of one split; raises UsageError on a folder not in ImageNet layout."""
+    classes = class_names(root, split)
+    folder = root / split
     samples = [(p, label) for label, cls in enumerate(classes)
                for p in sorted((folder / cls).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
     if not samples:

@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training.errors import UsageError
-from training.data.folder import MEAN, STD, scan, verify_images
+from training.data.folder import MEAN, STD, num_classes, scan, verify_images
 from training.pytorch.sampling import first_readable, training_crop, training_sampler
 from training.runner import synthetic_steps_per_epoch
 
@@ -71,8 +71,7 @@ class FolderData:
         if not root.is_dir():
             raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder or 'synthetic')")
         classes, samples = scan(root, "train")
-        if len(classes) > cfg.num_classes:
-            raise UsageError(f"--data {root}: {len(classes)} classes, more than --num-classes {cfg.num_classes}")
+        num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
         self.steps_per_epoch = len(samples) // size // cfg.batch_size
         if self.steps_per_epoch == 0:

@@ -1,12 +1,15 @@
 """Export the trained model to ONNX and check it against PyTorch with onnxruntime before naming it.
 
 The file is written as model.onnx.tmp; only when onnxruntime loads it and its logits match PyTorch's does it
-become model.onnx, so a model.onnx in an output folder is always a checked one.
+become model.onnx, so a model.onnx in an output folder is always a checked one. It takes images of any height and
+width (ResNet50 pools globally before its last layer) and carries the run's model card (training/model_card.py:
+classes, normalisation, size) as metadata.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import warnings
 from pathlib import Path
@@ -14,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from training.model_card import ModelCard, stamp_onnx
 from training.onnx_check import disagreement
 
 
@@ -36,9 +40,10 @@ def exact_fp32():
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
 
 
-def export_checked(model: torch.nn.Module, out: Path, image_size: int) -> Path:
+def export_checked(model: torch.nn.Module, out: Path, image_size: int, card: ModelCard | None = None) -> Path:
     """model.onnx from an fp32 copy of `model` (it trained under bf16/fp16 autocast with fp32 weights, or on a GPU:
-    the copy is exported and checked where it is, in exact fp32), checked against onnxruntime on CPU."""
+    the copy is exported and checked where it is, in exact fp32), checked against onnxruntime on CPU; `card`
+    stamped into its metadata (NCHW input, evaluation's centre crop)."""
     import onnxruntime
 
     device = next(model.parameters()).device
@@ -49,8 +54,10 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int) -> Path:
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         # The TorchScript exporter (dynamo=False) handles ResNet50 without the extra onnxscript dependency.
         torch.onnx.export(model, (sample,), str(tmp), input_names=["images"], output_names=["logits"],
-                          dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17,
-                          dynamo=False)
+                          dynamic_axes={"images": {0: "batch", 2: "height", 3: "width"}, "logits": {0: "batch"}},
+                          opset_version=17, dynamo=False)
+    if card is not None:
+        stamp_onnx(tmp, dataclasses.replace(card, input_layout="NCHW", resize="center-crop"))
     with torch.no_grad(), exact_fp32():
         expected = model(sample).float().cpu().numpy()
     session = onnxruntime.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from training import efficiency, interconnect, runner
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device, resolve_optimizer
-from training.pytorch import distributed, optim
+from training.pytorch import distributed, optim, weights
 from training.pytorch.data import FolderData, SyntheticData
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -72,6 +72,9 @@ class TorchLoop:
                      else FolderData(Path(cfg.data), cfg, self.rank, self.size, self.torch_device))
         self.steps_per_epoch = self.data.steps_per_epoch
         model = _build_model(cfg, self.torch_device)
+        started = weights.start_from(model, cfg.init_from, cfg.pretrained)  # --init-from / --pretrained, if given
+        if started and self.rank == 0:
+            print(started, flush=True)
         optimizer = optim.build(model, cfg)
         self.scaler = torch.amp.GradScaler(self.torch_device.type) if cfg.precision == "fp16" else None
         self.model, self.optimizer = self.dist.wrap(model, optimizer, cfg.fp16_allreduce)
@@ -155,10 +158,10 @@ class TorchLoop:
     def tensorboard(self, directory: Path) -> TorchWriter:
         return TorchWriter(directory)
 
-    def export(self, out: Path) -> dict[str, str]:
+    def export(self, out: Path, card) -> dict[str, str]:
         from training.pytorch.export import export_checked
 
-        return {"onnx": str(export_checked(self.module, out, self.cfg.image_size))}
+        return {"onnx": str(export_checked(self.module, out, self.cfg.image_size, card))}
 
     def peak_gpu_memory_mb(self) -> float | None:
         return torch.cuda.max_memory_allocated(self.torch_device) / 2**20 if self.device == "gpu" else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from training.config import TrainConfig
-from training.data.folder import MEAN, STD, scan, verify_images
+from training.data.folder import MEAN, STD, num_classes, scan, verify_images
 from training.errors import UsageError
 from training.runner import synthetic_steps_per_epoch
 
@@ -22,8 +22,7 @@ class Data:
             return
         root = Path(cfg.data)
         classes, samples = scan(root, "train")
-        if len(classes) > cfg.num_classes:
-            raise UsageError(f"--data {root}: {len(classes)} classes, more than --num-classes {cfg.num_classes}")
+        num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
         self.files = [str(p) for p, _ in samples]
         self.labels = [label for _, label in samples]

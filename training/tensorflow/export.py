@@ -1,12 +1,16 @@
 """TensorFlow/Keras model export: a SavedModel, then ONNX through tf2onnx checked with onnxruntime against TF
-before it takes its final name (as the PyTorch export is)."""
+before it takes its final name (as the PyTorch export is). Both take images of any height and width (ResNet50
+pools globally before its last layer), and model.onnx carries the run's model card (training/model_card.py) as
+metadata."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
 from pathlib import Path
 
+from training.model_card import ModelCard, stamp_onnx
 from training.onnx_check import disagreement
 
 
@@ -27,16 +31,17 @@ def as_float32(tf, model):
     return copy
 
 
-def export_checked(tf, model, out: Path, image_size: int) -> dict:
+def export_checked(tf, model, out: Path, image_size: int, card: ModelCard | None = None) -> dict:
     """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF: both of the
-    model in float32 (as_float32)."""
+    model in float32 (as_float32); `card` stamped into the ONNX file's metadata (NHWC input, evaluation's stretch
+    to the square)."""
     import numpy as np
 
     model = as_float32(tf, model)
     exported = {}
     final, tmp = out / "saved_model", out / "saved_model.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    signature = tf.TensorSpec((None, image_size, image_size, 3), tf.float32, name="images")
+    signature = tf.TensorSpec((None, None, None, 3), tf.float32, name="images")  # any batch, height and width
     serve = tf.function(lambda images: tf.cast(model(images, training=False), tf.float32), input_signature=[signature])
     tf.saved_model.save(model, str(tmp), signatures={"serving_default": serve})
     shutil.rmtree(final, ignore_errors=True)
@@ -50,6 +55,8 @@ def export_checked(tf, model, out: Path, image_size: int) -> dict:
         return exported
     onnx_tmp, onnx_final = out / "model.onnx.tmp", out / "model.onnx"
     tf2onnx.convert.from_function(serve, input_signature=[signature], opset=17, output_path=str(onnx_tmp))
+    if card is not None:
+        stamp_onnx(onnx_tmp, dataclasses.replace(card, input_layout="NHWC", resize="stretch"))
     sample = np.random.default_rng(0).standard_normal((2, image_size, image_size, 3)).astype(np.float32)
     session = onnxruntime.InferenceSession(str(onnx_tmp), providers=["CPUExecutionProvider"])
     got = session.run(None, {session.get_inputs()[0].name: sample})[0]

@@ -321,10 +321,10 @@ class TfLoop:
     def tensorboard(self, directory: Path) -> TfWriter:
         return TfWriter(self.tf, directory)
 
-    def export(self, out: Path) -> dict[str, str]:
+    def export(self, out: Path, card) -> dict[str, str]:
         from training.tensorflow.export import export_checked
 
-        return export_checked(self.tf, self.model, out, self.cfg.image_size)
+        return export_checked(self.tf, self.model, out, self.cfg.image_size, card)
 
     def peak_gpu_memory_mb(self) -> float | None:
         if self.device != "gpu":
@@ -461,10 +461,10 @@ class NativeLoop(TfLoop):
         correct, total = self._summed(float(correct)), self._summed(float(total))
         return correct / total if total else 0.0
 
-    def export(self, out: Path) -> dict[str, str]:
+    def export(self, out: Path, card) -> dict[str, str]:
         from training.tensorflow.export import export_checked
 
-        return export_checked(self.tf, self._plain_model(), out, self.cfg.image_size)
+        return export_checked(self.tf, self._plain_model(), out, self.cfg.image_size, card)
 
 
 def main(cfg: TrainConfig) -> int:

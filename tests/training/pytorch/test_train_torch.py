@@ -147,7 +147,7 @@ def test_bad_input_is_one_line_and_non_zero(case, tmp_path):
         "not-imagenet": (["--data", str(tmp_path), *out], "no train/ folder"),
         "no-images": (["--data", str((tmp_path / "d" / "train" / "c").mkdir(parents=True) or tmp_path / "d"), *out],
                       "no .JPEG images"),
-        "unreadable-jpegs": (["--data", str(_bad_jpegs(tmp_path / "bad", 6, 4)), "--num-classes", "4", *out],
+        "unreadable-jpegs": (["--data", str(_bad_jpegs(tmp_path / "bad", 6, 4)), *out],
                              "4 of 10 sampled images are unreadable"),
         "unwritable-output": (["--output-dir", str((tmp_path / "file").write_text("x") and tmp_path / "file" / "o")],
                               "not writable"),

@@ -41,3 +41,24 @@ def test_logits_of_any_scale_are_exported_when_onnxruntime_agrees(tmp_path):
 def test_logits_of_an_ordinary_scale_are_exported_too(tmp_path):
     exported = export_checked(tf, small_model(scale=0.05), tmp_path, image_size=8)
     assert (tmp_path / "model.onnx").is_file() and "onnx" in exported
+
+
+def test_onnx_carries_the_model_card_takes_other_sizes_and_predict_reads_it(tmp_path, dataset):
+    """TensorFlow's model.onnx: the card as metadata (NHWC, evaluation's stretch), height and width dynamic (the
+    small model pools globally, as ResNet50 does), and `predict` in this environment names a class."""
+    from training.model_card import ModelCard
+    from training.predict import predict
+
+    card = ModelCard(num_classes=4, image_size=8, classes=("cat", "dog", "ship", "whale"), framework="keras",
+                     run_id="r1")
+    export_checked(tf, small_model(scale=0.05), tmp_path, image_size=8, card=card)
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    assert (meta["classes"], meta["input_layout"], meta["resize"], meta["framework"], meta["image_size"]) == (
+        '["cat", "dog", "ship", "whale"]', "NHWC", "stretch", "keras", "8")
+    name = session.get_inputs()[0].name
+    assert session.run(None, {name: np.zeros((1, 20, 12, 3), np.float32)})[0].shape == (1, 4)
+    photo = sorted((dataset / "train").rglob("*.JPEG"))[0]
+    (prediction,) = predict(tmp_path / "model.onnx", [photo], k=2)
+    assert len(prediction.top) == 2 and prediction.top[0][0] in card.classes
+    assert prediction.line().startswith(f"{photo}: ") and sum(p for _, p in prediction.top) <= 1.0 + 1e-6

@@ -1,0 +1,134 @@
+"""python -m training predict MODEL IMAGE... : the top classes of each image, by name, from a model.onnx that
+training exported. onnxruntime runs the model; its metadata (training/model_card.py) gives the class names, the
+normalisation, the input size and layout, and how evaluation resizes a photo, which PIL repeats here: for a
+PyTorch model the shorter side to int(size x 256 / 224) and the centre square (torchvision's Resize and CenterCrop
+on PIL, as the trainer's evaluation), for a TensorFlow model the whole photo to the square (PIL's bilinear resize,
+close to tf.image.resize's). A model.onnx without our metadata is read with ImageNet's normalisation, NCHW, and
+labels by index. Runs wherever onnxruntime, numpy and PIL are (.venv-torch, .venv-tf, the training images).
+
+Examples:
+  python -m training predict out/model.onnx photo.jpg
+  python -m training predict out/model.onnx photos/*.jpg --top 3 --image-size 320
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from training.errors import UsageError
+from training.model_card import ModelCard
+
+
+@dataclass(frozen=True)
+class Prediction:
+    image: Path
+    top: list[tuple[str, float]]  # (class name, probability), most probable first
+
+    def line(self) -> str:
+        return f"{self.image}: " + ", ".join(f"{name} {prob:.1%}" for name, prob in self.top)
+
+
+def eval_pixels(image: Image.Image, size: int, resize: str) -> np.ndarray:
+    """An RGB photo as evaluation feeds it to the model, before normalisation: size x size x 3 float32 in [0, 1]."""
+    image = image.convert("RGB")
+    if resize == "stretch":
+        image = image.resize((size, size), Image.BILINEAR)
+    else:  # center-crop: torchvision's Resize(int(size * 256 / 224)) then CenterCrop(size), on a PIL image
+        short = int(size * 256 / 224)
+        width, height = image.size
+        if width <= height:
+            new = (short, int(short * height / width))
+        else:
+            new = (int(short * width / height), short)
+        image = image.resize(new, Image.BILINEAR)
+        top, left = int(round((new[1] - size) / 2.0)), int(round((new[0] - size) / 2.0))
+        image = image.crop((left, top, left + size, top + size))
+    return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def model_input(pixels: np.ndarray, card: ModelCard) -> np.ndarray:
+    """Normalised pixels in the model's layout (one image, no batch axis)."""
+    normalised = (pixels - np.asarray(card.mean, np.float32)) / np.asarray(card.std, np.float32)
+    return (normalised.transpose(2, 0, 1) if card.input_layout == "NCHW" else normalised).astype(np.float32)
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def top_k(probabilities: np.ndarray, card: ModelCard, k: int) -> list[tuple[str, float]]:
+    order = np.argsort(-probabilities, kind="stable")[:k]
+    return [(card.name(int(i)), float(probabilities[i])) for i in order]
+
+
+def load(model: Path):
+    """(onnxruntime session, model card) of a model.onnx; UsageError on a file that is not one."""
+    import onnxruntime
+
+    if not model.is_file():
+        raise UsageError(f"MODEL {model}: no such file (give the model.onnx a training run exported)")
+    try:
+        session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    except Exception as err:  # noqa: BLE001 - onnxruntime raises its own types for files it cannot load
+        raise UsageError(f"MODEL {model}: onnxruntime cannot load it ({str(err).splitlines()[0][:160]})") from None
+    (inputs,), (outputs, *_) = session.get_inputs(), session.get_outputs()
+    layout = session.get_modelmeta().custom_metadata_map.get("input_layout", "NCHW")
+    spatial = inputs.shape[2] if layout == "NCHW" else inputs.shape[1]
+    classes = outputs.shape[-1]
+    try:
+        card = ModelCard.from_metadata(session.get_modelmeta().custom_metadata_map,
+                                       num_classes=classes if isinstance(classes, int) else 0,
+                                       image_size=spatial if isinstance(spatial, int) else 224)
+    except ValueError as err:
+        raise UsageError(f"MODEL {model}: {err}") from None
+    return session, card
+
+
+def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0) -> list[Prediction]:
+    """The top `k` classes of each image. Every image is decoded before the model runs: a bad one stops the call
+    before anything is predicted. `image_size`: the input size (0: the size the model trained at)."""
+    session, card = load(model)
+    size = image_size or card.image_size
+    batch = []
+    for path in images:
+        try:
+            with Image.open(path) as image:
+                batch.append(model_input(eval_pixels(image, size, card.resize), card))
+        except OSError as err:
+            raise UsageError(f"IMAGE {path}: not a readable image ({err.strerror or str(err).splitlines()[0]})") \
+                from None
+    name = session.get_inputs()[0].name
+    try:
+        logits = np.concatenate([session.run(None, {name: np.stack(batch[i:i + 16])})[0] for i in range(0, len(batch), 16)])
+    except Exception as err:  # noqa: BLE001 - onnxruntime's error for an input size the model cannot take
+        raise UsageError(f"--image-size {size}: the model does not take this input ({str(err).splitlines()[0][:160]})"
+                         "; leave --image-size out") from None
+    return [Prediction(path, top_k(p, card, min(k, p.shape[-1]))) for path, p in zip(images, softmax(logits))]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training predict", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", type=Path, metavar="MODEL", help="a model.onnx from a training run")
+    parser.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="photos (JPEG, PNG, anything PIL reads)")
+    parser.add_argument("--top", type=int, default=5, help="classes printed per image, most probable first (default: 5)")
+    parser.add_argument("--image-size", type=int, default=0,
+                        help="input size in pixels (default: the size the model trained at; the export takes others)")
+    args = parser.parse_args(argv)
+    if args.top <= 0:
+        raise UsageError(f"--top must be positive, got {args.top}")
+    if args.image_size < 0 or 0 < args.image_size < 32:
+        raise UsageError(f"--image-size {args.image_size}: give 32 or more (or leave it out)")
+    for prediction in predict(args.model, args.images, args.top, args.image_size):
+        print(prediction.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
