@@ -61,6 +61,13 @@ class GpuSku:
     # healthy runs. ND H200 v5's network table was not found here: its floor assumes H100 v5's Ethernet figure.
     # The A100 sizes: no floor set (not checked here).
     allreduce_floor_gbps: float | None = None
+    # ResNet50 img/s per GPU this size should reach with PyTorch at 224 px, from a measured benchmark (None: not
+    # measured on this GPU): jobs pass it to train (--expected-img-per-sec), whose progress lines and summary give the
+    # run's share of it and what bounds the run; `infra status` prices the shortfall. Measured (README's benchmark
+    # table, 2026-11-24): one H100 80 GB HBM3 (ND H100 v5's GPU), our settings on synthetic data (bf16, channels-last,
+    # torch.compile, batch 256) 5,155 img/s, the best of three runs (4,996-5,155). Not the H100 NVL (NC H100 v5), nor
+    # H200, A100, V100 or T4: none measured here.
+    benchmark_img_per_sec: float | None = None
 
     @property
     def retired(self) -> bool:
@@ -125,7 +132,8 @@ CATALOG: dict[str, GpuSku] = {
         GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml",
                quota_family="standardNDAMSv4_A100Family"),
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
-               quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0),
+               quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0,
+               benchmark_img_per_sec=5155.0),
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,

@@ -29,6 +29,7 @@ from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG, IMAGE_TOPOLOGY_DIR
+from training.efficiency import expectation_args
 from training.interconnect import job_train_args
 
 DATA_MODES = {"download": "download", "mount": "ro_mount"}  # amlDataMode -> the SDK's input mode
@@ -85,8 +86,10 @@ def command_line(inputs: AmlJobInputs) -> str:
     program per process: Azure ML's MPI distribution wraps this whole command in its mpirun, and MPI_Init may run only
     once per rank, even from two processes (open-mpi/ompi issue 7025), so on a multi-node run `train` checks the
     interconnect itself first (--interconnect-check) rather than a second program before it."""
-    train_args = job_train_args(list(inputs.train_args), nodes=inputs.nodes,
-                                floor_gbps=CATALOG[inputs.gpu_sku].allreduce_floor_gbps)
+    sku = CATALOG[inputs.gpu_sku]
+    train_args = job_train_args(expectation_args(list(inputs.train_args), framework=inputs.framework,
+                                                 expected=sku.benchmark_img_per_sec),
+                                nodes=inputs.nodes, floor_gbps=sku.allreduce_floor_gbps)
     words = ["python", "-m", "training", "train", "--framework", shlex.quote(inputs.framework),
              "--data", "${{inputs.data}}", "--output-dir", "${{outputs.run}}", "--resume", "auto",
              *(shlex.quote(arg) for arg in train_args)]

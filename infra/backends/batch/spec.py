@@ -41,6 +41,7 @@ from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_
 from infra.core.config import StackConfig
 from infra.core.skus import CATALOG, GpuSku
 from training.cluster.launch import dist_of
+from training.efficiency import expectation_args
 from training.interconnect import job_train_args
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
@@ -141,8 +142,10 @@ def train_words(inputs: JobInputs, job: str) -> list[str]:
 
 def _train_args(inputs: JobInputs) -> list[str]:
     """The user's training flags, with the interconnect check that `train` runs first on a multi-node job and the
-    size's floor from the catalog (training never imports infra, so it travels as a flag)."""
-    return job_train_args(list(inputs.train_args), nodes=inputs.nodes, floor_gbps=inputs.sku.allreduce_floor_gbps)
+    size's floor and expected img/s per GPU from the catalog (training never imports infra, so they travel as flags)."""
+    expected = expectation_args(list(inputs.train_args), framework=inputs.framework,
+                                expected=inputs.sku.benchmark_img_per_sec)
+    return job_train_args(expected, nodes=inputs.nodes, floor_gbps=inputs.sku.allreduce_floor_gbps)
 
 
 def wait_for_data(dataset: str, minutes: int) -> str:

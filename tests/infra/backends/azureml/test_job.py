@@ -114,3 +114,10 @@ def test_no_user_text_reaches_the_shell(tmp_path):
 def test_a_job_the_stack_cannot_run_is_refused_in_one_line(overrides, message):
     with pytest.raises(JobError, match=message):
         stack_inputs(**overrides)
+
+
+def test_a_measured_size_passes_its_expected_rate_before_the_interconnect_check():
+    h100 = dataclasses.replace(stack_inputs(), gpu_sku="Standard_ND96isr_H100_v5", nodes=2)
+    assert aml_job.command_line(h100).endswith(
+        "--expected-img-per-sec 5155 --interconnect-check --interconnect-floor-gbps 20")
+    assert "--expected-img-per-sec" not in aml_job.command_line(stack_inputs())  # ND96asr_v4: not measured

@@ -318,3 +318,15 @@ def test_the_data_wait_gives_up_at_its_deadline_with_a_clear_message(tmp_path):
     assert "not staged after 0 minutes" in result.stderr and "journalctl -u dltrain-stage" in result.stderr
     (dataset / ".staged").touch()
     assert subprocess.run(["bash", "-c", script], timeout=30).returncode == 0
+
+
+def test_a_measured_size_passes_its_expected_rate_to_pytorch_runs():
+    """training imports no catalog: the size's benchmark figure travels as train's flag (training/efficiency.py)."""
+    def train(**changes):
+        return shlex.split(" ".join(batch_spec.train_words(inputs(1, **changes), "job")))
+
+    assert train(gpu_sku="Standard_ND96isr_H100_v5")[-2:] == ["--expected-img-per-sec", "5155"]
+    assert "--expected-img-per-sec" not in train()  # ND96asr_v4 (A100): not measured
+    assert "--expected-img-per-sec" not in train(gpu_sku="Standard_ND96isr_H100_v5", framework="keras")
+    mine = ("--expected-img-per-sec", "4000")
+    assert train(gpu_sku="Standard_ND96isr_H100_v5", train_args=mine)[-2:] == list(mine)  # the user's wins
