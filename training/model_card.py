@@ -54,7 +54,8 @@ class ModelCard:
     @classmethod
     def from_metadata(cls, props: dict[str, str], num_classes: int, image_size: int) -> ModelCard:
         """The card of a model's metadata_props; what a model exported elsewhere lacks takes the defaults (ImageNet's
-        normalisation, NCHW, centre crop), with `num_classes` and `image_size` from its input and output shapes.
+        normalisation, NCHW, centre crop). `num_classes`: the width of its logits (0: unknown, the metadata's);
+        `image_size`: its input's size where fixed, for a model whose metadata has none.
         Raises ValueError on a value that is not what `metadata` writes."""
         known = {f.name: f for f in dataclasses.fields(cls)}
         values = {}
@@ -66,7 +67,11 @@ class ModelCard:
             except json.JSONDecodeError:
                 raise ValueError(f"metadata {key!r} is not JSON: {text[:40]!r}") from None
             values[key] = tuple(value) if isinstance(value, list) else value
-        card = cls(**{"num_classes": num_classes, "image_size": image_size, **values})
+        # the logits' width is the model's own (metadata cannot overrule it); the trained size is the metadata's
+        values = {"num_classes": num_classes, "image_size": image_size, **values}
+        if num_classes:
+            values["num_classes"] = num_classes
+        card = cls(**values)
         if card.input_layout not in LAYOUTS or card.resize not in RESIZES:
             raise ValueError(f"metadata input_layout {card.input_layout!r} or resize {card.resize!r} is not one of "
                              f"{LAYOUTS} / {RESIZES}")
