@@ -158,6 +158,21 @@ def shortfall_per_hour(ratio: float, nodes: int, node_price_per_hour: float) -> 
     return max(0.0, 1.0 - ratio) * nodes * node_price_per_hour
 
 
+def status_text(reading: Reading | None, nodes: int, node_price_per_hour: float | None) -> str:
+    """`python -m infra status`'s efficiency line: the run's last figures, and what falling short of the expected
+    rate costs an hour at the stack's node price."""
+    if reading is None:
+        return "no progress line yet"
+    head = f"{reading.per_worker:g} img/s per GPU"
+    if reading.of_expected is None or reading.expected is None:
+        return f"{head} (expected unknown: no benchmark for this size and framework, or a CPU run), {reading.bound}"
+    line = f"{head}, {reading.of_expected:.2f} of the size's {reading.expected:g}, {reading.bound}"
+    if node_price_per_hour is None:
+        return line
+    cost = shortfall_per_hour(reading.of_expected, nodes, node_price_per_hour)
+    return f"{line}; the shortfall costs ${cost:,.2f}/h of {nodes} node(s) at ${node_price_per_hour:,.2f}/h"
+
+
 def summary_fields(per_worker: float, expected: Expectation, bound: Bound) -> dict:
     """summary.json's `efficiency`."""
     ratio = of_expected(per_worker, expected)

@@ -70,6 +70,16 @@ def test_shortfall_cost():
     assert eff.shortfall_per_hour(1.1, 2, 98.32) == 0.0  # above the expectation costs nothing
 
 
+def test_status_text():
+    reading = eff.Reading(3875.0, 0.75, 5155.0, "input-bound (data 22%, compute 74%, exchange 4%)")
+    assert eff.status_text(reading, 2, 98.32) == ("3875 img/s per GPU, 0.75 of the size's 5155, input-bound (data 22%, "
+                                                  "compute 74%, exchange 4%); the shortfall costs $49.16/h of 2 node(s) "
+                                                  "at $98.32/h")
+    unknown = eff.Reading(2.5, None, None, "exchange-bound (data 0%, compute 43%, exchange 57%)")
+    assert "expected unknown" in eff.status_text(unknown, 1, 27.2) and "$" not in eff.status_text(unknown, 1, 27.2)
+    assert eff.status_text(None, 1, 27.2) == "no progress line yet"
+
+
 def test_summary_fields():
     fields = eff.summary_fields(3896.0, eff.Expectation(5155.0, "bench"), eff.classify(times(6.0, 3.0, 1.0)))
     assert fields["efficiency"]["of_expected"] == 0.756

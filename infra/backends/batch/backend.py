@@ -129,7 +129,9 @@ class BatchBackend:
             return 0
         job = resolve_job(service, args.stack, args.job)
         if args.command == "status":
-            print("\n".join(operate.status(service, job).lines()))
+            from infra.core import cost
+
+            print("\n".join(operate.status(service, job, cost.estimate(cfg).node_price).lines()))
         elif args.command == "logs":
             operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
         elif args.command == "cancel":

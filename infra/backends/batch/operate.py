@@ -66,20 +66,23 @@ class Status:
     node: str
     started: str
     ended: str
+    efficiency: str = ""  # the run's last img/s per GPU, its bound and the shortfall's cost (training/efficiency.py)
 
     def lines(self) -> list[str]:
         exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
         return [f"job {self.job}: {self.job_state}",
                 f"  task: {self.task_state}{exit_text}, retried {self.retries} time(s)",
                 f"  primary node: {self.node or '-'}",
-                f"  started: {self.started or '-'}   ended: {self.ended or '-'}"]
+                f"  started: {self.started or '-'}   ended: {self.ended or '-'}",
+                *([f"  efficiency: {self.efficiency}"] if self.efficiency else [])]
 
 
 def _not_found(job: str) -> JobError:
     return JobError(f"job {job} not found (see `python -m infra status` for the newest)")
 
 
-def status(service: BatchService, job: str) -> Status:
+def status(service: BatchService, job: str, node_price_per_hour: float | None = None) -> Status:
+    """`node_price_per_hour`: the stack's, to price the shortfall from the size's expected rate."""
     try:
         job_info = service.get_job(job)
         task = service.get_task(job, batch_spec.TASK_ID)
@@ -88,7 +91,20 @@ def status(service: BatchService, job: str) -> Status:
     execution = task.get("executionInfo") or {}
     return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
-                  str(execution.get("startTime") or ""), str(execution.get("endTime") or ""))
+                  str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
+                  _efficiency(service, job, task, node_price_per_hour))
+
+
+def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_price_per_hour: float | None) -> str:
+    """From rank 0's progress lines in the task's stdout (the run's whole-run line once it is done); "" before the
+    task has written any."""
+    from training import efficiency
+
+    if task.get("state") not in ("running", DONE):
+        return ""
+    stdout = service.read_task_file(job, batch_spec.TASK_ID, "stdout.txt", 0).decode("utf-8", errors="replace")
+    nodes = int((task.get("multiInstanceSettings") or {}).get("numberOfInstances") or 1)
+    return efficiency.status_text(efficiency.parse_progress(stdout), nodes, node_price_per_hour)
 
 
 def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO,

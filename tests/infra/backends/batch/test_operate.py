@@ -163,6 +163,27 @@ def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, batch, capsy
     assert ("POST", f"/jobs/{new}/terminate", "") not in batch.requests
 
 
+def test_status_shows_the_runs_efficiency_and_what_its_shortfall_costs(outputs_file, batch, capsys):
+    from infra.core import cost
+
+    spec = batch_spec.job_inputs(config.from_stack_file("dev"), StackOutputs.from_json(OUTPUTS))
+    job = operate.submit(batch, dataclasses.replace(spec, nodes=2), now_utc(), io.StringIO())
+    batch.tasks[job]["state"] = "running"
+    batch.files[(job, "stdout.txt")] = (  # rank 0's progress lines (training/runner.py), the last one counts
+        b"step 10/90  epoch 0.01  loss 6.9  lr 0.1  30000.0 img/s  1875.0 img/s per worker (0.36 of 5155 expected), "
+        b"input-bound (data 60%, compute 35%, exchange 5%)\n"
+        b"step 20/90  epoch 0.02  loss 6.8  lr 0.1  62000.0 img/s  3875.0 img/s per worker (0.75 of 5155 expected), "
+        b"input-bound (data 22%, compute 74%, exchange 4%)\n")
+    code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
+    price = cost.estimate(config.from_stack_file("dev")).node_price
+    assert code == 0 and (f"  efficiency: 3875 img/s per GPU, 0.75 of the size's 5155, input-bound (data 22%, compute "
+                          f"74%, exchange 4%); the shortfall costs ${0.25 * 2 * price:,.2f}/h of 2 node(s) at "
+                          f"${price:,.2f}/h") in out.splitlines(), out
+    batch.files[(job, "stdout.txt")] = b"training ResNet50 ...\n"  # no step logged yet
+    code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
+    assert "  efficiency: no progress line yet" in out.splitlines()
+
+
 def test_verbs_without_jobs_or_outputs_fail_clearly(outputs_file, batch, tmp_path, capsys):
     code, _, err = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
     assert code == 1 and "has no training jobs" in err and "python -m infra submit" in err
