@@ -80,6 +80,7 @@ class Rehearsal:
     downloaded: Path
     failure: dict | None = None
     interconnect_gbps: float | None = None  # the job's interconnect check (multi-node), from summary.json
+    efficiency: dict | None = None  # summary.json's efficiency view (training/efficiency.py)
 
 
 def _node_env(framework: str) -> dict[str, str]:
@@ -197,7 +198,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 placement.append(f"rank {len(placement)} on {names.get(address, '?')} ({address})")
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
-                         info.get("failureInfo"), summary.get("interconnect_busbw_gbps"))
+                         info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"))
 
 
 def default_work(stack: str) -> Path:
@@ -442,6 +443,7 @@ def report(result: Rehearsal) -> str:
              f"(rank order = host order)",
              f"  where: {'; '.join(result.placement) or '?'}",
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
+             f"  efficiency: {efficiency_line(result.efficiency)}",
              "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
                                          "no floor: rehearsal)" if result.interconnect_gbps is not None
                                          else "not run (one node, or --dist native: not checked yet)"),
@@ -451,6 +453,18 @@ def report(result: Rehearsal) -> str:
              "  not rehearsed:"]
     lines += [f"    - {item}" for item in NOT_REHEARSED]
     return "\n".join(lines)
+
+
+def efficiency_line(view: dict | None) -> str:
+    """img/s per worker against the size's expectation (on CPU: unknown, and why) and what bound the run."""
+    if not view:
+        return "not in summary.json"
+    shares = ", ".join(f"{name} {share:.0%}" if share is not None else f"{name} in compute"
+                       for name, share in view["time_shares"].items())
+    expected = (f"{view['of_expected']} of {view['expected_img_per_sec_per_worker']:g} expected"
+                if view["of_expected"] is not None else f"expected unknown: {view['expected_basis']}")
+    return f"{view['img_per_sec_per_worker']} img/s per worker ({expected}), {view['bound']}" + \
+        (f" ({shares})" if shares else "")
 
 
 def check_model(path: Path, framework: str) -> str:

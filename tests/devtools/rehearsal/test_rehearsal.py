@@ -62,7 +62,7 @@ def start_rehearsal(work, train_args):
 def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     """The whole user path: the rehearsal launches the job; from other processes, as from another shell, the user
     follows it, reads its status and downloads the model, which runs in onnxruntime."""
-    from devtools.rehearsal.run import check_model
+    from devtools.rehearsal.run import check_model, efficiency_line
 
     work = tmp_path / "work"
     rehearsal = start_rehearsal(work, FAST)
@@ -117,6 +117,8 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     assert summary["interconnect_ranks"] == 2 and summary["interconnect_busbw_gbps"] > 0
     assert summary["interconnect_floor_gbps"] is None
     assert f"interconnect check: all-reduce bus bandwidth {summary['interconnect_busbw_gbps']} GB/s" in out
+    # and its efficiency view: on CPU no expectation holds, and the bound is the run's own
+    assert f"  efficiency: {efficiency_line(summary['efficiency'])}\n" in out and "expected unknown" in out
     # Uploaded by Batch's output files with the nodes' identity, fetched by `infra download`, run in onnxruntime.
     assert (fetched / job / "logs" / "stdout.txt").is_file()
     assert check_model(run / "model.onnx", "pytorch") == "(2, 4)"
@@ -348,3 +350,14 @@ def test_bad_input_is_one_line_before_any_node_exists(args, message):
     result = rehearse(*args, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "rehearsal of stack" not in result.stdout
+
+
+def test_the_report_gives_img_per_sec_per_worker_its_expectation_and_bound(tmp_path):
+    from devtools.rehearsal.run import Rehearsal, report
+    from training import efficiency
+
+    view = efficiency.summary_fields(2.5, efficiency.expectation(5155, device="cpu", image_size=32),
+                                     efficiency.classify(efficiency.StepTimes(0.1, 4.0, 5.9, 4)))["efficiency"]
+    text = report(Rehearsal("train-dev-1", "pytorch", [], 2, 5.0, [], [], 0, 0, tmp_path, efficiency=view))
+    assert ("  efficiency: 2.5 img/s per worker (expected unknown: a CPU run (the size's 5155 img/s is a GPU figure)), "
+            "exchange-bound (data 1%, compute 40%, exchange 59%)\n") in text
