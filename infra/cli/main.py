@@ -16,6 +16,7 @@ EXAMPLES = """Examples:
   python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
   python -m infra preflight --stack vision   # before `pulumi up`: can the subscription run it?
+  python -m infra leftovers --stack vision   # after `pulumi destroy`: what is left, and how to remove it
   python -m infra new-team speech      # writes Pulumi.speech.yaml from trial, with a free address space
   python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
   python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
@@ -421,7 +422,8 @@ def _rehearse(argv: list[str]) -> int:
 def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml,
          spend_factory=_cost_management, preflight_services=None) -> int:
     """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness`,
-    `aml_factory(outputs) -> AmlJobs` and `spend_factory() -> CostManagementSpend`: the tests pass their own;
+    `aml_factory(outputs) -> AmlJobs`, `spend_factory() -> CostManagementSpend` and `preflight_services() -> (Arm,
+    RetailPrices)` (preflight and leftovers, infra/backends/preflight.py): the tests pass their own;
     everyone else gets Azure Batch, the `data` and `status` containers (infra/backends/staging.py), Azure ML and
     Cost Management."""
     from infra.backends.staging import RECHECK_MINUTES
@@ -453,6 +455,17 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
                            "sign-in sees)")
     preflight.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     preflight.set_defaults(run=lambda a: preflight_cli.command(a, preflight_services))
+
+    from infra.cli import leftovers as leftovers_cli
+
+    leftovers = commands.add_parser(
+        "leftovers", help="after `pulumi destroy`: what of the stack still exists, bills or holds a name, and the "
+                          "command that removes it",
+        description=leftovers_cli.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    leftovers.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    leftovers.add_argument("--subscription", metavar="ID", help="as preflight's --subscription")
+    leftovers.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    leftovers.set_defaults(run=lambda a: leftovers_cli.command(a, preflight_services))
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.config import BACKENDS, RANGES

@@ -10,6 +10,9 @@ Shapes, from Azure/azure-rest-api-specs examples:
 - compute usageExamples Usage_List (value[{unit, currentValue, limit, name{value, localizedValue}}]);
 - batch 2024-07-01 LocationListVirtualMachineSkus.json (value[{name, familyName, capabilities}]),
   BatchAccountGet.json (properties.dedicatedCoreQuotaPerVMFamily[{name, coreQuota}], lowPriorityCoreQuota, ...);
+- resources Resources - List By Resource Group (value[{id, name, type, location, kind, sku, tags}]) and keyvault
+  2024-11-01 listDeletedVaults.json (value[{id, name, type, properties{vaultId, location, deletionDate,
+  scheduledPurgeDate, tags, purgeProtectionEnabled}}]), for leftovers;
 - authorization Permissions - List (value[{actions, notActions, dataActions, notDataActions}]);
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
@@ -132,6 +135,8 @@ class ArmEndpoint:
             "fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": []}}
         self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
                        price_item(gpu[0], location, 31.0, "", windows=True)]
+        self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
+        self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
         self.refuse: dict[str, tuple[int, str, str]] = {}  # a path's part -> (status, code, message)
         self.requests: list[tuple[str, str, str, Any]] = []
         endpoint = self
@@ -194,6 +199,9 @@ class ArmEndpoint:
                 (200, self.batch_account) if self.batch_account else (404, _error(
                     "ResourceNotFound", f"The Resource 'Microsoft.Batch/batchAccounts/{m['name']}' under resource "
                                         f"group '{m['rg']}' was not found.")))),
+            ("GET", group + r"/resources", lambda m: (200, {"value": self.resources})),
+            ("GET", sub + r"/providers/Microsoft\.KeyVault/deletedVaults", lambda m: (200, {
+                "value": self.deleted_vaults})),
             ("GET", group, lambda m: (200, self.group) if self.group else (404, _error(
                 "ResourceGroupNotFound", f"Resource group '{m['rg']}' could not be found."))),
             ("GET", r"(?P<scope>.+)/providers/Microsoft\.Authorization/permissions", lambda m: (200, {
