@@ -234,10 +234,11 @@ def test_the_examples_placeholder_address_fails_and_two_subscriptions_need_one_n
     assert "pass --subscription ID" in capsys.readouterr().err
 
 
-def test_without_azure_sign_in_it_says_so_in_one_line_at_once(tmp_path):
+@pytest.mark.parametrize("verb", ["preflight", "leftovers"])
+def test_without_azure_sign_in_it_says_so_in_one_line_at_once(verb, tmp_path):
     (tmp_path / "home").mkdir()
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "infra", "preflight", "--stack", "dev"], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "infra", verb, "--stack", "dev"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=60,
                             env=no_azure_environment(tmp_path / "home"))
     assert result.returncode == 1 and result.stdout == "", result.stdout
