@@ -193,7 +193,8 @@ def auto_precision(gpu: bool, bf16: bool) -> str:
     """--precision auto: bf16 where the GPU computes in it, fp16 (with loss scaling) on GPUs without bf16 units,
     fp32 on CPU. bf16 needs compute capability 8.0 (Ampere) or later: a T4 (7.5) or V100 (7.0) has fp16 tensor cores
     only and runs bf16 emulated, slower than fp32 (https://docs.nvidia.com/cuda/cuda-c-programming-guide/ "Arithmetic
-    Instructions", bf16 from compute capability 8.0; PyTorch's torch.cuda.is_bf16_supported checks the same)."""
+    Instructions", bf16 from compute capability 8.0; training/pytorch/distributed.py and
+    training/tensorflow/device.py read the capability)."""
     return ("bf16" if bf16 else "fp16") if gpu else "fp32"
 
 

@@ -13,7 +13,14 @@ import numpy as np
 ATOL, RTOL = 1e-3, 1e-3
 
 
+class OnnxMismatch(RuntimeError):
+    """onnxruntime's logits disagree with the framework's, or the model gives non-finite ones: no model.onnx."""
+
+
 def disagreement(got: np.ndarray, expected: np.ndarray) -> float | None:
-    """The largest difference when it exceeds ATOL + RTOL x the largest |expected| logit, else None (they agree)."""
+    """The largest difference when it exceeds ATOL + RTOL x the largest |expected| logit, else None (they agree).
+    A NaN or an infinity on either side never agrees."""
+    if not (np.isfinite(got).all() and np.isfinite(expected).all()):
+        return float("inf")
     diff = float(np.abs(got - expected).max())
-    return diff if diff > ATOL + RTOL * float(np.abs(expected).max()) else None
+    return None if diff <= ATOL + RTOL * float(np.abs(expected).max()) else diff

@@ -277,18 +277,22 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
 
 
 def export(loop: Loop, out: Path, card: model_card.ModelCard) -> dict[str, str]:
-    """Rank 0's model files, or `export_error` saying why there are none. The training is done and checkpointed by
-    now: a failed export must not hide summary.json, and must not fail the run, since a retried task (Batch) or
-    job resumes at the last step and would fail at the same export every time while holding every node."""
+    """Rank 0's model files, with `export_error` saying why one is missing. The training is done and checkpointed
+    by now: a failed export must not hide summary.json, and must not fail the run, since a retried task (Batch) or
+    job resumes at the last step and would fail at the same export every time while holding every node. The error
+    line goes to stderr (with the traceback of an exception) and into summary.json."""
     import sys
+    import traceback
 
     try:
-        return loop.export(out, card)
+        files = loop.export(out, card)
     except Exception as err:  # noqa: BLE001 - any exporter's failure; the checkpoint holds the weights
-        line = f"{type(err).__name__}: {err}".splitlines()[0]
-        print(f"error: the model export failed ({line}); the checkpoints in {out / 'checkpoints'} hold the trained "
-              "weights", file=sys.stderr, flush=True)
-        return {"export_error": line}
+        traceback.print_exc()
+        files = {"export_error": f"{type(err).__name__}: {err}".splitlines()[0]}
+    if "export_error" in files:
+        print(f"error: the model export failed ({files['export_error']}); the checkpoints in "
+              f"{out / 'checkpoints'} hold the trained weights", file=sys.stderr, flush=True)
+    return files
 
 
 def with_classes(cfg: TrainConfig) -> tuple[TrainConfig, tuple[str, ...] | None]:

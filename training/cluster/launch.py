@@ -36,8 +36,8 @@ DDP_MASTER_PORT = 29500
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE: https://pytorch.org/docs/stable/elastic/run.html#environment-variables).
 # mpirun (Open MPI) sets OMPI_COMM_WORLD_* in every process it starts
 # (https://docs.open-mpi.org/en/v5.0.x/tuning-apps/environment-var.html); Horovod's Gloo launcher sets HOROVOD_*
-# (horovod/runner/common/util/env.py and gloo_run.py `_slot_info_to_command`: HOROVOD_RANK, HOROVOD_SIZE,
-# HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE). Neither sets RANK, so without this every DDP process is rank 0 of 1.
+# (horovod/runner/gloo_run.py `create_slot_env_vars`: HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK,
+# HOROVOD_LOCAL_SIZE). Neither sets RANK, so without this every DDP process is rank 0 of 1.
 LAUNCHER_RANK_VARIABLES = (
     ("torchrun", {"RANK": "RANK", "WORLD_SIZE": "WORLD_SIZE", "LOCAL_RANK": "LOCAL_RANK",
                   "LOCAL_WORLD_SIZE": "LOCAL_WORLD_SIZE"}),
@@ -151,6 +151,9 @@ def ddp_rendezvous(hosts: list[Host]) -> dict[str, str]:
     """For --dist ddp under horovodrun (pure): where every rank meets, rank 0's host (the first), forwarded to every
     rank by name as the launcher forwards NCCL_ and the rest."""
     first = hosts[0].name
+    if first in LOCAL_NAMES and any(h.name not in LOCAL_NAMES for h in hosts):
+        raise UsageError(f"--dist ddp: the first host {first} is where every rank meets, and the other hosts cannot "
+                         "reach it by that name; name this host by its address in --hosts")
     return {"MASTER_ADDR": "127.0.0.1" if first in LOCAL_NAMES else first, "MASTER_PORT": str(DDP_MASTER_PORT)}
 
 
@@ -234,8 +237,8 @@ def main(argv: list[str]) -> int:
                         help="Horovod controller (default: gloo on one machine; across nodes mpi where "
                              "mpirun is installed, else gloo)")
     parser.add_argument("--run", choices=("train", "interconnect-check"), default="train",
-                        help="what every rank runs, with the flags after `--` (default: train); the job runs "
-                             "interconnect-check first on a multi-node run, under this same launcher")
+                        help="what every rank runs, with the flags after `--` (default: train); a job's train "
+                             "checks the interconnect itself (--interconnect-check), so this is for a person at a node")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     args = parser.parse_args(argv)
     if args.slots < 1:

@@ -33,6 +33,13 @@ def bind_gpu(local_rank: int, local_size: int) -> torch.device:
     return torch.device("cuda", local_rank)
 
 
+def has_bf16(device: torch.device) -> bool:
+    """Whether `device` computes in bf16: compute capability 8.0+ (training.config.auto_precision). Not
+    torch.cuda.is_bf16_supported(), whose default (including_emulation=True) answers True on a T4 or V100 too:
+    they run bf16 emulated, slower than fp32 (torch/cuda/__init__.py, torch 2.14)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+
+
 class Horovod:
     name = "horovod"
 

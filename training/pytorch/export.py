@@ -18,12 +18,10 @@ import numpy as np
 import torch
 
 from training.model_card import ModelCard, stamp_onnx
-from training.onnx_check import disagreement
+from training.onnx_check import OnnxMismatch, disagreement
 
 
 
-class OnnxMismatch(RuntimeError):
-    pass
 
 
 @contextlib.contextmanager
@@ -44,12 +42,22 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int, card: Mod
     """model.onnx from an fp32 copy of `model` (it trained under bf16/fp16 autocast with fp32 weights, or on a GPU:
     the copy is exported and checked where it is, in exact fp32), checked against onnxruntime on CPU; `card`
     stamped into its metadata (NCHW input, evaluation's centre crop)."""
-    import onnxruntime
-
     device = next(model.parameters()).device
     model = copy.deepcopy(model).eval().float()  # the training model is left as it was
     sample = torch.randn(2, 3, image_size, image_size, generator=torch.Generator().manual_seed(0)).to(device)
     tmp, final = out / "model.onnx.tmp", out / "model.onnx"
+    try:
+        _write_and_check(model, sample, tmp, card)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a model.onnx.tmp left behind would be mistaken for a model
+        raise
+    os.replace(tmp, final)
+    return final
+
+
+def _write_and_check(model: torch.nn.Module, sample: torch.Tensor, tmp: Path, card: ModelCard | None) -> None:
+    import onnxruntime
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         # The TorchScript exporter (dynamo=False) handles ResNet50 without the extra onnxscript dependency.
@@ -63,11 +71,7 @@ def export_checked(model: torch.nn.Module, out: Path, image_size: int, card: Mod
     session = onnxruntime.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
     got = session.run(["logits"], {"images": sample.cpu().numpy()})[0]
     if not np.isfinite(expected).all():
-        tmp.unlink(missing_ok=True)
         raise OnnxMismatch("the trained model gives non-finite logits (training diverged); lower --base-lr")
     diff = disagreement(got, expected)
     if diff is not None:
-        tmp.unlink(missing_ok=True)
         raise OnnxMismatch(f"ONNX logits differ from PyTorch by up to {diff:.2e}")
-    os.replace(tmp, final)
-    return final

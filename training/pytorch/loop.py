@@ -57,7 +57,7 @@ class TorchLoop:
         self.dist = distributed.init(cfg.dist)  # binds this rank to its node's GPU local_rank (or the CPU)
         self.torch_device = self.dist.device
         cuda = self.torch_device.type == "cuda"
-        self.cfg = cfg = resolve_for_device(cfg, cuda, bf16=cuda and torch.cuda.is_bf16_supported())
+        self.cfg = cfg = resolve_for_device(cfg, cuda, bf16=distributed.has_bf16(self.torch_device))
         self.distribution, self.rank, self.size = self.dist.name, self.dist.rank, self.dist.size
         self.device = "gpu" if cuda else "cpu"
         if cuda:

@@ -35,8 +35,6 @@ def export_checked(tf, model, out: Path, image_size: int, card: ModelCard | None
     """SavedModel (tmp dir + rename), then ONNX through tf2onnx, checked with onnxruntime against TF: both of the
     model in float32 (as_float32); `card` stamped into the ONNX file's metadata (NHWC input, evaluation's stretch
     to the square)."""
-    import numpy as np
-
     model = as_float32(tf, model)
     exported = {}
     final, tmp = out / "saved_model", out / "saved_model.tmp"
@@ -47,13 +45,32 @@ def export_checked(tf, model, out: Path, image_size: int, card: ModelCard | None
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     exported["saved_model"] = str(final)
-    try:
-        import onnxruntime
-        import tf2onnx
+    try:  # the ONNX tools are optional in an environment: without them the SavedModel is the model
+        import onnxruntime  # noqa: F401 - used by _write_and_check
+        import tf2onnx  # noqa: F401
     except ImportError as err:
         print(f"warning: no ONNX export ({err}); the SavedModel is the model", file=sys.stderr)
         return exported
     onnx_tmp, onnx_final = out / "model.onnx.tmp", out / "model.onnx"
+    try:
+        refused = _write_and_check(tf, serve, signature, onnx_tmp, image_size, card)
+    except BaseException:
+        onnx_tmp.unlink(missing_ok=True)  # a model.onnx.tmp left behind would be mistaken for a model
+        raise
+    if refused:  # the SavedModel stands; the summary says why there is no model.onnx (the runner prints it)
+        onnx_tmp.unlink(missing_ok=True)
+        return {**exported, "export_error": refused}
+    os.replace(onnx_tmp, onnx_final)
+    exported["onnx"] = str(onnx_final)
+    return exported
+
+
+def _write_and_check(tf, serve, signature, onnx_tmp: Path, image_size: int, card: ModelCard | None) -> str | None:
+    """Write ONNX to `onnx_tmp` and check it against TensorFlow; why it is refused, or None."""
+    import numpy as np
+    import onnxruntime
+    import tf2onnx
+
     tf2onnx.convert.from_function(serve, input_signature=[signature], opset=17, output_path=str(onnx_tmp))
     if card is not None:
         stamp_onnx(onnx_tmp, dataclasses.replace(card, input_layout="NHWC", resize="stretch"))
@@ -69,11 +86,7 @@ def export_checked(tf, model, out: Path, image_size: int, card: ModelCard | None
         expected = serve(tf.constant(sample)).numpy()
     finally:
         tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    if not np.isfinite(expected).all():  # as PyTorch's export says it
+        return "OnnxMismatch: the trained model gives non-finite logits (training diverged); lower --base-lr"
     diff = disagreement(got, expected)  # the rule PyTorch's export applies too
-    if diff is not None:
-        onnx_tmp.unlink()
-        print(f"warning: ONNX export differs from TensorFlow by {diff:.3g}; not written", file=sys.stderr)
-        return exported
-    os.replace(onnx_tmp, onnx_final)
-    exported["onnx"] = str(onnx_final)
-    return exported
+    return None if diff is None else f"OnnxMismatch: ONNX logits differ from TensorFlow by up to {diff:.2e}"

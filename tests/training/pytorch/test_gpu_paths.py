@@ -50,6 +50,15 @@ def test_more_ranks_on_a_node_than_gpus_is_refused_in_one_line(monkeypatch):
     assert distributed.bind_gpu(1, 2) == torch.device("cpu")
 
 
+@pytest.mark.parametrize("capability,bf16", [((9, 0), True), ((8, 0), True), ((7, 5), False), ((7, 0), False)])
+def test_bf16_only_on_gpus_that_have_it(monkeypatch, capability, bf16):
+    """A T4 (7.5, the trial stack's size) or V100 (7.0) runs bf16 emulated, slower than fp32, although
+    torch.cuda.is_bf16_supported() says yes there by default: auto precision must see fp16 there."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    assert distributed.has_bf16(torch.device("cuda", 0)) is bf16
+    assert distributed.has_bf16(torch.device("cpu")) is False
+
+
 def test_ddp_under_the_batch_launcher_is_one_world_and_a_failed_export_keeps_the_summary(tmp_path):
     """Batch's job starts every --dist with `python -m training launch` (horovodrun): DDP's processes map its rank
     variables, so the 2 processes are one world of 2, not two worlds of 1 fighting over one port. The same run

@@ -67,3 +67,17 @@ def test_more_ranks_than_gpus_is_refused_in_one_line(monkeypatch):
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda device_type=None: devices)
     with pytest.raises(UsageError, match="2 ranks on this node but 1 GPU"):
         bind_gpu(tf, 1, 2)
+
+
+def test_a_model_that_cannot_be_exported_to_onnx_says_why_and_keeps_its_saved_model(tmp_path):
+    """As PyTorch's export: no model.onnx for non-finite logits, and the reason reaches summary.json (the runner
+    records `export_error`), not only a warning; the SavedModel stands."""
+    from tests.training.tensorflow.test_export_tf import small_model
+    from training.tensorflow.export import export_checked
+
+    model = small_model(scale=0.05)
+    head = model.layers[-1]
+    head.kernel.assign(tf.fill(head.kernel.shape, float("nan")))  # what a diverged run leaves
+    exported = export_checked(tf, model, tmp_path, image_size=8)
+    assert "non-finite logits" in exported["export_error"] and "onnx" not in exported
+    assert (tmp_path / "saved_model").is_dir() and not list(tmp_path.glob("model.onnx*"))
