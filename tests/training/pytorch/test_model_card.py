@@ -58,6 +58,11 @@ def test_three_class_folder_exports_three_named_logits_and_predict_names_a_class
     assert line.startswith(f"{photo}: ") and line.count("%") == 2, line
     assert line.split(": ", 1)[1].split()[0] in ("cat", "dog", "ship"), line
     assert training("predict", out / "model.onnx", photo, "--image-size", "64").returncode == 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a photo")
+    refused = training("predict", out / "model.onnx", photo, notes, check=False)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout  # nothing predicted, not even the photo
+    assert refused.stderr.startswith(f"error: IMAGE {notes}: not a readable image") and refused.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("case", ["num-classes-disagrees", "predict-missing-model", "predict-not-an-image",
