@@ -353,7 +353,7 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str],
     Returns the number of files uploaded."""
 
     from devtools.rehearsal.nfs_server import NfsServer
-    from infra.backends.batch.spec import DATASET, STAGED_MARKER
+    from infra.core.containers import DATASET, STAGED_MARKER
     from infra.backends import staging
 
     def deployers_gate(data_url: str, status_url: str):
@@ -395,7 +395,7 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str],
 
 def _data_the_job_saw(export: Path, uploaded: int) -> str:
     """The job's --data folder (the export, as its nodes mount it) scanned as the trainer scans it."""
-    from infra.backends.batch.spec import DATASET
+    from infra.core.containers import DATASET
     from training.data.folder import scan
 
     splits = {split: len(scan(export / DATASET, split)[1]) for split in ("train", "val")}

@@ -6,7 +6,7 @@ AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while ther
   `train/` (training/data/layout.py, the check `python -m infra upload` runs on the folder before it uploads),
   and `val/`, when there, with the same classes.
 - Batch with `nfsKind: vm`: the NFS server's staging unit (infra/core/nfs_user_data.py, training/data/staged.py)
-  must report the dataset staged (the blob `batch_spec.STAGED_BLOB` in `status`, written with its own identity),
+  must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written with its own identity),
   and the fingerprint it staged must be the container's listing now: data uploaded since is not on NFS yet.
 
 `data_ready(data_url, status_url)` is the one seam: the job resources and `infra submit` take it as a callable,
@@ -18,7 +18,7 @@ from __future__ import annotations
 import getpass
 from dataclasses import dataclass
 
-from infra.backends.batch.spec import DATASET, STAGED_BLOB
+from infra.core.containers import DATASET, STAGED_BLOB
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 
 # How soon the staging unit sees a change by itself (it lists `data` this often; a restage request: a minute).

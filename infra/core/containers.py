@@ -9,7 +9,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.backends.batch.spec import SCRIPTS_PREFIX
+
+# The storage layout that the Batch pool's nodes, the NFS server and the deployer share: the runtime sits under
+# SCRIPTS_PREFIX in `scripts`; the `data` container is staged into <share>/DATASET, marked done by STAGED_MARKER
+# in that folder and reported as the blob STAGED_BLOB in `status` (training/data/staged.py writes both).
+SCRIPTS_PREFIX = "training/"
+DATASET = "imagenet"
+STAGED_MARKER = ".staged"
+STAGED_BLOB = DATASET + STAGED_MARKER
 
 # Container -> SAS permissions (least privilege): readers list and read, the job output only creates and
 # writes (it can neither read back nor delete what other runs wrote).

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from infra import REPO_ROOT
-from infra.backends.batch.spec import DATASET, SCRIPTS_PREFIX
+from infra.core.containers import DATASET, SCRIPTS_PREFIX
 from training.data.staged import EXIT_NO_DATA
 
 EXPORT_PATH = "/data"

@@ -208,7 +208,7 @@ class BatchBackend:
         grants = [TeamGrant("service", roles.BATCH_JOB_SUBMITTER, "`python -m infra submit|status|logs|cancel` "
                                                                   "(jobs, tasks and their files)")]
         if cfg.nfs.kind == "vm":
-            from infra.backends.batch.spec import DATASET
+            from infra.core.containers import DATASET
             from training.data.staged import request_name
 
             grants.append(TeamGrant("status", roles.BLOB_DATA_WRITER, "`python -m infra submit` reads the NFS "

@@ -39,19 +39,16 @@ import shlex
 from dataclasses import asdict, dataclass
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core.config import StackConfig
+from infra.core.containers import DATASET, SCRIPTS_PREFIX, STAGED_MARKER
 from infra.core.skus import CATALOG, GpuSku
 from training.cluster.launch import dist_of
 from training.efficiency import expectation_args
 from training.interconnect import job_train_args
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
-DATASET = "imagenet"  # the data container is staged into <share>/imagenet
 LOCAL_CACHE = "data-cache"  # under AZ_BATCH_NODE_SHARED_DIR: on the node's local disk and seen by containers
 SSH_PORT = 2222  # the containers' sshd for mpirun; the host's own sshd keeps port 22
 TASK_ID = "train"
-STAGED_MARKER = ".staged"  # written into the dataset folder once staging has finished
-STAGED_BLOB = DATASET + STAGED_MARKER  # ... and reported as this blob in the `status` container
-SCRIPTS_PREFIX = "training/"
 DATA_WAIT_EXIT_CODE = 3  # the data was not staged within the deadline
 POLL_S = 60
 

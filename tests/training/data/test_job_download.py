@@ -38,12 +38,12 @@ def test_the_staging_report_is_read_from_the_status_container(azurite, container
     (training/data/staged.py; tests/training/data/test_staged.py plays the server's whole life)."""
     from azure.storage.blob import ContainerClient
 
-    from infra.backends.batch import spec as batch_spec
+    from infra.core.containers import STAGED_BLOB
     from infra.backends import staging
     from training.data import staged
 
     url = azurite.container_url(container, "racwl")
     assert staging.read_report(url) is None
     report = staged.Report(staged.STAGED, 3, 300, "f" * 64, "2026-11-23T10:00:00Z", host="nfs-dev")
-    ContainerClient.from_container_url(url).upload_blob(batch_spec.STAGED_BLOB, report.to_json().encode())
+    ContainerClient.from_container_url(url).upload_blob(STAGED_BLOB, report.to_json().encode())
     assert staging.read_report(url) == report

@@ -8,6 +8,7 @@ import pytest
 from azure.storage.blob import ContainerClient
 
 from infra.backends.batch import spec as batch_spec
+from infra.core import containers as layout
 from infra.backends import staging
 from tests.training.data.conftest import cli, make_tree
 from training.data import staged
@@ -30,11 +31,11 @@ def run_unit(stack, dest, *extra):
 
 def report(stack):
     return json.loads(ContainerClient.from_container_url(stack["status"]).download_blob(
-        batch_spec.STAGED_BLOB).readall())
+        layout.STAGED_BLOB).readall())
 
 
 def test_an_empty_container_is_never_staged_and_data_uploaded_later_is(stack, tmp_path):
-    dest = tmp_path / "nfs" / batch_spec.DATASET
+    dest = tmp_path / "nfs" / layout.DATASET
     first = run_unit(stack, dest)
     assert first.returncode == staged.EXIT_NO_DATA, first.stderr
     assert "waiting for data" in first.stdout and not (dest / staged.MARKER).exists()
@@ -86,7 +87,7 @@ def test_a_restage_request_is_served_once_and_the_recheck_interval_is_kept(stack
     assert "restage asked: staged 5 files" in served.stdout, served.stdout
     assert (dest / "d0" / "f0000.bin").is_file()
     status = ContainerClient.from_container_url(stack["status"])
-    assert staged.request_name(batch_spec.DATASET) not in [b.name for b in status.list_blobs()]
+    assert staged.request_name(layout.DATASET) not in [b.name for b in status.list_blobs()]
     assert "is listed again after" in run_unit(stack, dest, "--recheck-minutes", "15").stdout
 
 
@@ -100,13 +101,13 @@ def test_without_a_report_the_gate_waits_for_the_server(stack, tmp_path):
 
 def test_an_older_servers_plain_report_is_not_taken_for_staged(stack, tmp_path):
     cli("upload", make_tree(tmp_path / "src", files=3), stack["data_write"])
-    ContainerClient.from_container_url(stack["status"]).upload_blob(batch_spec.STAGED_BLOB, b"staged by nfs-dev\n")
+    ContainerClient.from_container_url(stack["status"]).upload_blob(layout.STAGED_BLOB, b"staged by nfs-dev\n")
     assert not staging.data_ready(stack["data"], stack["status"]).ready
 
 
 def test_the_report_blob_is_the_one_the_deployer_reads():
-    assert staged.report_name(batch_spec.DATASET) == batch_spec.STAGED_BLOB
-    assert staged.MARKER == batch_spec.STAGED_MARKER
+    assert staged.report_name(layout.DATASET) == layout.STAGED_BLOB
+    assert staged.MARKER == layout.STAGED_MARKER
 
 
 def test_restage_asks_the_server_through_status_and_follows_its_reports(stack, tmp_path, capsys):
