@@ -1,5 +1,5 @@
 """Least privilege on storage, the control plane included: every principal the stacks grant (the team's groups, the
-GPU nodes' identity, the NFS server's, the deployer) holds on storage what README's table says and nothing beyond,
+GPU nodes' identity, the NFS server's, the deployer) holds on storage what docs/teams.md's table says and nothing beyond,
 judged by ALL the Actions and DataActions of its roles' definitions (infra/core/role_ids.py ROLE_PERMISSIONS, from
 https://learn.microsoft.com/azure/role-based-access-control/built-in-roles), not by the roles' names. A grant on the
 resource group counts (Reader's */read and Contributor's * reach the account); an ABAC condition does not narrow the
@@ -21,7 +21,7 @@ CONTAINER_CONTROL = {"*", "containers/delete", "containers/write"}
 
 
 def readme_table() -> dict[str, tuple[set[str], set[str]]]:
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "teams.md").read_text()
     block = text.split("<!-- storage-access-table -->")[1].split("<!-- /storage-access-table -->")[0]
     rows = {}
     for line in block.strip().splitlines()[2:]:
