@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 # A wait becomes the bound once it takes this share of the measured step time (data + compute + exchange). At 0.15,
 # removing that wait would make the run at least 1 / (1 - 0.15) = 1.18x faster: more than the run-to-run spread of
-# the benchmark's repeated runs (README: 4,996-5,155 img/s on one H100, 3%), and small enough that a run reported as
-# compute-bound loses at most 15% to each wait. MLPerf-class runs keep both well under 10%.
+# the benchmark's repeated runs (docs/training.md: 4,996-5,155 img/s on one H100, 3%), and small enough that a run
+# reported as compute-bound loses at most 15% to each wait. MLPerf-class runs keep both well under 10%.
 INPUT_BOUND_SHARE = 0.15
 EXCHANGE_BOUND_SHARE = 0.15
 # The catalog's figures (infra/core/skus.py) are at the benchmark's crop size: another size trains at another pace.

@@ -240,7 +240,7 @@ class RehearsalRefused(Exception):
 
 
 # The deployer, as the job verbs sign in at the rehearsal: a managed identity of the rehearsal's Azure AD (the
-# token endpoint serves only the identities it knows), with the roles the README gives the deployer: Storage
+# token endpoint serves only the identities it knows), with the roles docs/deploying.md gives the deployer: Storage
 # Blob Data Contributor on the account and a Batch role on the Batch account.
 DEPLOYER_CLIENT_ID = "00000000-0000-4000-8000-00000000de91"
 DEPLOYER = "rehearsal-deployer"
@@ -406,7 +406,7 @@ def _data_the_job_saw(export: Path, uploaded: int) -> str:
 
 def _people_sas(account, work: Path) -> None:
     """The SAS the stack exports for people (`pulumi stack output sas --show-secrets`), minted as the program asks
-    listStorageAccountServiceSAS; each is tried for what it must allow and refuse, and the README's use of the
+    listStorageAccountServiceSAS; each is tried for what it must allow and refuse, and docs/data.md's use of the
     data SAS (stage the dataset elsewhere) is run."""
 
     account.write_probes()

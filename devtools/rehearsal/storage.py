@@ -153,5 +153,5 @@ class Account:
             ContainerClient.from_container_url(self.as_deployer(container)).upload_blob(PROBE, b"1", overwrite=True)
 
     def as_deployer(self, container: str, permissions: str = "racwdl") -> str:
-        """The deployer signed in with Azure AD (Storage Blob Data Contributor on the account, in the README)."""
+        """The deployer signed in with Azure AD (Storage Blob Data Contributor on the account, in docs/deploying.md)."""
         return self.azurite.container_url(container, permissions)

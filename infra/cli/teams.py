@@ -235,7 +235,7 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
         # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS).
         drop |= {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
     header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
-              "# differs (README, \"Deploying a team's stack to Azure\"); reservedAddressSpaces lists the other\n"
+              "# differs (docs/deploying.md, step 1); reservedAddressSpaces lists the other\n"
               "# stacks' spaces and the ranges they reserve.")
     text = _rewrite((root / f"Pulumi.{template}.yaml").read_text(), values, drop, header)
 

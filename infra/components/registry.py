@@ -51,7 +51,7 @@ class RegistryArgs:
 
 # Only Premium registries take network rules ("Firewall rules ... available in the Premium service tier":
 # https://learn.microsoft.com/azure/container-registry/container-registry-access-selected-networks); Basic and
-# Standard stay open to the internet, behind Azure AD and token authentication (README lists it).
+# Standard stay open to the internet, behind Azure AD and token authentication (docs/security.md lists it).
 NETWORK_RULES_SKU = "Premium"
 
 

@@ -63,10 +63,10 @@ class GpuSku:
     allreduce_floor_gbps: float | None = None
     # ResNet50 img/s per GPU this size should reach with PyTorch at 224 px, from a measured benchmark (None: not
     # measured on this GPU): jobs pass it to train (--expected-img-per-sec), whose progress lines and summary give the
-    # run's share of it and what bounds the run; `infra status` prices the shortfall. Measured (README's benchmark
-    # table, 2026-11-24): one H100 80 GB HBM3 (ND H100 v5's GPU), our settings on synthetic data (bf16, channels-last,
-    # torch.compile, batch 256) 5,155 img/s, the best of three runs (4,996-5,155). Not the H100 NVL (NC H100 v5), nor
-    # H200, A100, V100 or T4: none measured here.
+    # run's share of it and what bounds the run; `infra status` prices the shortfall. Measured (the benchmark
+    # table in docs/training.md, 2026-11-24): one H100 80 GB HBM3 (ND H100 v5's GPU), our settings on synthetic data
+    # (bf16, channels-last, torch.compile, batch 256) 5,155 img/s, the best of three runs (4,996-5,155). Not the H100
+    # NVL (NC H100 v5), nor H200, A100, V100 or T4: none measured here.
     benchmark_img_per_sec: float | None = None
 
     @property

@@ -1,6 +1,6 @@
 """ResNet50 with PyTorch under Horovod (or DDP): what the runner (training/runner.py) needs from PyTorch.
 
-Launch (see README):
+Launch (see docs/training.md):
   1 process:   python -m training train --data synthetic --steps 100
   2 on a node: horovodrun -np 2 -H localhost:2 python -m training train --data /data/imagenet
   2 nodes x 8: horovodrun -np 16 -H node1:8,node2:8 python -m training train --data /data/imagenet
