@@ -30,8 +30,6 @@ class Backend(Protocol):
     required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
     live_outputs: tuple[str, ...]  # the StackOutputs fields `teams --live` reads (usage_now, and to connect)
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
-    key_vault_endpoint: bool  # whether its subnets need the Microsoft.KeyVault service endpoint (its Key Vault)
-    max_tags: int  # the fewest tags any of its resources takes (Azure's per-type limits)
 
     def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the
@@ -75,12 +73,6 @@ class Backend(Protocol):
     def budget_stop(self, env: Environment) -> Any:
         """What the budget guard does to stop its GPU nodes' spend (a StopAction of infra/components/budget.py):
         the ARM call that scales them to zero and the one role it needs on them."""
-
-    def fixed_costs(self, cfg: StackConfig) -> dict[str, float]:
-        """Its always-on items, USD per hour."""
-
-    def node_extra(self, cfg: StackConfig) -> tuple[float, str]:
-        """What each node bills beside its VM (USD per hour), and how plan says so ("" when nothing)."""
 
 
 # Imported after the protocol: the backend modules import nothing heavy at the top (see above).

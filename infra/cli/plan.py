@@ -284,7 +284,7 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
                   "egress not included)",
               f"  GPU node {sku.name}: {sku.gpus}x {sku.gpu_model}, "
               f"{'InfiniBand' if sku.infiniband else 'no InfiniBand'}: {estimate.node_price:.2f} per node"
-              + backend(cfg.backend).node_extra(cfg)[1]
+              + cost.node_extra(cfg)[1]
               + price_note(sku)]
     lines += [f"  {item}: {price:.3f}" for item, price in estimate.fixed.items()]
     nodes = cfg.nodes

@@ -20,6 +20,7 @@ from infra.components import roles
 from infra.components.access import LEVELS, TeamAccess, TeamAccessArgs, team_grants
 from infra.components.budget import TeamBudget, TeamBudgetArgs, start_of_month
 from infra.core import naming
+from infra.core.backend_facts import facts
 from infra.core.config import StackConfig
 from infra.components.identity import NodeIdentity, NodeIdentityArgs
 from infra.components.monitoring import Monitoring, MonitoringArgs
@@ -51,7 +52,7 @@ class Environment(pulumi.ComponentResource):
         place = dict(resource_group_name=rg, location=cfg.location, tags=cfg.tags)
         self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg.monitoring, **place), child)
         self.network = Network(f"{name}-net", NetworkArgs(
-            cfg.network, **place, key_vault_endpoint=backend(cfg.backend).key_vault_endpoint), child)
+            cfg.network, **place, key_vault_endpoint=facts(cfg.backend).key_vault_endpoint), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
             cfg.storage, **place, account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location),
             subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],

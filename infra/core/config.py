@@ -27,6 +27,9 @@ import yaml
 
 from infra import REPO_ROOT
 from infra.core import engine_config as engine
+# From the backends table: the `backend` key's values and the keys that mean something to one backend only
+# (setting one for another backend is refused, not ignored).
+from infra.core.backend_facts import BACKEND_ONLY_KEYS, BACKENDS, facts
 from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
@@ -40,13 +43,6 @@ IMAGES = tuple(image.name for image in frameworks.images())
 IMAGE_OF_LOOP = {f.name: f.image.name for f in frameworks.FRAMEWORKS.values()}  # trainingFramework -> image
 SHARED_IMAGES = "; ".join(f"{f.name} runs in the {f.image.name} image" for f in frameworks.FRAMEWORKS.values()
                           if f.name != f.image.name)
-BACKENDS = ("batch", "azureml")
-# Keys that mean something to one backend only; setting one for the other backend is refused, not ignored.
-BACKEND_ONLY_KEYS = {
-    "batch": ("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "dataLocalCache", "trainingDataWaitMinutes",
-              "trainingRetries"),
-    "azureml": ("amlDataMode", "amlIdleMinutes", "amlWorkspaceAccess"),
-}
 # Keys a stack file may still hold under an older name: the line that says what to write instead, and why.
 RENAMED_KEYS = {
     # https://github.com/Azure/Batch/issues/196 (Low-Priority compute nodes migration to Spot-based compute nodes,
@@ -473,9 +469,8 @@ class TaggingConfig:
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], backend_name: str) -> TaggingConfig:
-        from infra.backends import backend  # here: the registry imports this module's types
         extra = values["tags"]
-        limit = min(MAX_TAGS, backend(backend_name).max_tags)
+        limit = min(MAX_TAGS, facts(backend_name).max_tags)
         room = limit - len(OWN_TAGS)
         if len(extra) > room:
             where = "per resource" if limit == MAX_TAGS else f"on some of backend {backend_name}'s resources"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.backends import backend
-from infra.core.config import BACKEND_ONLY_KEYS, StackConfig
+from infra.core.backend_facts import applies, facts
+from infra.core.config import StackConfig
 from infra.core.skus import NFS_VM_SIZES
 
 PRICES_REGION = "eastus"  # the region every price below and in skus.py is for
@@ -27,7 +27,6 @@ HOURS_PER_MONTH = 730  # 365 x 24 / 12: the month Azure's pricing pages quote mo
 PREMIUM_SSD_TIERS = ((32, 5.28), (64, 10.21), (128, 19.71), (256, 38.01), (512, 73.22), (1024, 135.17),
                      (2048, 259.05), (4096, 495.57))
 AZURE_FILES_PREMIUM_PER_GIB_MONTH = 0.16
-PRIVATE_ENDPOINT_PER_HOUR = 0.01
 
 
 @dataclass(frozen=True)
@@ -65,12 +64,21 @@ def estimate(config: StackConfig) -> CostEstimate:
         "egress public IP": PUBLIC_IP_PER_HOUR,
         f"container registry ({config.registry.registry_sku})": REGISTRY_PER_HOUR[config.registry.registry_sku],
     }
-    chosen = backend(config.backend)
-    fixed.update(chosen.fixed_costs(config))
+    if applies("nfsKind", config.backend):  # the backend's NFS server, priced by the nfs* keys
+        fixed.update(nfs_per_hour(config))
+    fixed.update(facts(config.backend).fixed_costs)
     # Spot nodes (spot: true) bill the variable Spot rate, at most the pay-as-you-go price (plan.py, _spot_lines):
     # the pay-as-you-go price is the estimate's upper bound, never a fixed discount.
-    node_price = config.nodes.sku.price_per_hour + chosen.node_extra(config)[0]
+    node_price = config.nodes.sku.price_per_hour + node_extra(config)[0]
     return CostEstimate(fixed, node_price, config.nodes.min_nodes, config.nodes.max_nodes)
+
+
+def node_extra(config: StackConfig) -> tuple[float, str]:
+    """What each node bills beside its VM (USD per hour), and how plan says so ("" when nothing)."""
+    disk_gb = facts(config.backend).node_os_disk_gb
+    if disk_gb is None:
+        return 0.0, ""  # the service sizes the nodes' OS disk itself (Azure ML): not priced
+    return premium_disk_per_hour(disk_gb), f" (with its {disk_gb} GiB premium OS disk)"
 
 
 def price_label(location: str | None) -> str:
@@ -82,11 +90,6 @@ def price_label(location: str | None) -> str:
 
 def monthly(per_hour: float) -> float:
     return per_hour * HOURS_PER_MONTH
-
-
-def applies(key: str, backend_name: str) -> bool:
-    """Whether a config key means something to this backend (config.BACKEND_ONLY_KEYS)."""
-    return all(key not in keys for other, keys in BACKEND_ONLY_KEYS.items() if other != backend_name)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The floors of infra/, read from the code's own imports: every import of one project module by another counts,
 at the top, inside a function and under TYPE_CHECKING alike, so no import can hide an upward one.
 
-  core < components < backends < the stack (the root __main__.py, infra/stack.py) and the job SDK < preview < cli
+  core < components < backends < the stack's wiring (the Pulumi program, the root __main__.py) < preview < cli
   < `python -m infra` (infra/__main__.py)
 
 A floor imports only its own floor and those below; no files import each other in a circle; a backend's folder
@@ -22,8 +22,6 @@ FLOORS = {
     "infra/components/": 2,
     "infra/backends/": 3,
     "__main__.py": 4,  # the Pulumi program: wires the stack
-    "infra/stack.py": 4,
-    "infra/jobs.py": 4,
     "infra/policy/": 4,  # the CrossGuard pack: a program of its own over core/security.py
     "infra/preview/": 5,
     "infra/cli/": 6,
@@ -34,8 +32,6 @@ BACKEND_FOLDERS = ("infra/backends/batch/", "infra/backends/azureml/")
 KNOWN_UPWARD = {
     "infra/components/environment.py imports infra/backends/__init__.py",
     "infra/components/environment.py imports infra/backends/shared.py",
-    "infra/core/config.py imports infra/backends/__init__.py",
-    "infra/core/cost.py imports infra/backends/__init__.py",
 }
 
 

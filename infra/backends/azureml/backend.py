@@ -17,12 +17,6 @@ class AzureMlBackend:
                         "aml_environments", "pull_identity_client_id")
     live_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name")
     refused_verbs: dict[str, str] = {}
-    # Its Key Vault admits the VNet by a VNet rule, which needs the service endpoint on the subnet.
-    key_vault_endpoint = True
-    # The workspace's private DNS zones and their VNet links take at most 15 tags ("Azure Private DNS (Zone, A
-    # records, and virtual network link)" in https://learn.microsoft.com/azure/azure-resource-manager/management/
-    # tag-resources#limitations), and every one of them gets the stack's tags.
-    max_tags = 15
 
     def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
@@ -223,13 +217,3 @@ class AzureMlBackend:
             role=roles.AZUREML_COMPUTE_OPERATOR, why="scale the GPU cluster to zero nodes when the budget runs "
                                                     "out (Compute - Update on this cluster only)")
 
-    def fixed_costs(self, cfg) -> dict[str, float]:
-        from infra.core import cost
-
-        return {
-            "Azure ML workspace private endpoint": cost.PRIVATE_ENDPOINT_PER_HOUR,
-            "Azure ML workspace, Key Vault": 0.0,  # no hourly charge: the compute bills, Key Vault per operation
-        }
-
-    def node_extra(self, cfg) -> tuple[float, str]:
-        return 0.0, ""  # Azure ML sizes the nodes' OS disk itself: not priced

@@ -16,10 +16,6 @@ class BatchBackend:
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
                         "pull_identity_id", "pull_identity_client_id", "container_urls")
     live_outputs = ("batch_account_endpoint", "pool_id")
-    key_vault_endpoint = False
-    # Azure's general limit: 50 tags per resource (every resource this backend declares takes 50).
-    # https://learn.microsoft.com/azure/azure-resource-manager/management/tag-resources#limitations
-    max_tags = 50
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 
@@ -240,15 +236,3 @@ class BatchBackend:
             role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "
                                                      "(Pool - Update on this pool only)")
 
-    def fixed_costs(self, cfg) -> dict[str, float]:
-        from infra.core import cost
-
-        return {**cost.nfs_per_hour(cfg), "Batch account": 0.0}  # Batch itself is free: only its nodes bill
-
-    def node_extra(self, cfg) -> tuple[float, str]:
-        from infra.backends.batch import spec as batch_spec
-        from infra.core import cost
-
-        # The pool's premium OS disk bills with each node.
-        return (cost.premium_disk_per_hour(batch_spec.POOL_OS_DISK_GB),
-                f" (with its {batch_spec.POOL_OS_DISK_GB} GiB premium OS disk)")

@@ -11,8 +11,9 @@ a change to those properties replaces the pool (when no job runs on it).
 
 The HPC image keeps Docker's data root on the OS disk (/var/lib/docker, not the temporary disk as Batch's own
 container images do: https://learn.microsoft.com/azure/batch/batch-docker-container-workloads), and a CUDA
-devel training image is tens of GB unpacked: the OS disk is sized for the images (batch_spec.POOL_OS_DISK_GB), and a node
-prefetches only the image of the job `up` launches (another framework's image is pulled when a job asks for it).
+devel training image is tens of GB unpacked: the OS disk is sized for the images (POOL_OS_DISK_GB, in
+infra/core/backend_facts.py), and a node prefetches only the image of the job `up` launches (another framework's
+image is pulled when a job asks for it).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pulumi_azure_native import authorization, batch
 from infra.components import roles
 from infra.backends.batch import spec as batch_spec
 from infra.core import security
+from infra.core.backend_facts import POOL_OS_DISK_GB
 from infra.core.config import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
@@ -121,7 +123,7 @@ class Cluster(pulumi.ComponentResource):
                     disk_encryption_configuration=batch.DiskEncryptionConfigurationArgs(
                         targets=[batch.DiskEncryptionTarget.TEMPORARY_DISK]),
                     os_disk=batch.OSDiskArgs(
-                        disk_size_gb=batch_spec.POOL_OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
+                        disk_size_gb=POOL_OS_DISK_GB, caching=batch.CachingType.READ_WRITE,
                         managed_disk=batch.ManagedDiskArgs(storage_account_type=batch.StorageAccountType.PREMIUM_LRS)),
                     container_configuration=batch.ContainerConfigurationArgs(
                         type=batch.ContainerType.DOCKER_COMPATIBLE,

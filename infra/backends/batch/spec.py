@@ -94,13 +94,6 @@ class JobInputs:
         """Same training, same fingerprint."""
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
 
-# The nodes' OS disk (managed, premium SSD): the HPC image's own system, plus the training images Docker keeps
-# there (a pull holds the downloaded layers and their unpacked copy), with room for the other framework's image
-# and a rebuilt one beside the old. osDisk.diskSizeGB is "the initial disk size in GB when creating new OS disk"
-# (https://learn.microsoft.com/rest/api/batchmanagement/pool/create#osdisk). The size is a judgment, not a
-# measurement: no node has run here.
-POOL_OS_DISK_GB = 256  # cluster.py declares it, cost.py prices it
-
 
 def job_id(inputs: JobInputs, attempt: str = "") -> str:
     """Batch job IDs are unique per account and never reusable after deletion, hence the fingerprint."""

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from infra.backends.batch.spec import POOL_OS_DISK_GB
+from infra.core.backend_facts import POOL_OS_DISK_GB
 from infra.cli import plan
 from infra.core import cost
 from infra.core.skus import NFS_VM_SIZES

@@ -114,7 +114,7 @@ def test_plan_passes_its_security_checks_for_every_stack_in_the_repo(plans):
 def test_a_batch_node_costs_its_size_and_its_os_disk_at_the_premium_tier_it_fits():
     """The pool's nodes carry a premium OS disk sized for the images (cluster.py): it bills per node."""
     from infra.core import cost
-    from infra.backends.batch.spec import POOL_OS_DISK_GB
+    from infra.core.backend_facts import POOL_OS_DISK_GB
 
     cfg = config.from_stack_file("dev")
     p15_per_month = dict(cost.PREMIUM_SSD_TIERS)[256]  # Azure's P15 tier: up to 256 GiB

@@ -12,7 +12,7 @@ from infra.backends.batch import spec as batch_spec
 from infra.core import config
 from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES
 from infra.backends.shared import StackOutputs
-from infra.backends.batch.spec import POOL_OS_DISK_GB
+from infra.core.backend_facts import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 from infra.core.role_ids import role_key
 
