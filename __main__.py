@@ -2,7 +2,7 @@
 import pulumi
 
 from infra.core import config
-from infra.components.environment import deploy
+from infra.stack import deploy
 
 try:
     stack_config = config.from_pulumi()

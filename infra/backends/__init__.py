@@ -20,8 +20,23 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
     from infra.components.access import TeamGrant
-    from infra.components.environment import Environment
     from infra.core.config import StackConfig
+
+
+class Environment(Protocol):
+    """What a backend's `declare` finds of the stack built before it (infra/stack.py's Environment, a Pulumi
+    ComponentResource its components are children of). A backend adds its own components to it (nfs, cluster,
+    azureml, job), which `service_id` and `budget_stop` read back."""
+    now: Any  # the clock for SAS and token expiry
+    network: Any
+    storage: Any
+    registry: Any
+    monitoring: Any
+    node_identity: Any  # the GPU nodes' managed identity
+    node_grants: list  # its blob roles
+    deployer: Any  # whoever runs `pulumi up`
+    deployer_grants: list  # the deployer's data-plane roles, a backend appends its own
+    job: Any  # the training job resource, where `up` launches one
 
 
 @runtime_checkable

@@ -46,7 +46,7 @@ def launch_when_ready(props: dict[str, Any], key: str, staged: Callable[[str, st
 
 def waiting_for_access(err: AccessRefused) -> str:
     """The job resources' state when a data plane refused `up` (403). The same `up` has just granted the deployer
-    its data-plane roles (environment.py), and "role assignment changes can take up to 30 minutes to take
+    its data-plane roles (infra/stack.py), and "role assignment changes can take up to 30 minutes to take
     effect" (https://learn.microsoft.com/azure/role-based-access-control/troubleshooting): so nothing is
     submitted, `up` does not fail, and the next `up` tries again."""
     return (f"waiting for access: {err}. If this `pulumi up` has just granted your roles, they can take up to 30 "

@@ -34,7 +34,7 @@ def _camel(name: str) -> str:
 
 @dataclass(frozen=True)
 class StackOutputs:
-    """The stack's outputs: what environment.py exports and `pulumi stack output --json` gives back. The export
+    """The stack's outputs: what infra/stack.py exports and `pulumi stack output --json` gives back. The export
     names are the fields' names in camelCase (`pool_id` -> `poolId`), the public contract of `pulumi stack output`:
     this class is the one place that names them (`exports`, `from_json`)."""
 
@@ -73,7 +73,7 @@ class StackOutputs:
         return cls(**{known[key]: value for key, value in values.items() if key in known})
 
     def exports(self, names: tuple[str, ...]) -> dict[str, Any]:
-        """The fields `names`, in that order, by their export names (what environment.py exports)."""
+        """The fields `names`, in that order, by their export names (what infra/stack.py exports)."""
         return {_camel(name): getattr(self, name) for name in names}
 
     @staticmethod
@@ -87,7 +87,7 @@ class StackOutputs:
 
 # The member file (`python -m infra member-file`): the stack outputs a team member's verbs read, with no secret
 # value, so that members need neither the Pulumi state nor its secrets. What the verbs read is in StackOutputs;
-# the one secret output is `sas` (environment.py exports it as a Pulumi secret), and Pulumi shows any other output
+# the one secret output is `sas` (infra/stack.py exports it as a Pulumi secret), and Pulumi shows any other output
 # that a secret taints as "[secret]" without --show-secrets: both are left out, and so is any value that holds a
 # SAS signature or an account key, whatever its name.
 SECRET_OUTPUTS = ("sas",)

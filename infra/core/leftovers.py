@@ -28,7 +28,7 @@ STORAGE_COST = "bills for the data left in it (per GB a month: Hot LRS about $0.
 def group_leftovers(group: Mapping[str, Any] | None, resources: Sequence[Mapping[str, Any]],
                     subscription: str) -> list[Leftover]:
     """A group that outlived `destroy` (retainOutputs keeps it and its storage account: infra/components/
-    environment.py) and each resource still in it (Resources - List By Resource Group:
+    infra/stack.py) and each resource still in it (Resources - List By Resource Group:
     https://learn.microsoft.com/rest/api/resources/resources/list-by-resource-group, value[{id, name, type}])."""
     if group is None:
         return []

@@ -190,7 +190,7 @@ def _plain(value: Any) -> Any:
 def evaluate(config: StackConfig, now: datetime | None = None) -> Evaluation:
     """Run the program's body, `deploy(config)`, under mocks; nothing leaves this process. For a config that no
     stack file holds (tests vary one); `plan` and the conformance tests run __main__.py with `evaluate_program`."""
-    from infra.components.environment import deploy
+    from infra.stack import deploy
 
     return _evaluate(config.stack, lambda: deploy(config, now), lambda: config)
 

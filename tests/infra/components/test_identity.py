@@ -2,7 +2,7 @@
 and an existing stack moves it from under the Registry, where it used to be, instead of replacing it."""
 import pulumi
 
-from infra.components import environment
+from infra import stack
 from infra.core import config
 from infra.preview import offline
 from tests.infra.conftest import NOW
@@ -31,14 +31,14 @@ def test_the_node_identity_is_its_own_component_and_every_grant_and_output_uses_
 def test_an_existing_stack_keeps_its_identity_through_an_alias_to_its_urn_under_the_registry(monkeypatch):
     cfg = config.from_stack_file("dev")
     aliases: list[str] = []
-    real_deploy = environment.deploy
+    real_deploy = stack.deploy
 
     def deploy(config_, now):
         env = real_deploy(config_, now)
         pulumi.Output.all(*env.node_identity.identity._aliases).apply(aliases.extend)
         return env
 
-    monkeypatch.setattr(environment, "deploy", deploy)
+    monkeypatch.setattr(stack, "deploy", deploy)
     offline.evaluate(cfg, now=NOW)
     # The SDK adds the provider's own type aliases (older API versions); ours is the one under the Registry.
     moved = [urn for urn in aliases if "dltrain:registry:Registry" in urn]

@@ -1,4 +1,5 @@
-"""Environment: one team's whole training environment, the root of the resource tree.
+"""The stack: one team's whole training environment (Environment), the root of the resource tree, and the only
+place that wires the components and the stack's backend together (the Pulumi program, __main__.py, runs `deploy`).
 
 Order follows the data path: resource group -> monitoring -> network -> storage (+SAS) -> registry and
 images -> then the backend. batch (the reference architecture): NFS file server (staged from storage) ->
