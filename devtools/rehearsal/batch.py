@@ -134,7 +134,8 @@ class RehearsalBatch:
         """`node_env`: the image's environment (PATH to the training environment...); `pool_spec`: the Pool
         resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID;
         `work`: the rehearsal's folder, where its state is recorded for the verbs of other processes."""
-        self.pool, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
+        # the local nodes (not `pool`: that is Pools - Get, which the verbs call since the budget check)
+        self.nodes, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
         self.identities, self.log, self.work = identities, log, work
         self.jobs: dict[str, dict[str, Any]] = {}
         self.tasks: dict[str, dict[str, Any]] = {}
@@ -216,14 +217,14 @@ class RehearsalBatch:
     def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
         """The subtasks of a multi-instance task: one per node but the primary's (ids 1..n-1; Tasks_ListSubTasks)."""
         task = self.task(job_id, task_id)
-        nodes = self.pool.nodes[:task["multiInstanceSettings"]["numberOfInstances"]]
+        nodes = self.nodes.nodes[:task["multiInstanceSettings"]["numberOfInstances"]]
         return [{"id": index, "nodeInfo": {"nodeId": f"tvm-{index}", "poolId": "gpu"},
                  "state": "completed" if task["state"] == "completed" else "running"}
                 for index in range(1, len(nodes))]
 
     def task_file(self, job_id: str, task_id: str, path: str) -> bytes:
         self.task(job_id, task_id)
-        file = self._task_dir(self.pool.nodes[0], job_id, task_id) / path
+        file = self._task_dir(self.nodes.nodes[0], job_id, task_id) / path
         if not file.is_file():
             raise rest.file_not_found()
         return file.read_bytes()
@@ -231,12 +232,13 @@ class RehearsalBatch:
     def pool(self, pool_id: str) -> dict[str, Any]:
         if pool_id != "gpu":
             raise rest.pool_not_found()
-        return {"id": pool_id, "state": "active", "allocationState": "steady",
-                "currentDedicatedNodes": len(self.pool.nodes), "currentLowPriorityNodes": 0}
+        # An autoscale pool, as every stack declares it (infra/backends/batch/cluster.py): not the budget guard's stop
+        return {"id": pool_id, "state": "active", "allocationState": "steady", "enableAutoScale": True,
+                "currentDedicatedNodes": len(self.nodes.nodes), "currentLowPriorityNodes": 0}
 
     def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
         self.pool(pool_id)  # its local nodes are dedicated, and idle between jobs
-        return [{"id": f"node-{i}", "state": "idle", "isDedicated": True} for i, _ in enumerate(self.pool.nodes)]
+        return [{"id": f"node-{i}", "state": "idle", "isDedicated": True} for i, _ in enumerate(self.nodes.nodes)]
 
     def _end_with_tasks(self, job_id: str) -> None:
         # onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
@@ -256,9 +258,9 @@ class RehearsalBatch:
         how many processes the evicted node had."""
         with self.lock:
             self.preempted[job_id] = node.hostname
-        killed = self.pool.kill(node)
-        for other in self.pool.nodes:
-            self.pool.kill(other)
+        killed = self.nodes.kill(node)
+        for other in self.nodes.nodes:
+            self.nodes.kill(other)
         return killed
 
     def wait(self, job_id: str, timeout: float | None = None) -> None:
@@ -268,7 +270,7 @@ class RehearsalBatch:
         """The state `python -m devtools rehearse --serve` serves once the rehearsal has ended (RecordedAccount),
         replaced in one rename so it is never half written."""
         state = {"pid": os.getpid(), "azurite_port": self.account.azurite.port,
-                 "primary_batch_root": str(self.pool.nodes[0].batch_root), "jobs": self.jobs, "tasks": self.tasks}
+                 "primary_batch_root": str(self.nodes.nodes[0].batch_root), "jobs": self.jobs, "tasks": self.tasks}
         partial = self.work / f".{STATE_FILE}.partial"
         partial.write_text(json.dumps(state, indent=1, default=str))
         partial.replace(self.work / STATE_FILE)
@@ -283,7 +285,7 @@ class RehearsalBatch:
 
     def _batch_env(self, node: Node, job_id: str, task_id: str, nodes: list[Node] | None = None) -> dict[str, str]:
         """Batch's variables on `node` for a task on `nodes` (default: the whole pool), the primary first."""
-        nodes = nodes or self.pool.nodes
+        nodes = nodes or self.nodes.nodes
         return batch_env(BATCH_ROOT, [n.address for n in nodes], nodes.index(node), job_id, task_id)
 
     def _run(self, job_id: str, node: Node, command_line: str, env: dict[str, str], cwd: Path, out: Path,
@@ -294,7 +296,7 @@ class RehearsalBatch:
         out_host.mkdir(parents=True, exist_ok=True)
         node.host_path(cwd).mkdir(parents=True, exist_ok=True)
         with open(out_host / "stdout.txt", "ab") as stdout, open(out_host / "stderr.txt", "ab") as stderr:
-            process = subprocess.Popen(self.pool.command(node, argv, cwd), env=env, stdout=stdout, stderr=stderr)
+            process = subprocess.Popen(self.nodes.command(node, argv, cwd), env=env, stdout=stdout, stderr=stderr)
             self.processes.setdefault(job_id, []).append(process)
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
@@ -317,7 +319,7 @@ class RehearsalBatch:
         # (https://learn.microsoft.com/azure/batch/files-and-directories, "startup"); the page gives no value for its
         # AZ_BATCH_TASK_* variables, so it gets the node's only (our start task uses no other).
         startup = node_folders(BATCH_ROOT)["AZ_BATCH_NODE_STARTUP_DIR"]
-        for node in self.pool.nodes:
+        for node in self.nodes.nodes:
             env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items() if k in START_TASK_ENV}}
             code = self._run("", node, start.get("commandLine", "true"), env, startup, startup, None)
             if code != 0:
@@ -360,10 +362,10 @@ class RehearsalBatch:
         """One try of the multi-instance task on every node; the application command's exit code."""
         task_id = task["id"]
         multi = task["multiInstanceSettings"]
-        if multi["numberOfInstances"] > len(self.pool.nodes):
+        if multi["numberOfInstances"] > len(self.nodes.nodes):
             raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; the rehearsal pool has "
-                               f"{len(self.pool.nodes)} (--nodes)")
-        nodes = self.pool.nodes[:multi["numberOfInstances"]]
+                               f"{len(self.nodes.nodes)} (--nodes)")
+        nodes = self.nodes.nodes[:multi["numberOfInstances"]]
         task_env = {e["name"]: e["value"] for e in task.get("environmentSettings", [])}
         limit = wall_clock_seconds(task.get("constraints", {}).get("maxWallClockTime"))
         task_dir = self._task_dir_on_node(job_id, task_id)
@@ -416,8 +418,8 @@ class RehearsalBatch:
                                                      "message": "The task ran longer than its maxWallClockTime"}
                     break
                 finally:
-                    for node in self.pool.nodes:
-                        self.pool.kill(node)  # the task's containers end with it (its sshd included)
+                    for node in self.nodes.nodes:
+                        self.nodes.kill(node)  # the task's containers end with it (its sshd included)
                 evicted = self.preempted.pop(job_id, None)
                 if evicted and job_id not in self.terminated:
                     # Requeued, not retried: Batch's task model says "Retries due to recovery operations are
@@ -451,7 +453,7 @@ class RehearsalBatch:
         except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
             info.update(exitCode=-1, result="failure", failureInfo={"category": "servererror", "code": "RehearsalError",
                                                                     "message": str(err)})
-        primary = self.pool.nodes[0]
+        primary = self.nodes.nodes[0]
         working_dir = self._task_dir_on_node(job_id, task["id"]) / "wd"
         try:
             self.uploaded[job_id] = self._upload_outputs(primary, task, working_dir)

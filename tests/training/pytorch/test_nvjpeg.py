@@ -18,7 +18,7 @@ LEVEL = 1 / 255 / 0.229  # one 8-bit level after normalisation, at the largest o
 
 
 def folder(root, loader, rank=1, size=2, device="cpu", **overrides):
-    cfg = resolve_for_device(TrainConfig(data=str(root), image_size=64, batch_size=4, workers=1, num_classes=4,
+    cfg = resolve_for_device(TrainConfig(data=str(root), image_size=64, batch_size=4, workers=1, num_classes=0,
                                          loader=loader, **overrides), gpu=False)
     return FolderData(root, cfg, rank, size, torch.device(device))
 

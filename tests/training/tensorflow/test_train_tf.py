@@ -126,7 +126,7 @@ def test_mixed_precision_trains_and_summarises(framework, precision, tmp_path):
     (["--framework", "keras", "--compile"], "--compile applies to pytorch only"),
     (["--framework", "tensorflow", "--dist", "ddp"], "--dist ddp applies to pytorch only"),
     (["--framework", "pytorch", "--xla"], "use --compile"),
-    (["--framework", "keras", "--data", "/no/such/folder"], "--data /no/such/folder: no train/ folder"),
+    (["--framework", "keras", "--data", "/no/such/folder"], "--data /no/such/folder: no such folder"),
 ])
 def test_flags_that_do_not_apply_and_bad_paths_fail_with_one_line(args, message, tmp_path):
     result = training("train", *args, "--steps", "1", "--output-dir", tmp_path / "o", check=False)
