@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from infra.backends.shared import StackOutputs, quota_vcpus
-
-if TYPE_CHECKING:
-    from infra.backends.azureml import job as aml_job
+from infra.backends.azureml import job as aml_job
+from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
+                                   verb_roles_line)
+from infra.core import config, naming
+from infra.core.skus import AML_SIZES_DOC
 
 
 class AzureMlBackend:
@@ -27,7 +28,6 @@ class AzureMlBackend:
         from infra.backends.azureml.workspace import AzureMl, AzureMlArgs
         from infra.components import roles
         from infra.components.access import grants_deployer
-        from infra.core import naming
 
         nodes = env.node_identity.identity
         # Identity-based system datastores: Azure ML reads a job's code snapshot and writes its logs and MLflow
@@ -88,14 +88,11 @@ class AzureMlBackend:
 
     def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                    train_args: tuple[str, ...] | None = None) -> aml_job.AmlJobInputs:
-        from infra.backends.azureml import job as aml_job
 
         return aml_job.aml_job_inputs(cfg, outputs, framework, nodes, train_args)
 
     def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
         from infra.backends.azureml import operate as operate_aml
-        from infra.backends.shared import now_utc, require_staged, resolve_job
-        from infra.core import config
 
         service = connect(outputs)
         if args.command == "submit":
@@ -124,7 +121,6 @@ class AzureMlBackend:
         """The compute cluster's nodes (AmlJobs.count_nodes), and the stack's jobs in no terminal state (Queued,
         Preparing, Running, Finalizing...: service.TERMINAL lists the ended ones)."""
         from infra.backends.azureml.service import TERMINAL
-        from infra.backends.shared import job_prefix
 
         jobs = service.list_jobs(job_prefix(stack))
         return service.count_nodes(outputs.aml_compute_name), sum(job["status"] not in TERMINAL for job in jobs)
@@ -151,8 +147,6 @@ class AzureMlBackend:
 
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
-        from infra.backends.shared import verb_roles_line
-        from infra.core.skus import AML_SIZES_DOC
 
         listed = ("Azure ML's supported-series table lists it" if sku.aml_listed
                   else "Azure ML's supported-series table is silent on it")

@@ -3,12 +3,16 @@ of it (infra/backends/__init__.py: Backend). Pulumi and the Azure clients are im
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from infra.backends.shared import StackOutputs, quota_vcpus
-
-if TYPE_CHECKING:
-    from infra.backends.batch import spec as batch_spec
+from infra.backends.batch import spec as batch_spec
+from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
+                                   verb_roles_line)
+from infra.core import config, cost, naming
+from infra.core.containers import DATASET
+from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
+from infra.core.skus import BATCH_SIZES_DOC
+from training.data.staged import request_name
 
 
 class BatchBackend:
@@ -28,7 +32,6 @@ class BatchBackend:
         from infra.components import roles
         from infra.components.access import grants_deployer
         from infra.components.nfs import NfsArgs, NfsNames, NfsServer
-        from infra.core import naming
 
         child = pulumi.ResourceOptions(parent=env)
         urls = env.storage.container_urls
@@ -99,14 +102,11 @@ class BatchBackend:
 
     def job_inputs(self, cfg, outputs: StackOutputs, framework: str | None = None, nodes: int | None = None,
                    train_args: tuple[str, ...] | None = None) -> batch_spec.JobInputs:
-        from infra.backends.batch import spec as batch_spec
 
         return batch_spec.job_inputs(cfg, outputs, framework, nodes, train_args)
 
     def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
         from infra.backends.batch import operate
-        from infra.backends.shared import now_utc, require_staged, resolve_job
-        from infra.core import config
 
         if args.command == "download":
             job = args.job or resolve_job(connect(outputs), args.stack, None)
@@ -125,8 +125,6 @@ class BatchBackend:
             return 0
         job = resolve_job(service, args.stack, args.job)
         if args.command == "status":
-            from infra.core import cost
-
             print("\n".join(operate.status(service, job, cost.estimate(cfg).node_price).lines()))
         elif args.command == "logs":
             operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
@@ -140,7 +138,6 @@ class BatchBackend:
         active ("The Job is available to have Tasks scheduled"; the others are disabling, disabled, enabling,
         terminating, completed, deleting: BatchJobState, https://learn.microsoft.com/dotnet/api/
         azure.compute.batch.batchjobstate, the REST spec's enum)."""
-        from infra.backends.shared import job_prefix
 
         dedicated, spot = service.pool_nodes(outputs.pool_id)
         jobs = service.list_jobs(job_prefix(stack))
@@ -160,8 +157,6 @@ class BatchBackend:
 
     def ready_when(self, cfg) -> str:
         if cfg.nfs.kind == "vm":
-            from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
-
             return ("once the NFS server reports `data` staged as it is now (it checks every minute while waiting, "
                     f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
                     "at once)")
@@ -179,8 +174,6 @@ class BatchBackend:
                  f"Batch dedicated core quota for the {sku.name} family ({sku.quota_family}) in {cfg.location}: "
                  f"{vcpus}")
         from infra.backends.batch.cluster import api_version_warning
-        from infra.backends.shared import verb_roles_line
-        from infra.core.skus import BATCH_SIZES_DOC
 
         listed = ("Batch's supported-size table lists its series" if sku.batch_listed
                   else "Batch's size docs are silent on it")
@@ -204,9 +197,6 @@ class BatchBackend:
         grants = [TeamGrant("service", roles.BATCH_JOB_SUBMITTER, "`python -m infra submit|status|logs|cancel` "
                                                                   "(jobs, tasks and their files)")]
         if cfg.nfs.kind == "vm":
-            from infra.core.containers import DATASET
-            from training.data.staged import request_name
-
             grants.append(TeamGrant("status", roles.BLOB_DATA_WRITER, "`python -m infra submit` reads the NFS "
                                     "server's staging report, `python -m infra restage` writes its request",
                                     roles.blob_writes_only(request_name(DATASET))))
