@@ -68,6 +68,13 @@ class GpuSku:
     # (bf16, channels-last, torch.compile, batch 256) 5,155 img/s, the best of three runs (4,996-5,155). Not the H100
     # NVL (NC H100 v5), nor H200, A100, V100 or T4: none measured here.
     benchmark_img_per_sec: float | None = None
+    # The azurehpc-health-checks configuration of this size (conf/<name>.conf, https://github.com/Azure/azurehpc-health-checks,
+    # the name its run-health-checks.sh derives from the VM size: lower case, without "standard_"), which the Batch
+    # pool's start task runs before a node takes a task (infra/core/node_health.py); "": no check, the start task says
+    # so in one line. Set on the InfiniBand sizes, each name checked against the confs of v0.4.5, the release the
+    # pinned HPC image installs (tests/infra/core/test_node_health.py). The NC A100/H100 v5 sizes have confs upstream
+    # too, not wired here.
+    health_conf: str = ""
 
     @property
     def retired(self) -> bool:
@@ -107,7 +114,7 @@ CATALOG: dict[str, GpuSku] = {
         # NCadsH100_v5 (no InfiniBand); NC24rs_v3 was the reference's RDMA size for multi-node jobs, so its
         # successor here is the InfiniBand ND A100 v4.
         GpuSku("Standard_NC24rs_v3", 4, "V100 16GB", True, 13.46, 24, "", "2025-09-30", "Standard_ND96asr_v4",
-               quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
+               quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True, health_conf="nc24rs_v3"),
         GpuSku("Standard_NC24s_v3", 4, "V100 16GB", False, 12.24, 24, "", "2025-09-30", "Standard_NC24ads_A100_v4",
                quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
         GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, 6, "", "2025-09-30", "Standard_NC24ads_A100_v4",
@@ -128,12 +135,12 @@ CATALOG: dict[str, GpuSku] = {
         # Topology files: the Ubuntu HPC image ships one per ND family under /opt/microsoft
         # (https://learn.microsoft.com/azure/virtual-machines/workloads/hpc/configure, "NCCL topology").
         GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20, 96, "/opt/microsoft/ndv4-topo.xml",
-               quota_family="StandardNDASv4_A100Family", batch_listed=True, aml_listed=True),
+               quota_family="StandardNDASv4_A100Family", batch_listed=True, aml_listed=True, health_conf="nd96asr_v4"),
         GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml",
-               quota_family="standardNDAMSv4_A100Family"),
+               quota_family="standardNDAMSv4_A100Family", health_conf="nd96amsr_a100_v4"),
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
                quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0,
-               benchmark_img_per_sec=5155.0),
+               benchmark_img_per_sec=5155.0, health_conf="nd96isr_h100_v5"),
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,
@@ -144,7 +151,7 @@ CATALOG: dict[str, GpuSku] = {
         # not East US and not Azure's own), so ND H100 v5's x 1.12 stays, flagged (price_checked False: plan says so).
         GpuSku("Standard_ND96isr_H200_v5", 8, "H200 141GB", True, 110.12, 96, "/opt/microsoft/ndv5-topo.xml",
                quota_family="standardNDISRH200V5Family", price_checked=False,
-               price_basis="ND H100 v5's price x 1.12", allreduce_floor_gbps=20.0),
+               price_basis="ND H100 v5's price x 1.12", allreduce_floor_gbps=20.0, health_conf="nd96isr_h200_v5"),
     ]
 }
 

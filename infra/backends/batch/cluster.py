@@ -149,7 +149,11 @@ class Cluster(pulumi.ComponentResource):
                 formula=batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
-                command_line=batch_spec.start_task_command(args.nfs.data_local_cache, args.training.data_wait_minutes),
+                command_line=batch_spec.start_task_command(args.nfs.data_local_cache, args.training.data_wait_minutes,
+                                                         nodes.sku),
+                # A node whose start task (the node health checks included) still fails after the retries is
+                # left unusable and takes no task (BatchStartTask.waitForSuccess, Batch REST spec 2025-06-01:
+                # https://github.com/Azure/azure-rest-api-specs/tree/main/specification/batch/data-plane).
                 wait_for_success=True,
                 max_task_retry_count=2,
                 user_identity=batch.UserIdentityArgs(auto_user=batch.AutoUserSpecificationArgs(

@@ -38,6 +38,7 @@ import json
 import shlex
 from dataclasses import asdict, dataclass
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
+from infra.core import node_health
 from infra.core.config import StackConfig
 from infra.core.containers import DATASET, SCRIPTS_PREFIX, STAGED_MARKER
 from infra.core.skus import CATALOG, GpuSku
@@ -302,14 +303,17 @@ def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False) -> str
     ])
 
 
-def start_task_command(local_cache: bool, data_wait_minutes: int) -> str:
-    """The pool's start task (on the host): with dataLocalCache, copy the dataset from NFS to the node's local
-    disk, under AZ_BATCH_NODE_SHARED_DIR so the task's container sees it (resumable)."""
+def start_task_command(local_cache: bool, data_wait_minutes: int, sku: GpuSku | None = None) -> str:
+    """The pool's start task (on the host): the size's node health checks first (infra/core/node_health.py: with
+    the pool's startTask.waitForSuccess, a node that fails them never takes a task), then, with dataLocalCache, copy
+    the dataset from NFS to the node's local disk, under AZ_BATCH_NODE_SHARED_DIR so the task's container sees it
+    (resumable)."""
+    health = [node_health.check_command(sku)] if sku is not None else []
     if not local_cache:
-        return "/bin/bash -c 'echo node ready'"
+        return _script(*health, "echo node ready") if health else "/bin/bash -c 'echo node ready'"
     cache = batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE)
     # rsync compares size and time, so a node rebooted mid-copy finishes the copy instead of restarting it.
-    return _script(wait_for_data(nfs_path(DATASET), data_wait_minutes), f"mkdir -p {cache}",
+    return _script(*health, wait_for_data(nfs_path(DATASET), data_wait_minutes), f"mkdir -p {cache}",
                    f"rsync -a {nfs_path(DATASET)} {cache}/")
 
 

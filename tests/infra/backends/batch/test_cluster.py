@@ -417,3 +417,18 @@ def test_an_evicted_job_gets_its_nodes_back(spot):
         "$ActiveTasks": Samples(2, 0), "$RunningTasks": Samples(0, 1), "$PendingTasks": Samples(2, 1),
         "$CurrentDedicatedNodes": 0.0, "$CurrentLowPriorityNodes": 0.0, f"$Current{kind}Nodes": 1.0})
     assert env[f"$Target{kind}Nodes"] == 2
+
+
+def test_the_pools_start_task_checks_node_health_and_a_node_that_fails_takes_no_task(ev):
+    """BatchStartTask.waitForSuccess (Batch REST spec 2025-06-01): a start task that still fails after its retries
+    leaves the node unusable, and no task is scheduled to it. The checks: infra/core/node_health.py."""
+    from infra.core import node_health
+
+    start = ev.one(POOL).inputs["startTask"]
+    sku = ev.config.nodes.sku
+    assert start["waitForSuccess"] is True
+    assert start["userIdentity"]["autoUser"]["elevationLevel"] == "Admin"  # run-health-checks.sh runs docker
+    if sku.health_conf:
+        assert node_health.conf_path(sku) in start["commandLine"] and node_health.RUN_HEALTH_CHECKS in start["commandLine"]
+    else:
+        assert f"no configuration for {sku.name}" in start["commandLine"]
