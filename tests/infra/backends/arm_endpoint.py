@@ -18,7 +18,12 @@ Shapes, from Azure/azure-rest-api-specs examples:
   contentEvaluationResult.policyEvaluations);
 - the Retail Prices API's documented answer (BillingCurrency, Items[{armSkuName, armRegionName, retailPrice,
   productName, skuName, type, unitOfMeasure ...}], NextPageLink):
-  https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices.
+  https://learn.microsoft.com/rest/api/cost-management/retail-prices/azure-retail-prices;
+- containerregistry stable/2025-11-01 RegistryGenerateCredentials.json (202 with Location, then 200 {username,
+  passwords[{expiry, name, value}]}), a long-running operation as ARM runs one
+  (https://learn.microsoft.com/azure/azure-resource-manager/management/async-operations): the Location answers 202
+  until done, an Azure-AsyncOperation (when `credentials_async`) answers {status: InProgress | Succeeded | Failed,
+  error{code, message}}.
 A request without a bearer token is refused 401 (as ARM does; the prices API needs none); an unknown path 404.
 """
 from __future__ import annotations
@@ -138,6 +143,13 @@ class ArmEndpoint:
         self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
         self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
         self.refuse: dict[str, tuple[int, str, str]] = {}  # a path's part -> (status, code, message)
+        # Registries - Generate Credentials: the Location's answers before its 200 (202 each), the operation's
+        # statuses in turn when it also gives Azure-AsyncOperation, and the final body (the example's).
+        self.credentials_pending = 1
+        self.credentials_async: list[dict[str, Any]] | None = None
+        self.credentials = {"username": "myToken", "passwords": [
+            {"expiry": "2020-12-31T15:59:59.0707808Z", "name": "password1", "value": "00000000000000000000000000000000"},
+            {"expiry": "2020-12-31T15:59:59.0707808Z", "name": "password2", "value": "00000000000000000000000000000000"}]}
         self.requests: list[tuple[str, str, str, Any]] = []
         endpoint = self
 
@@ -149,6 +161,7 @@ class ArmEndpoint:
                 query = parse_qs(url.query)
                 token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
                 endpoint.requests.append((method, url.path, query.get("api-version", [""])[0], body))
+                headers: list[dict[str, str]] = []
                 if url.path == "/api/retail/prices":
                     status, payload = 200, {"BillingCurrency": "USD", "CustomerEntityId": "Default",
                                             "CustomerEntityType": "Retail", "Items": endpoint.priced(query),
@@ -158,10 +171,12 @@ class ArmEndpoint:
                                                   "'Authorization' header is missing.")
                 else:
                     refused = next((v for k, v in endpoint.refuse.items() if k in url.path), None)
-                    status, payload = (refused[0], _error(*refused[1:])) if refused else \
+                    status, payload, *headers = (refused[0], _error(*refused[1:])) if refused else \
                         endpoint.route(method, url.path, query, body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -181,9 +196,28 @@ class ArmEndpoint:
         return [i for i in self.prices if f"armSkuName eq '{i['armSkuName']}'" in wanted and
                 f"armRegionName eq '{i['armRegionName']}'" in wanted]
 
-    def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+    def generate_credentials(self, registry: str) -> tuple[int, Any, dict[str, str]]:
+        operation = f"{self.url}{registry}/operationStatuses/registries-00000000-0000-0000-0000-000000000000"
+        headers = {"Location": f"{operation}?api-version=2025-11-01", "Retry-After": "0"}
+        if self.credentials_async is not None:
+            headers["Azure-AsyncOperation"] = f"{operation}/async?api-version=2025-11-01"
+        return 202, {}, headers
+
+    def credentials_location(self, operation: str) -> tuple[int, Any, dict[str, str]]:
+        if self.credentials_pending > 0:
+            self.credentials_pending -= 1
+            return 202, {}, {"Location": f"{self.url}{operation}?api-version=2025-11-01", "Retry-After": "0"}
+        return 200, self.credentials, {}
+
+    def credentials_status(self) -> tuple[int, Any, dict[str, str]]:
+        answers = self.credentials_async or [{"status": "Succeeded"}]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        return 200, answer, {"Retry-After": "0"}
+
+    def route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple:
         sub = r"/subscriptions/(?P<sub>[^/]+)"
         group = sub + r"/resourceGroups/(?P<rg>[^/]+)"
+        registry = group + r"/providers/Microsoft\.ContainerRegistry/registries/[^/]+"
         routes: list[tuple[str, str, Callable[[re.Match], tuple[int, Any]]]] = [
             ("GET", r"/subscriptions", lambda m: (200, {"value": self.subscriptions})),
             ("GET", sub + r"/providers", lambda m: (200, {"value": [
@@ -208,6 +242,10 @@ class ArmEndpoint:
                 "value": self.permissions})),
             ("POST", r"(?P<scope>.+)/providers/Microsoft\.PolicyInsights/checkPolicyRestrictions", lambda m: (
                 200, self.policy(body))),
+            ("POST", rf"(?P<registry>{registry})/generateCredentials", lambda m: self.generate_credentials(
+                m["registry"])),
+            ("GET", registry + r"/operationStatuses/[^/]+/async", lambda m: self.credentials_status()),
+            ("GET", registry + r"/operationStatuses/[^/]+", lambda m: self.credentials_location(m[0])),
         ]
         for verb, pattern, answer in routes:
             match = re.fullmatch(pattern, path, re.IGNORECASE)
