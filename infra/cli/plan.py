@@ -117,7 +117,8 @@ def before_up(cfg, today: date | None = None) -> list[str]:
 
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
     sas = security.sas_policy_warning(cfg.storage.sas_expiry_hours)
-    return [*cfg.placeholders, *([warning] if warning else []), *([sas] if sas else []),
+    at_host = security.encryption_at_host_line(cfg.nfs)
+    return [*cfg.placeholders, *([warning] if warning else []), *([sas] if sas else []), *([at_host] if at_host else []),
             *backend(cfg.backend).before_up(cfg)]
 
 

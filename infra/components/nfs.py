@@ -134,7 +134,11 @@ class NfsServer(pulumi.ComponentResource):
                     disable_password_authentication=True,
                     ssh=compute.SshConfigurationArgs(public_keys=[compute.SshPublicKeyArgs(
                         path=f"/home/{ADMIN_USER}/.ssh/authorized_keys", key_data=throwaway_ssh_public_key())]))),
+            # Encryption at host (temp disk and disk caches encrypted on the host) only where the stack says the
+            # subscription has the Microsoft.Compute/EncryptionAtHost feature: Azure refuses the VM without it
+            # (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal).
             security_profile=compute.SecurityProfileArgs(
+                encryption_at_host=True if cfg.encryption_at_host else None,
                 security_type=compute.SecurityTypes.TRUSTED_LAUNCH,
                 uefi_settings=compute.UefiSettingsArgs(secure_boot_enabled=True, v_tpm_enabled=True)),
             # System-assigned for the Entra ID login extension, user-assigned for storage.

@@ -36,7 +36,8 @@ class BackendFacts:
 FACTS: dict[str, BackendFacts] = {f.name: f for f in (
     # The reference architecture: NFS server, Batch account and InfiniBand GPU pool. Every resource it declares
     # takes Azure's 50 tags. Its NFS server's cost follows the nfs* keys (cost.py).
-    BackendFacts("batch", only_keys=("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "dataLocalCache",
+    BackendFacts("batch", only_keys=("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "nfsEncryptionAtHost",
+                                     "dataLocalCache",
                                      "trainingDataWaitMinutes", "trainingRetries"),
                  fixed_costs={"Batch account": 0.0},  # Batch itself is free: only its nodes bill
                  node_os_disk_gb=POOL_OS_DISK_GB),

@@ -352,12 +352,15 @@ class RegistryConfig:
 class NfsConfig:
     """backend batch: the NFS file server the nodes read the data from."""
     KEYS = {"nfsKind": "kind", "nfsVmSize": "vm_size", "nfsDiskCount": "disk_count", "nfsDiskSizeGb": "disk_size_gb",
-            "dataLocalCache": "data_local_cache"}
+            "dataLocalCache": "data_local_cache", "nfsEncryptionAtHost": "encryption_at_host"}
     kind: str  # vm | azure-files
     vm_size: str
     disk_count: int
     disk_size_gb: int  # each data disk (vm), or the share's quota (azure-files)
     data_local_cache: bool  # the nodes copy the data from NFS to their local disk before training
+    # The VM's securityProfile.encryptionAtHost; needs the subscription feature Microsoft.Compute/EncryptionAtHost
+    # (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal), hence a key.
+    encryption_at_host: bool = False
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> NfsConfig:
@@ -368,12 +371,16 @@ class NfsConfig:
         if values["dataLocalCache"] and kind == "azure-files":
             raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after "
                                                 "the nodes start, so there is nothing to cache yet; use nfsKind: vm")
+        if values["nfsEncryptionAtHost"] and kind == "azure-files":
+            raise ConfigError("nfsEncryptionAtHost", "needs nfsKind vm: it is a VM's setting, and azure-files has no "
+                                                     "VM (its share is encrypted by the storage service)")
         size, bounds = values["nfsDiskSizeGb"], NFS_DISK_SIZE_GB[kind]
         if not bounds.low <= size <= bounds.high:
             raise ConfigError("nfsDiskSizeGb", f"{size} GiB is outside {bounds} for nfsKind {kind}")
         return cls(kind=kind, vm_size=values["nfsVmSize"], disk_count=_check_range("nfsDiskCount",
                                                                                    values["nfsDiskCount"]),
-                   disk_size_gb=size, data_local_cache=values["dataLocalCache"])
+                   disk_size_gb=size, data_local_cache=values["dataLocalCache"],
+                   encryption_at_host=values["nfsEncryptionAtHost"])
 
 
 @dataclass(frozen=True, kw_only=True)

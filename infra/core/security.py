@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from infra.core.config import SAS_EXPIRY_HOURS
+from infra.core.config import SAS_EXPIRY_HOURS, NfsConfig
 from infra.core.containers import SAS_PERMISSIONS
 from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES, custom_role_ids
 
@@ -92,6 +92,23 @@ def sas_policy_warning(hours: int) -> str | None:
             "organisation that assigns Azure Policy's \"Storage account SAS tokens should adhere to 7 day maximum "
             f"validity\" (Deny by default) refuses the account at `pulumi up`; set sasExpiryHours to "
             f"{ORG_SAS_POLICY_HOURS} or less there")
+
+
+# Encryption at host (a VM's securityProfile.encryptionAtHost) needs the subscription feature
+# Microsoft.Compute/EncryptionAtHost registered, or Azure refuses the VM; an existing VM takes the change only while
+# deallocated (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal).
+ENCRYPTION_AT_HOST_FEATURE = "az feature register --namespace Microsoft.Compute --name EncryptionAtHost"
+
+
+def encryption_at_host_line(nfs: NfsConfig) -> str | None:
+    """Plan's line when the stack turns on encryption at host for its NFS VM (nfsEncryptionAtHost)."""
+    if not (nfs.encryption_at_host and nfs.kind == "vm"):
+        return None
+    return ("nfsEncryptionAtHost is on: the subscription must have the feature Microsoft.Compute/EncryptionAtHost "
+            f"registered before `pulumi up`, or Azure refuses the NFS VM (`{ENCRYPTION_AT_HOST_FEATURE}`, wait for "
+            "`az feature show --namespace Microsoft.Compute --name EncryptionAtHost` to say Registered, then `az "
+            "provider register --namespace Microsoft.Compute`); an NFS VM that exists already takes it only while "
+            "deallocated (`az vm deallocate`, then `pulumi up`)")
 
 
 def _storage_sas_policy(props: Props) -> str | None:

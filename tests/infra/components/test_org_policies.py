@@ -99,3 +99,24 @@ def test_a_premium_registry_is_closed_but_to_the_deployers_and_the_nodes_egress(
     standard = evaluation_for(BATCH_STACKS[0])
     assert standard.config.registry.registry_sku != "Premium"
     assert "networkRuleSet" not in standard.one("azure-native:containerregistry:Registry").inputs
+
+
+def test_encryption_at_host_on_the_nfs_vm_only_where_the_stack_says_the_subscription_has_the_feature():
+    """Azure Policy's "Virtual machines and virtual machine scale sets should have encryption at host enabled" (MCSB):
+    securityProfile.encryptionAtHost, which Azure refuses without Microsoft.Compute/EncryptionAtHost registered
+    (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal): off by default,
+    on with nfsEncryptionAtHost, and plan then says how to register the feature."""
+    base = evaluation_for(BATCH_STACKS[0])
+    assert base.config.nfs.kind == "vm" and not base.config.nfs.encryption_at_host
+    vm = base.one("azure-native:compute:VirtualMachine").inputs["securityProfile"]
+    assert "encryptionAtHost" not in vm and vm["securityType"] == "TrustedLaunch"
+    assert not [line for line in plan.before_up(base.config) if "EncryptionAtHost" in line]
+
+    cfg = dataclasses.replace(base.config, nfs=dataclasses.replace(base.config.nfs, encryption_at_host=True))
+    on = offline.evaluate(cfg, now=NOW)
+    vm = on.one("azure-native:compute:VirtualMachine").inputs["securityProfile"]
+    assert vm["encryptionAtHost"] is True and vm["securityType"] == "TrustedLaunch"
+    assert vm["uefiSettings"] == {"secureBootEnabled": True, "vTpmEnabled": True}
+    [line] = [line for line in plan.before_up(cfg) if "EncryptionAtHost" in line]
+    assert "`az feature register --namespace Microsoft.Compute --name EncryptionAtHost`" in line
+    assert "az provider register --namespace Microsoft.Compute" in line and "deallocated" in line

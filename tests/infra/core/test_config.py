@@ -114,6 +114,8 @@ BAD_CONFIGS = [
     ({"nfsDiskSizeGb": 8000}, "nfsDiskSizeGb", "32-4096"),
     ({"nfsKind": "azure-files", "nfsDiskSizeGb": 50}, "nfsDiskSizeGb", "100-102400"),
     ({"nfsKind": "azure-files", "dataLocalCache": True}, "dataLocalCache", "nfsKind vm"),
+    ({"nfsKind": "azure-files", "nfsEncryptionAtHost": True}, "nfsEncryptionAtHost", "needs nfsKind vm"),
+    ({"nfsEncryptionAtHost": "yes"}, "nfsEncryptionAtHost", "true or false"),
     ({"trainingFramework": "jax"}, "trainingFramework", "keras"),
     ({"frameworks": ["pytorch"], "trainingFramework": "keras"}, "trainingFramework", "add it there"),
     ({"trainingArgs": "--epochs 1 --data /tmp"}, "trainingArgs", "set by the job"),
@@ -140,6 +142,7 @@ BAD_CONFIGS = [
     ({"backend": "azureml", "nfsKind": "azure-files"}, "nfsKind", "applies to backend batch only"),
     ({"backend": "azureml", "trainingRetries": 2}, "trainingRetries", "applies to backend batch only"),
     ({"backend": "azureml", "dataLocalCache": True}, "dataLocalCache", "applies to backend batch only"),
+    ({"backend": "azureml", "nfsEncryptionAtHost": True}, "nfsEncryptionAtHost", "applies to backend batch only"),
     ({"amlDataMode": "mount"}, "amlDataMode", "applies to backend azureml only, and this stack's backend is batch"),
     ({"backend": "azureml", "amlDataMode": "stream"}, "amlDataMode", "not one of download, mount"),
     ({"backend": "azureml", "amlIdleMinutes": 0}, "amlIdleMinutes", "outside 1-1440 minutes"),
@@ -245,3 +248,13 @@ def test_a_key_without_namespace_is_this_projects_as_the_cli_reads_it(tmp_path):
     project's name (TestLoadingStackConfigWithoutNamespacingTheProject)."""
     _stack_file(tmp_path, "config:\n  maxNodes: 4\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n")
     assert config.from_stack_file("a", tmp_path).nodes.max_nodes == 4
+
+
+def test_nfs_encryption_at_host_is_off_unless_the_stack_says_its_subscription_has_the_feature():
+    """Encryption at host needs Microsoft.Compute/EncryptionAtHost registered on the subscription
+    (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal): a stack key."""
+    key = config.load_schema()["nfsEncryptionAtHost"]
+    assert key.type == "boolean" and key.default is False and "Microsoft.Compute/EncryptionAtHost" in key.description
+    assert parse("x", BASE).nfs.encryption_at_host is False
+    assert parse("x", {**BASE, "nfsEncryptionAtHost": True}).nfs.encryption_at_host is True
+    assert parse("x", {**BASE, "nfsEncryptionAtHost": "true"}).nfs.encryption_at_host is True  # as Pulumi passes it
