@@ -67,6 +67,7 @@ class Status:
     started: str
     ended: str
     efficiency: str = ""  # the run's last img/s per GPU, its bound and the shortfall's cost (training/efficiency.py)
+    unhealthy: tuple[str, ...] = ()  # one line per pool node whose start task (node health checks) failed
 
     def lines(self) -> list[str]:
         exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
@@ -74,7 +75,22 @@ class Status:
                 f"  task: {self.task_state}{exit_text}, retried {self.retries} time(s)",
                 f"  primary node: {self.node or '-'}",
                 f"  started: {self.started or '-'}   ended: {self.ended or '-'}",
-                *([f"  efficiency: {self.efficiency}"] if self.efficiency else [])]
+                *([f"  efficiency: {self.efficiency}"] if self.efficiency else []),
+                *(f"  {line}" for line in self.unhealthy)]
+
+
+def failed_node_line(node: dict[str, Any], pool_id: str) -> str:
+    """What `status` says of a node in state starttaskfailed (Nodes - List's BatchNode): the start task, which runs
+    the node health checks (infra/core/node_health.py), failed after its retries, so the node takes no task
+    (startTask.waitForSuccess) but stays in the pool and bills."""
+    info = node.get("startTaskInfo") or {}
+    failure = info.get("failureInfo") or {}
+    code = info.get("exitCode")
+    why = ": ".join(str(part) for part in (failure.get("code"), failure.get("message")) if part)
+    return (f"node {node.get('id', '?')}: failed its start task (the node health checks)"
+            f"{'' if code is None else f', exit code {code}'}, retried {int(info.get('retryCount') or 0)} time(s)"
+            f"{f' ({why})' if why else ''}; it takes no task but bills until it leaves pool {pool_id}; the failed "
+            "check is in its startup/stderr.txt and startup/wd/health.log (the portal: the pool's Nodes, Files)")
 
 
 def _not_found(job: str) -> JobError:
@@ -89,10 +105,12 @@ def status(service: BatchService, job: str, node_price_per_hour: float | None = 
     except JobNotFound:
         raise _not_found(job) from None
     execution = task.get("executionInfo") or {}
+    pool_id = (job_info.get("poolInfo") or {}).get("poolId")
+    unhealthy = tuple(failed_node_line(node, pool_id) for node in service.failed_start_tasks(pool_id)) if pool_id else ()
     return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
                   str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
-                  _efficiency(service, job, task, node_price_per_hour))
+                  _efficiency(service, job, task, node_price_per_hour), unhealthy)
 
 
 def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_price_per_hour: float | None) -> str:

@@ -60,6 +60,10 @@ class BatchService(Protocol):
         """The pool's nodes that bill now: (dedicated, low-priority/Spot not preempted); JobError when the pool
         does not exist."""
 
+    def failed_start_tasks(self, pool_id: str) -> list[dict[str, Any]]:
+        """The pool's nodes whose start task failed (state starttaskfailed: the node health checks among them), each
+        as the REST BatchNode (id, state, startTaskInfo); [] when the pool does not exist."""
+
     def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
         """The pool's scale settings now (enableAutoScale, targetDedicatedNodes, targetLowPriorityNodes, in the
         REST shape); None when the pool does not exist."""
@@ -171,6 +175,20 @@ class AzureBatch:
             raise JobError(f"the Batch account has no pool {pool_id} (deleted outside Pulumi? `pulumi up` declares "
                            "it again)") from None
         return int(pool.current_dedicated_nodes or 0), spot
+
+    def failed_start_tasks(self, pool_id: str) -> list[dict[str, Any]]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        # Nodes - List (https://learn.microsoft.com/rest/api/batchservice/nodes/list-nodes): a node whose start task
+        # failed with waitForSuccess is `starttaskfailed` (BatchNodeState) and takes no task; its startTaskInfo
+        # holds exitCode, retryCount, result and failureInfo (BatchStartTaskInfo, Batch REST spec 2025-06-01). The
+        # state is picked here rather than by $filter, so the answer is the same whatever the service filters.
+        try:
+            return self._call(f"listing the nodes of pool {pool_id}", lambda: [
+                node.as_dict() for node in self.client.list_nodes(pool_id, select=["id", "state", "startTaskInfo"])
+                if node.state == "starttaskfailed"])
+        except ResourceNotFoundError:
+            return []
 
     def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
         from azure.core.exceptions import ResourceNotFoundError

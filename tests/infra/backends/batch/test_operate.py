@@ -272,3 +272,41 @@ def test_a_task_file_not_written_yet_reads_as_nothing_and_logs_nothing(batch, ca
         assert batch.read_task_file(job, batch_spec.TASK_ID, "stderr.txt", 0) == b""
     assert ("HEAD", f"/jobs/{job}/tasks/{batch_spec.TASK_ID}/files/stderr.txt", "") in batch.requests
     assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+def test_status_names_the_node_that_failed_its_health_checks_and_why(outputs_file, batch, capsys):
+    """A node whose start task (the node health checks, infra/core/node_health.py) failed after its retries is
+    `starttaskfailed` in Nodes - List, with startTaskInfo (BatchStartTaskInfo in the Batch REST spec 2025-06-01);
+    status reads it through the real client, and the endpoint's answers conform to the vendored spec."""
+    from tests.devtools.rehearsal.batch_rest_spec import violations
+
+    spec = batch_spec.job_inputs(config.from_stack_file("dev"), StackOutputs.from_json(OUTPUTS))
+    job = operate.submit(batch, spec, now_utc(), io.StringIO())
+    batch.account.pools["gpu"] = {"id": "gpu", "state": "active", "allocationState": "steady",
+                                  "currentDedicatedNodes": 2, "currentLowPriorityNodes": 0}
+    batch.account.nodes["gpu"] = [
+        {"id": "tvmps_ok", "state": "idle", "isDedicated": True,
+         "startTaskInfo": {"state": "completed", "startTime": "2026-11-21T12:00:00Z", "endTime": "2026-11-21T12:09:00Z",
+                           "exitCode": 0, "retryCount": 0, "result": "success"}},
+        {"id": "tvmps_bad", "state": "starttaskfailed", "isDedicated": True,
+         "startTaskInfo": {"state": "completed", "startTime": "2026-11-21T12:20:00Z", "endTime": "2026-11-21T12:29:00Z",
+                           "exitCode": 1, "retryCount": 2, "lastRetryTime": "2026-11-21T12:20:00Z",
+                           "result": "failure",
+                           "failureInfo": {"category": "usererror", "code": "FailureExitCode",
+                                           "message": "The task exited with an exit code representing a failure"}}}]
+    code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
+    assert code == 0 and f"job {job}: active" in out
+    [line] = [line for line in out.splitlines() if "start task" in line]
+    assert line.startswith("  node tvmps_bad: failed its start task (the node health checks), exit code 1, retried 2 "
+                           "time(s) (FailureExitCode: The task exited with an exit code representing a failure); it "
+                           "takes no task but bills")
+    assert "startup/stderr.txt" in line and "tvmps_ok" not in out
+    assert ("GET", "/pools/gpu/nodes", "") in batch.requests
+    assert not violations(batch.endpoint.responses)
+
+
+def test_status_without_the_pool_says_nothing_of_nodes(outputs_file, batch, capsys):
+    spec = batch_spec.job_inputs(config.from_stack_file("dev"), StackOutputs.from_json(OUTPUTS))
+    operate.submit(batch, spec, now_utc(), io.StringIO())
+    code, out, _ = run(["status", "--stack", "dev", "--outputs", str(outputs_file)], batch, capsys)
+    assert code == 0 and "start task" not in out
