@@ -176,7 +176,10 @@ def _scope(scope: str) -> str:
 
 
 def _job_lines(cfg) -> list[str]:
-    return (backend(cfg.backend).launch_lines(cfg) + _up_and_the_job(cfg)
+    from infra.core import node_health
+
+    health = node_health.plan_line(cfg.nodes.sku, cfg.backend)
+    return (backend(cfg.backend).launch_lines(cfg) + _up_and_the_job(cfg) + ([health] if health else [])
             + [f"  train flags: {' '.join(cfg.training.args) or '(defaults)'}"])
 
 

@@ -17,6 +17,17 @@ One command job on the stack's compute cluster (https://learn.microsoft.com/azur
 - the data is read with the compute cluster's identity (the job's identity), never a key or SAS;
 - the NCCL/InfiniBand environment of the Batch job, and a timeout of trainingMaxHours.
 The command runs in a shell: every user argument is quoted (shlex), as in the Batch job.
+
+Node health (issue 40): the nodes do NOT check themselves before `train` here, unlike the Batch pool's start task
+(infra/core/node_health.py). The checks the HPC image ships cannot run from the job's command safely:
+- the command runs inside the job's container, which sees neither the host's /opt/azurehpc (where the image installs
+  azurehpc-health-checks) nor its Docker, and run-health-checks.sh runs the checks in a privileged container of
+  its own (`sudo docker run --privileged --gpus all mcr.microsoft.com/aznhc/aznhc-nv`);
+- with the MPI distribution Azure ML wraps the command in its own mpirun, one `python -m training train` per rank,
+  and MPI_Init may run only once per rank (open-mpi/ompi 7025, ARCHITECTURE.md): the checks' NCCL all-reduce is
+  started by their own `mpirun` (customTests/azure_nccl_allreduce.nhc), a second MPI program per rank; run on every
+  rank, eight copies would also contend for the same GPUs.
+What protects an Azure ML job instead: `train`'s interconnect check on a multi-node job (--interconnect-check).
 """
 from __future__ import annotations
 

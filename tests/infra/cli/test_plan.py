@@ -176,3 +176,12 @@ def test_plan_warns_on_a_size_near_its_retirement_with_its_successor(days, warne
                         "and clusters of it stop getting nodes then; move to Standard_ND96isr_H100_v5")
     # No size in the catalog has an announced retirement ahead (none found in Azure's docs): plan warns on none.
     assert not any(w for w in plan.before_up(config.from_stack_file("dev"), today) if "retires on" in w)
+
+
+def test_plan_of_an_infiniband_gpu_stack_names_the_node_health_check():
+    """One line, under the training job (infra/core/node_health.py: the pool's start task runs azurehpc-health-checks)."""
+    result = run_plan("--stack", "dev")  # Batch, Standard_ND96asr_v4
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if "node health" in line]
+    assert line.startswith("  node health: the pool's start task runs azurehpc-health-checks (nd96asr_v4.conf) on every "
+                           "node") and "never takes a task" in line
