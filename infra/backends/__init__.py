@@ -13,12 +13,11 @@ backend's pure job spec) stays light.
 """
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
+    from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
     from infra.components.access import TeamGrant
     from infra.core.config import StackConfig
 
@@ -57,10 +56,22 @@ class Backend(Protocol):
                    nodes: int | None = None, train_args: tuple[str, ...] | None = None) -> Any:
         """The job's inputs from typed stack outputs, as `up` and `infra submit` build them."""
 
-    def run_verb(self, args: argparse.Namespace, cfg: StackConfig, outputs: StackOutputs,
-                 connect: Callable[[StackOutputs], Any], staged: Callable[[str, str], Any]) -> int:
-        """submit, status, logs, download, cancel (register-model where it applies) through the service that
-        `connect(outputs)` gives."""
+    # The jobs face: each verb takes its typed inputs (infra/backends/verbs.py) and the stack it runs on (config,
+    # outputs, how the job service is reached, the data check); the job SDK (infra/jobs.py) calls them.
+    def submit(self, ctx: JobContext, inputs: Submit) -> None:
+        """Start a training job, once the data is ready (unless inputs.skip_data_check)."""
+
+    def status(self, ctx: JobContext, inputs: Status) -> None:
+        """Print a job's state, exit code and retries."""
+
+    def logs(self, ctx: JobContext, inputs: Logs) -> None:
+        """Print a job's output; with inputs.follow, until it ends."""
+
+    def download(self, ctx: JobContext, inputs: Download) -> None:
+        """Fetch a job's logs and run folder into inputs.dest/JOB."""
+
+    def cancel(self, ctx: JobContext, inputs: Cancel) -> None:
+        """Stop a job; what it wrote so far stays."""
 
     def usage_now(self, service: Any, outputs: StackOutputs, stack: str) -> tuple[int, int]:
         """`teams --live`: (GPU nodes the stack holds now, its training jobs not ended) through `service`, what
@@ -88,6 +99,15 @@ class Backend(Protocol):
     def budget_stop(self, env: Environment) -> Any:
         """What the budget guard does to stop its GPU nodes' spend (a StopAction of infra/components/budget.py):
         the ARM call that scales them to zero and the one role it needs on them."""
+
+
+@runtime_checkable
+class RegistersModels(Protocol):
+    """An optional ability: a backend with a model registry (azureml) has it; the others say why not in
+    refused_verbs["register-model"]."""
+
+    def register_model(self, ctx: JobContext, inputs: RegisterModel) -> None:
+        """Register a finished job's model.onnx as a model version, with its metrics as tags."""
 
 
 # Imported after the protocol: the backend modules import nothing heavy at the top (see above).

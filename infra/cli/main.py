@@ -96,9 +96,12 @@ def _teams(args: argparse.Namespace, batch_factory=None, aml_factory=None, spend
         return 2
     rows = teams.team_rows(args.project_dir)  # each stack file read once (teams.Fleet)
     if args.live:
+        from infra import jobs
+
+        services = _services(batch_factory, None, aml_factory, spend_factory)
         sources = teams.LiveSources(outputs=lambda stack, required: _team_outputs(args, stack, required),
-                                    connect=_connect(batch_factory, aml_factory),
-                                    spend=lambda outputs: _spend(outputs, spend_factory))
+                                    connect={name: services.connect(name) for name in ("batch", "azureml")},
+                                    spend=lambda outputs: jobs.spend(outputs, services))
         rows = [{**row, **teams.live(row, sources)} for row in rows]
     print(json.dumps(rows, indent=2) if args.json else
           teams.table(rows) + ("\n\n" + teams.live_table(rows) if args.live else ""))
@@ -113,6 +116,7 @@ def _team_outputs(args: argparse.Namespace, stack: str, required: tuple[str, ...
     import subprocess
 
     from infra.backends.shared import JobError, load_outputs
+    from infra.jobs import BUDGET_OUTPUTS
 
     file = None
     if args.outputs_dir is not None:
@@ -144,9 +148,63 @@ def _azure_error_line(err: Exception) -> str | None:
     return None
 
 
-def _job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None, spend_factory=None) -> int:
-    return _job_verb_errors(args, lambda args: _run_job_verb(args, batch_factory, staged, aml_factory,
-                                                             spend_factory))
+def _services(batch_factory, staged, aml_factory, spend_factory):
+    """How the verbs reach Azure (infra/jobs.py: Services), with the tests' own factories where they pass them."""
+    from infra import jobs
+
+    defaults = jobs.Services()
+    return jobs.Services(batch=batch_factory or defaults.batch, aml=aml_factory or defaults.aml,
+                         spend=spend_factory or defaults.spend, staged=staged or defaults.staged)
+
+
+def _stack(args: argparse.Namespace):
+    """The stack a verb's flags name (infra/jobs.py: Stack)."""
+    from infra import jobs
+
+    rehearsal = getattr(args, "rehearsal", None)
+    if rehearsal is not None:  # --rehearsal alone: the stack's default rehearsal folder
+        rehearsal = Path(rehearsal) if rehearsal else REPO_ROOT / ".rehearsal" / args.stack
+    return jobs.Stack(args.stack, outputs=getattr(args, "outputs", None), project_dir=args.project_dir,
+                      rehearsal=rehearsal)
+
+
+def _verb_inputs(args: argparse.Namespace):
+    """A job verb's flags as its typed inputs (infra/backends/verbs.py)."""
+    from infra.backends import verbs
+
+    if args.command == "submit":
+        return verbs.Submit(framework=args.framework, nodes=args.nodes, args=args.args,
+                            skip_data_check=args.skip_data_check)
+    if args.command == "status":
+        return verbs.Status(job=args.job)
+    if args.command == "logs":
+        return verbs.Logs(job=args.job, follow=args.follow, stderr=args.stderr)
+    if args.command == "download":
+        return verbs.Download(job=args.job, dest=args.dest)
+    if args.command == "cancel":
+        return verbs.Cancel(job=args.job)
+    return verbs.RegisterModel(job=args.job, dest=args.dest, name=args.name)
+
+
+def _job_verb(args: argparse.Namespace, services) -> int:
+    """A job verb through the SDK (infra/jobs.py); its errors as one line."""
+    from infra import jobs
+    from infra.backends.shared import JobError
+    from infra.core import config
+    from training.errors import UsageError
+
+    def verb(args: argparse.Namespace) -> int:
+        try:
+            jobs.run(_stack(args), _verb_inputs(args), services)
+        except config.ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except (JobError, UsageError) as err:
+            _error(args, err)
+            return 1
+        return 0
+
+    return _job_verb_errors(args, verb)
 
 
 def _job_verb_errors(args: argparse.Namespace, verb) -> int:
@@ -170,128 +228,20 @@ def _error(args: argparse.Namespace, line: object) -> None:
     print(f"error: {text.replace('Pulumi.<stack>.yaml', f'Pulumi.{stack}.yaml') if stack else text}", file=sys.stderr)
 
 
-def _rehearsal_verb(args: argparse.Namespace, batch_factory, staged) -> int:
-    """A job verb on the stack's rehearsal (`python -m infra rehearse`) by the same path as on Azure: only the
-    outputs and the sign-in come from the rehearsal's folder (infra.backends.shared.REHEARSAL_FILE) instead of
-    `pulumi stack output` and your Azure sign-in."""
-    from infra.backends import backend
-    from infra.backends.shared import JobError, rehearsal_endpoints
-    from infra.core import config
-    from training.errors import UsageError
-
-    work = Path(args.rehearsal) if args.rehearsal else REPO_ROOT / ".rehearsal" / args.stack
-    if args.command == "register-model":
-        print("error: register-model --rehearsal: rehearsals play the Batch backend only, which has no model "
-              "registry; a rehearsal's model is run/model.onnx in what `download --rehearsal` fetches (on an azureml "
-              "stack, run register-model without --rehearsal after `pulumi up`)", file=sys.stderr)
-        return 1
-    try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
-        outputs, env = rehearsal_endpoints(work.resolve(), args.stack)
-        os.environ.update(env)  # DefaultAzureCredential signs in at the rehearsal's token endpoint; TLS trusts its CA
-        return backend(stack_config.backend).run_verb(
-            args, stack_config, outputs, lambda o: batch_factory(o.batch_account_endpoint), staged)
-    except config.ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (JobError, UsageError) as err:
-        _error(args, err)
-        return 1
-
-
-# The verbs the budget guard speaks in (monthlyBudgetUsd): submit refuses at or over budget, status shows spend.
-BUDGET_VERBS = ("submit", "status")
-BUDGET_OUTPUTS = ("subscription_id", "resource_group_name")  # the Cost Management query's scope
-
-
-def _spend(outputs, spend_factory):
-    """This month's spend on the stack's resource group from Cost Management (infra/backends/spend.py): (Spend,
-    None), or (None, why not)."""
-    from infra.backends import spend
-
-    reader = spend_factory()
-    try:
-        return spend.read(reader, spend.scope(outputs.subscription_id, outputs.resource_group_name))
-    finally:
-        reader.close()
-
-
-def _budget(stack_config, outputs, spend_factory):
-    """The spend guard's verdict for this stack (infra/core/budget.py) on this month's spend (_spend)."""
-    from infra.core import budget
-
-    return budget.guard(stack_config.budget.monthly_usd, *_spend(outputs, spend_factory))
-
-
-def _connect(batch_factory, aml_factory):
-    """How each backend's service is reached from the stack outputs (the tests pass their own factories)."""
-    return {"batch": lambda outputs: batch_factory(outputs.batch_account_endpoint),
-            "azureml": aml_factory or _azure_ml}
-
-
-def _run_job_verb(args: argparse.Namespace, batch_factory, staged, aml_factory=None, spend_factory=None) -> int:
-    from infra.backends import backend
-    from infra.backends.shared import JobError, load_outputs
-    from infra.core import config
-    from training.errors import UsageError
-
-    if getattr(args, "rehearsal", None) is not None:
-        return _rehearsal_verb(args, batch_factory, staged)
-    connect = _connect(batch_factory, aml_factory)
-    try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
-        chosen = backend(stack_config.backend)
-        if args.command in chosen.refused_verbs:  # before the outputs are read
-            raise JobError(chosen.refused_verbs[args.command])
-        guarded = args.command in BUDGET_VERBS and stack_config.budget.monthly_usd is not None
-        outputs = load_outputs(args.stack, args.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()))
-        verdict = _budget(stack_config, outputs, spend_factory or _cost_management) if guarded else None
-        if verdict and args.command == "submit":
-            if not verdict.allowed:  # before anything reaches the job service
-                raise JobError(f"--stack {args.stack}: budget: {verdict.line}")
-            print(f"budget: {verdict.line}")
-        code = chosen.run_verb(args, stack_config, outputs, connect[chosen.name], staged)
-        if verdict and args.command == "status":
-            print(f"budget: {verdict.line}")
-        return code
-    except config.ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (JobError, UsageError) as err:
-        _error(args, err)
-        return 1
-
-
 def _restage(args: argparse.Namespace) -> int:
-    """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
-    both reach `status`), then, with --follow, print its reports until it has served the request."""
-    from infra.backends import backend, staging
-    from infra.backends.shared import JobError, load_outputs
+    """Ask the NFS server to stage `data` again (infra/jobs.py: request_restage), then print its reports: the one
+    there now, or with --follow each until it has served the request."""
+    from infra import jobs
+    from infra.backends.shared import JobError
     from infra.core import config
     from training.errors import UsageError
 
     try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
-        refusal = backend(stack_config.backend).restage_refusal(stack_config)
-        if refusal:
-            raise JobError(f"--stack {args.stack}: restage applies to nfsKind vm (an NFS server that stages `data`); "
-                           + refusal)
-        outputs = load_outputs(args.stack, args.outputs, ("container_urls",))
-        status_url = outputs.container_urls["status"]
-        staging.request_restage(status_url)
+        status_url = jobs.request_restage(_stack(args))
         print(f"asked the NFS server of stack {args.stack} to stage `data` again; its staging unit reads the "
               "request within a minute")
-        seen = None
-        while True:
-            report = staging.read_report(status_url)
-            line = report.line() if report else "no report yet"
-            if line != seen:
-                print(f"  {line}", flush=True)
-                seen = line
-            served = not staging.restage_pending(status_url)
-            if not args.follow or (served and report and report.state != "staging"):
-                break
-            time.sleep(args.poll_seconds)
+        for line in jobs.restage_reports(status_url, args.follow, args.poll_seconds):
+            print(f"  {line}", flush=True)
     except config.ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -357,33 +307,19 @@ def _member_file(args: argparse.Namespace) -> int:
 
 def _upload(args: argparse.Namespace) -> int:
     """Check DIR's layout (unless --no-layout-check), then upload it into the stack's `data` container with your
-    Azure AD sign-in (training/data/upload.py: verified, resumable)."""
-    from infra.backends.shared import JobError, load_outputs
-    from training.data import layout, transfer
-    from training.data.upload import upload
+    Azure AD sign-in (infra/jobs.py: check_upload, data_target, upload)."""
+    from infra import jobs
+    from infra.backends.shared import JobError
     from training.errors import UsageError
 
-    src = args.dir
+    inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers)
     try:
-        if not src.is_dir():
-            raise UsageError(f"DIR {src}: no such folder; give the dataset's folder (with train/<class>/ in it)")
-        if args.workers < 1:
-            raise UsageError("--workers must be at least 1")
-        if not args.no_layout_check:  # before the outputs, the sign-in or a byte: a wrong tree never leaves here
-            found = layout.of_folder(src)
-            problem = found.problem()
-            if problem:
-                raise UsageError(f"DIR {src}: {problem}; {layout.EXPECTED}, e.g. {src}/train/cat/1.jpg (another "
-                                 "tree: --no-layout-check)")
-            print(f"upload: {src}: {found.summary()}", file=sys.stderr)
-        outputs = load_outputs(args.stack, args.outputs, ("container_urls",))
-        url = (outputs.container_urls or {}).get("data")
-        if not url:
-            raise JobError("stack outputs lack the `data` container: run `pulumi up` with this version of the project")
-        target = transfer.ContainerTarget.parse(url, "the stack's `data` container", verb="upload")
-        print(f"upload: {src} -> {target.display}", file=sys.stderr)
-        with transfer.stopping_cleanly("upload"):
-            stats = upload(src, target, "", args.workers)
+        summary = jobs.check_upload(inputs)
+        if summary is not None:
+            print(f"upload: {args.dir}: {summary}", file=sys.stderr)
+        target = jobs.data_target(_stack(args))
+        print(f"upload: {args.dir} -> {target.display}", file=sys.stderr)
+        stats = jobs.upload(inputs, target)
     except (JobError, UsageError) as err:
         _error(args, err)
         return 1
@@ -394,24 +330,6 @@ def _upload(args: argparse.Namespace) -> int:
     return 0
 
 
-def _azure_ml(outputs):
-    from infra.backends.azureml.service import AzureMlJobs
-
-    return AzureMlJobs(outputs.subscription_id, outputs.resource_group_name, outputs.aml_workspace_name)
-
-
-def _cost_management():
-    from infra.backends.spend import CostManagementSpend
-
-    return CostManagementSpend()
-
-
-def _azure_batch(endpoint: str):
-    from infra.backends.batch.service import AzureBatch
-
-    return AzureBatch(endpoint)
-
-
 def _rehearse(argv: list[str]) -> int:
     """`python -m infra rehearse ...` is `python -m devtools rehearse ...`: the rehearsal is a developer's tool,
     which infra does not import (tests/infra/test_layout.py)."""
@@ -419,8 +337,8 @@ def _rehearse(argv: list[str]) -> int:
     os.execve(sys.executable, [sys.executable, "-m", "devtools", "rehearse", *argv], env)
 
 
-def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None, aml_factory=_azure_ml,
-         spend_factory=_cost_management, preflight_services=None) -> int:
+def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_factory=None, spend_factory=None,
+         preflight_services=None) -> int:
     """`batch_factory(endpoint) -> BatchService`, `staged(data_url, status_url) -> Readiness`,
     `aml_factory(outputs) -> AmlJobs`, `spend_factory() -> CostManagementSpend` and `preflight_services() -> (Arm,
     RetailPrices)` (preflight and leftovers, infra/backends/preflight.py): the tests pass their own;
@@ -428,8 +346,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
     Cost Management."""
     from infra.backends.staging import RECHECK_MINUTES
 
-    if staged is None:
-        from infra.backends.staging import data_ready as staged
+    services = _services(batch_factory, staged, aml_factory, spend_factory)
     parser = argparse.ArgumentParser(prog="python -m infra", description=__doc__, epilog=EXAMPLES,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
@@ -582,7 +499,7 @@ def main(argv: list[str] | None = None, batch_factory=_azure_batch, staged=None,
         if verb in ("download", "register-model"):
             sub.add_argument("--dest", type=Path, default=Path("results"), help="folder to write into (default: "
                                                                                 "results/); files land in DEST/JOB")
-        sub.set_defaults(run=lambda a: _job_verb(a, batch_factory, staged, aml_factory, spend_factory))
+        sub.set_defaults(run=lambda a: _job_verb(a, services))
 
     restage = commands.add_parser(
         "restage", help="(nfsKind vm) ask the NFS server to stage `data` again now; --follow shows its reports",

@@ -1,8 +1,8 @@
 """The floors of infra/, read from the code's own imports: every import of one project module by another counts,
 at the top, inside a function and under TYPE_CHECKING alike, so no import can hide an upward one.
 
-  core < components < backends < the stack's wiring (infra/stack.py, run by the root __main__.py) < preview < cli
-  < `python -m infra` (infra/__main__.py)
+  core < components < backends < the stack's wiring (infra/stack.py, run by the root __main__.py) and the job SDK
+  (infra/jobs.py) < preview < cli < `python -m infra` (infra/__main__.py)
 
 A floor imports only its own floor and those below; no files import each other in a circle; a backend's folder
 never imports another backend's. Beside infra: training (the runtime shipped to the cluster) imports neither infra
@@ -21,6 +21,7 @@ FLOORS = {
     "infra/backends/": 3,
     "__main__.py": 4,  # the Pulumi program: runs the stack
     "infra/stack.py": 4,  # the stack's wiring: components, then the stack's backend
+    "infra/jobs.py": 4,  # the job SDK: the job and data verbs over typed inputs, for the CLI, tests and tools
     "infra/policy/": 4,  # the CrossGuard pack: a program of its own over core/security.py
     "infra/preview/": 5,
     "infra/cli/": 6,
@@ -192,4 +193,31 @@ def test_every_import_of_the_project_names_a_module_it_has():
                 [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
             found += [f"{path}:{node.lineno} imports {name}" for name in names
                       if name.split(".")[0] in ("infra", "training", "devtools") and not module_file(name)]
+    assert not found, found
+
+
+def test_argparse_never_reaches_a_backend():
+    """The command line parses; the backends take the job verbs' typed inputs (infra/backends/verbs.py), so argparse
+    is named nowhere under infra/backends: no import of it, no name or attribute `argparse` or `Namespace`, in code
+    or in a quoted annotation."""
+    found = []
+    for path in project_files():
+        if not path.startswith("infra/backends/"):
+            continue
+        tree = ast.parse((REPO_ROOT / path).read_text(), path)
+        quoted = [ast.parse(node.value, mode="eval") for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and "Namespace" in node.value
+                  and node.value.replace(".", "").replace("_", "").isalnum()]
+        for node in [n for t in (tree, *quoted) for n in ast.walk(t)]:
+            named = []
+            if isinstance(node, ast.Import):
+                named = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                named = [node.module or "", *(alias.name for alias in node.names)]
+            elif isinstance(node, ast.Name):
+                named = [node.id]
+            elif isinstance(node, ast.Attribute):
+                named = [node.attr]
+            found += [f"{path}:{getattr(node, 'lineno', '?')} names {name}" for name in named
+                      if name.split(".")[0] in ("argparse", "Namespace")]
     assert not found, found

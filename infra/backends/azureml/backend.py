@@ -8,6 +8,7 @@ from typing import Any
 from infra.backends.azureml import job as aml_job
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
+from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
 from infra.core import config, naming
 from infra.core.skus import AML_SIZES_DOC
 
@@ -91,31 +92,54 @@ class AzureMlBackend:
 
         return aml_job.aml_job_inputs(cfg, outputs, framework, nodes, train_args)
 
-    def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
+    def submit(self, ctx: JobContext, inputs: Submit) -> None:
         from infra.backends.azureml import operate as operate_aml
 
-        service = connect(outputs)
-        if args.command == "submit":
-            train_args = None if args.args is None else config.parse_training_args(
-                args.framework or cfg.training.framework, args.args, key="--args")
-            inputs = self.job_inputs(cfg, outputs, args.framework, args.nodes, train_args)
-            if not args.skip_data_check:  # the job's `data` input is the whole `data` container
-                require_staged(outputs, staged, False, args.stack)
-            operate_aml.submit(service, inputs, now_utc(), sys.stdout)
-            return 0
-        job = resolve_job(service, args.stack, args.job, key="name")
-        if args.command == "status":
-            print("\n".join(operate_aml.status(service, job)))
-        elif args.command == "logs":
-            operate_aml.logs(service, job, args.follow, sys.stdout)
-        elif args.command == "download":
-            print(f"outputs of {job} in {operate_aml.download(service, job, args.dest)}")
-        elif args.command == "register-model":
-            operate_aml.register_model(service, job, args.dest, args.name or f"resnet50-{args.stack}", sys.stdout)
-        elif args.command == "cancel":
-            operate_aml.cancel(service, job)
-            print(f"cancelled {job}")
-        return 0
+        cfg, outputs = ctx.cfg, ctx.outputs
+        service = ctx.connect(outputs)
+        train_args = None if inputs.args is None else config.parse_training_args(
+            inputs.framework or cfg.training.framework, inputs.args, key="--args")
+        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, train_args)
+        if not inputs.skip_data_check:  # the job's `data` input is the whole `data` container
+            require_staged(outputs, ctx.staged, False, cfg.stack)
+        operate_aml.submit(service, job_inputs, now_utc(), sys.stdout)
+
+    def _job(self, ctx: JobContext, job: str | None) -> tuple[Any, str]:
+        """The workspace's jobs and the job named, or the stack's newest."""
+        service = ctx.connect(ctx.outputs)
+        return service, resolve_job(service, ctx.cfg.stack, job, key="name")
+
+    def status(self, ctx: JobContext, inputs: Status) -> None:
+        from infra.backends.azureml import operate as operate_aml
+
+        service, job = self._job(ctx, inputs.job)
+        print("\n".join(operate_aml.status(service, job)))
+
+    def logs(self, ctx: JobContext, inputs: Logs) -> None:
+        from infra.backends.azureml import operate as operate_aml
+
+        service, job = self._job(ctx, inputs.job)
+        operate_aml.logs(service, job, inputs.follow, sys.stdout)
+
+    def download(self, ctx: JobContext, inputs: Download) -> None:
+        from infra.backends.azureml import operate as operate_aml
+
+        service, job = self._job(ctx, inputs.job)
+        print(f"outputs of {job} in {operate_aml.download(service, job, inputs.dest)}")
+
+    def cancel(self, ctx: JobContext, inputs: Cancel) -> None:
+        from infra.backends.azureml import operate as operate_aml
+
+        service, job = self._job(ctx, inputs.job)
+        operate_aml.cancel(service, job)
+        print(f"cancelled {job}")
+
+    def register_model(self, ctx: JobContext, inputs: RegisterModel) -> None:
+        """Its optional ability (infra/backends/__init__.py: RegistersModels): the workspace's model registry."""
+        from infra.backends.azureml import operate as operate_aml
+
+        service, job = self._job(ctx, inputs.job)
+        operate_aml.register_model(service, job, inputs.dest, inputs.name or f"resnet50-{ctx.cfg.stack}", sys.stdout)
 
     def usage_now(self, service, outputs: StackOutputs, stack: str) -> tuple[int, int]:
         """The compute cluster's nodes (AmlJobs.count_nodes), and the stack's jobs in no terminal state (Queued,

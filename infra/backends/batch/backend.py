@@ -8,6 +8,7 @@ from typing import Any
 from infra.backends.batch import spec as batch_spec
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
+from infra.backends.verbs import Cancel, Download, JobContext, Logs, Status, Submit
 from infra.core import config, cost, naming
 from infra.core.containers import DATASET
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
@@ -105,33 +106,48 @@ class BatchBackend:
 
         return batch_spec.job_inputs(cfg, outputs, framework, nodes, train_args)
 
-    def run_verb(self, args, cfg, outputs: StackOutputs, connect, staged) -> int:
+    def submit(self, ctx: JobContext, inputs: Submit) -> None:
         from infra.backends.batch import operate
 
-        if args.command == "download":
-            job = args.job or resolve_job(connect(outputs), args.stack, None)
-            print(operate.download(outputs.container_urls["outputs"], job, args.dest))
-            print(f"outputs of {job} in {args.dest / job}")
-            return 0
-        service = connect(outputs)
-        if args.command == "submit":
-            # The stack config's refusals of trainingArgs, with the training command line's own parser.
-            train_args = None if args.args is None else config.parse_training_args(
-                args.framework or cfg.training.framework, args.args, key="--args")
-            inputs = self.job_inputs(cfg, outputs, args.framework, args.nodes, train_args)
-            if not args.skip_data_check:
-                require_staged(outputs, staged, cfg.nfs.kind == "vm", args.stack)
-            operate.submit(service, inputs, now_utc(), sys.stdout)
-            return 0
-        job = resolve_job(service, args.stack, args.job)
-        if args.command == "status":
-            print("\n".join(operate.status(service, job, cost.estimate(cfg).node_price).lines()))
-        elif args.command == "logs":
-            operate.logs(service, job, "stderr" if args.stderr else "stdout", args.follow, sys.stdout)
-        elif args.command == "cancel":
-            operate.cancel(service, job)
-            print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
-        return 0
+        cfg, outputs = ctx.cfg, ctx.outputs
+        service = ctx.connect(outputs)
+        # The stack config's refusals of trainingArgs, with the training command line's own parser.
+        train_args = None if inputs.args is None else config.parse_training_args(
+            inputs.framework or cfg.training.framework, inputs.args, key="--args")
+        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, train_args)
+        if not inputs.skip_data_check:
+            require_staged(outputs, ctx.staged, cfg.nfs.kind == "vm", cfg.stack)
+        operate.submit(service, job_inputs, now_utc(), sys.stdout)
+
+    def status(self, ctx: JobContext, inputs: Status) -> None:
+        from infra.backends.batch import operate
+
+        service = ctx.connect(ctx.outputs)
+        job = resolve_job(service, ctx.cfg.stack, inputs.job)
+        print("\n".join(operate.status(service, job, cost.estimate(ctx.cfg).node_price).lines()))
+
+    def logs(self, ctx: JobContext, inputs: Logs) -> None:
+        from infra.backends.batch import operate
+
+        service = ctx.connect(ctx.outputs)
+        job = resolve_job(service, ctx.cfg.stack, inputs.job)
+        operate.logs(service, job, "stderr" if inputs.stderr else "stdout", inputs.follow, sys.stdout)
+
+    def download(self, ctx: JobContext, inputs: Download) -> None:
+        """From the `outputs` container: the job service is asked only for the newest job's name."""
+        from infra.backends.batch import operate
+
+        job = inputs.job or resolve_job(ctx.connect(ctx.outputs), ctx.cfg.stack, None)
+        print(operate.download(ctx.outputs.container_urls["outputs"], job, inputs.dest))
+        print(f"outputs of {job} in {inputs.dest / job}")
+
+    def cancel(self, ctx: JobContext, inputs: Cancel) -> None:
+        from infra.backends.batch import operate
+
+        service = ctx.connect(ctx.outputs)
+        job = resolve_job(service, ctx.cfg.stack, inputs.job)
+        operate.cancel(service, job)
+        print(f"cancelled {job}: its task is stopped; outputs written so far stay on NFS and in `outputs`")
 
     def usage_now(self, service, outputs: StackOutputs, stack: str) -> tuple[int, int]:
         """The pool's nodes (BatchService.pool_nodes: dedicated + low-priority/Spot), and the stack's jobs in state

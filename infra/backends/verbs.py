@@ -1,0 +1,78 @@
+"""The job verbs' inputs, typed: what a backend's jobs face (infra/backends/__init__.py: Backend.submit, status,
+logs, download, cancel; register_model where it has a model registry) is handed, never the command line's parsed flags.
+The command line builds them from its flags (infra/cli/main.py), the job SDK (infra/jobs.py) hands them on, and
+the tests and tools build them directly.
+
+Pure: no Azure client, no command-line parsing.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:
+    from infra.backends.shared import StackOutputs
+    from infra.core.config import StackConfig
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Start a training job; each None takes the stack's default."""
+    framework: str | None = None  # default: trainingFramework
+    nodes: int | None = None  # default: maxNodes
+    args: str | None = None  # train flags as one string, instead of trainingArgs (the stack config's refusals apply)
+    skip_data_check: bool = False  # submit even when `data` is empty or not reported staged
+
+
+@dataclass(frozen=True)
+class Status:
+    job: str | None = None  # default: the stack's newest job
+
+
+@dataclass(frozen=True)
+class Logs:
+    job: str | None = None
+    follow: bool = False  # keep printing until the task ends
+    stderr: bool = False  # stderr.txt instead of stdout.txt (Batch)
+
+
+@dataclass(frozen=True)
+class Download:
+    job: str | None = None
+    dest: Path = Path("results")  # files land in DEST/JOB
+
+
+@dataclass(frozen=True)
+class Cancel:
+    job: str | None = None
+
+
+@dataclass(frozen=True)
+class RegisterModel:
+    job: str | None = None
+    dest: Path = Path("results")  # where the model is fetched to first
+    name: str | None = None  # default: resnet50-STACK
+
+
+JobVerb = Union[Submit, Status, Logs, Download, Cancel, RegisterModel]
+
+# Each verb's command name: `python -m infra NAME`, and the key of a backend's refused_verbs.
+VERB_NAMES: dict[type, str] = {Submit: "submit", Status: "status", Logs: "logs", Download: "download",
+                               Cancel: "cancel", RegisterModel: "register-model"}
+
+
+def verb_name(verb: JobVerb) -> str:
+    return VERB_NAMES[type(verb)]
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a backend's job verb works with besides its inputs: the stack config, its typed outputs, how its job
+    service is reached from them (`connect(outputs)`) and the data check (`staged(data_url, status_url)`,
+    infra/backends/staging.py: data_ready)."""
+    cfg: StackConfig
+    outputs: StackOutputs
+    connect: Callable[[StackOutputs], Any]
+    staged: Callable[[str, str], Any]

@@ -1,0 +1,232 @@
+"""The job SDK: the job and data verbs as functions over typed inputs (SkyPilot's sky/client/sdk.py). Each loads the
+stack's config and outputs, applies the budget guard (monthlyBudgetUsd) and calls the stack's backend with the
+verb's inputs (infra/backends/verbs.py). The command line (infra/cli/main.py) parses its flags into these inputs and
+prints; the tests and tools call these functions, so argparse never travels below the command line.
+
+    from infra import jobs
+    from infra.backends.verbs import Logs, Submit
+
+    dev = jobs.Stack("dev", outputs=Path("member-dev.json"))
+    jobs.submit(dev, Submit(framework="keras", nodes=1, args="--epochs 1"))
+    jobs.logs(dev, Logs(follow=True))
+
+Errors a user causes are raised, never printed: config.ConfigError (the stack file), JobError and UsageError (one
+line each), and the Azure SDK's own (not signed in, refused).
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infra import REPO_ROOT
+from infra.backends import Backend, RegistersModels, backend, spend as spend_query, staging
+from infra.backends.shared import JobError, StackOutputs, load_outputs, rehearsal_endpoints
+from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
+                                  verb_name)
+from infra.core import budget, config
+from training.data import layout, transfer
+from training.data.upload import upload as upload_tree
+from training.errors import UsageError
+
+# The verbs the budget guard speaks in (monthlyBudgetUsd): submit refuses at or over budget, status shows spend.
+BUDGET_VERBS = ("submit", "status")
+BUDGET_OUTPUTS = ("subscription_id", "resource_group_name")  # the Cost Management query's scope
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Which stack a verb runs on, and where its outputs come from."""
+    name: str  # its file is Pulumi.NAME.yaml
+    outputs: Path | None = None  # its member file, or the JSON of `pulumi stack output` (default: run that command)
+    project_dir: Path = REPO_ROOT  # the folder with Pulumi.yaml and the stack files
+    rehearsal: Path | None = None  # its rehearsal's folder (`python -m infra rehearse`): outputs and sign-in there
+
+
+def azure_batch(endpoint: str) -> Any:
+    from infra.backends.batch.service import AzureBatch
+
+    return AzureBatch(endpoint)
+
+
+def azure_ml(outputs: StackOutputs) -> Any:
+    from infra.backends.azureml.service import AzureMlJobs
+
+    return AzureMlJobs(outputs.subscription_id, outputs.resource_group_name, outputs.aml_workspace_name)
+
+
+def cost_management() -> Any:
+    return spend_query.CostManagementSpend()
+
+
+@dataclass(frozen=True)
+class Services:
+    """How the verbs reach Azure: `batch(endpoint) -> BatchService`, `aml(outputs) -> AmlJobs`, `spend() ->
+    CostManagementSpend`, `staged(data_url, status_url) -> Readiness`. The tests pass their own."""
+    batch: Callable[[str], Any] = azure_batch
+    aml: Callable[[StackOutputs], Any] = azure_ml
+    spend: Callable[[], Any] = cost_management
+    staged: Callable[[str, str], Any] = staging.data_ready
+
+    def connect(self, backend_name: str) -> Callable[[StackOutputs], Any]:
+        """How a backend's job service is reached from the stack outputs."""
+        return {"batch": lambda outputs: self.batch(outputs.batch_account_endpoint), "azureml": self.aml}[backend_name]
+
+
+AZURE = Services()
+
+
+def spend(outputs: StackOutputs, services: Services = AZURE) -> tuple[Any, str | None]:
+    """This month's spend on the stack's resource group from Cost Management (infra/backends/spend.py): (Spend,
+    None), or (None, why not)."""
+    reader = services.spend()
+    try:
+        return spend_query.read(reader, spend_query.scope(outputs.subscription_id, outputs.resource_group_name))
+    finally:
+        reader.close()
+
+
+def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
+    """One job verb on the stack: on Azure (its outputs, your sign-in, the budget guard), or on its rehearsal."""
+    if stack.rehearsal is not None:
+        return _on_rehearsal(stack, verb, services)
+    cfg = config.from_stack_file(stack.name, stack.project_dir)
+    chosen = backend(cfg.backend)
+    name = verb_name(verb)
+    if name in chosen.refused_verbs:  # before the outputs are read
+        raise JobError(chosen.refused_verbs[name])
+    guarded = name in BUDGET_VERBS and cfg.budget.monthly_usd is not None
+    outputs = load_outputs(stack.name, stack.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()))
+    verdict = budget.guard(cfg.budget.monthly_usd, *spend(outputs, services)) if guarded else None
+    if verdict and isinstance(verb, Submit):
+        if not verdict.allowed:  # before anything reaches the job service
+            raise JobError(f"--stack {stack.name}: budget: {verdict.line}")
+        print(f"budget: {verdict.line}")
+    _call(chosen, JobContext(cfg, outputs, services.connect(chosen.name), services.staged), verb)
+    if verdict and isinstance(verb, Status):
+        print(f"budget: {verdict.line}")
+
+
+def _on_rehearsal(stack: Stack, verb: JobVerb, services: Services) -> None:
+    """A job verb on the stack's rehearsal by the same path as on Azure: only the outputs and the sign-in come from
+    the rehearsal's folder (infra.backends.shared.REHEARSAL_FILE) instead of `pulumi stack output` and your Azure
+    sign-in; no budget guard (no Cost Management there)."""
+    if isinstance(verb, RegisterModel):
+        raise JobError("register-model --rehearsal: rehearsals play the Batch backend only, which has no model "
+                       "registry; a rehearsal's model is run/model.onnx in what `download --rehearsal` fetches (on an "
+                       "azureml stack, run register-model without --rehearsal after `pulumi up`)")
+    cfg = config.from_stack_file(stack.name, stack.project_dir)
+    outputs, env = rehearsal_endpoints(stack.rehearsal.resolve(), stack.name)
+    os.environ.update(env)  # DefaultAzureCredential signs in at the rehearsal's token endpoint; TLS trusts its CA
+    connect = lambda o: services.batch(o.batch_account_endpoint)  # noqa: E731 - the rehearsal plays Batch
+    _call(backend(cfg.backend), JobContext(cfg, outputs, connect, services.staged), verb)
+
+
+def _call(chosen: Backend, ctx: JobContext, verb: JobVerb) -> None:
+    """The backend's jobs face for this verb."""
+    if isinstance(verb, RegisterModel):
+        if not isinstance(chosen, RegistersModels):
+            raise JobError(chosen.refused_verbs.get("register-model", f"backend {chosen.name} has no model registry"))
+        return chosen.register_model(ctx, verb)
+    faces = {Submit: chosen.submit, Status: chosen.status, Logs: chosen.logs, Download: chosen.download,
+             Cancel: chosen.cancel}
+    return faces[type(verb)](ctx, verb)
+
+
+def submit(stack: Stack, inputs: Submit = Submit(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def status(stack: Stack, inputs: Status = Status(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def logs(stack: Stack, inputs: Logs = Logs(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def download(stack: Stack, inputs: Download = Download(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def cancel(stack: Stack, inputs: Cancel = Cancel(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def register_model(stack: Stack, inputs: RegisterModel = RegisterModel(), services: Services = AZURE) -> None:
+    run(stack, inputs, services)
+
+
+def request_restage(stack: Stack) -> str:
+    """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
+    both reach `status`); returns the `status` container's URL, where its reports appear (restage_reports)."""
+    cfg = config.from_stack_file(stack.name, stack.project_dir)
+    refusal = backend(cfg.backend).restage_refusal(cfg)
+    if refusal:
+        raise JobError(f"--stack {stack.name}: restage applies to nfsKind vm (an NFS server that stages `data`); "
+                       + refusal)
+    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",))
+    status_url = outputs.container_urls["status"]
+    staging.request_restage(status_url)
+    return status_url
+
+
+def restage_reports(status_url: str, follow: bool, poll_seconds: float = 10.0,
+                    sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+    """The NFS server's staging report, each time it changes: one line, or only the one there now unless
+    `follow`, then until the request is served and the server is no longer staging."""
+    seen = None
+    while True:
+        report = staging.read_report(status_url)
+        line = report.line() if report else "no report yet"
+        if line != seen:
+            yield line
+            seen = line
+        served = not staging.restage_pending(status_url)
+        if not follow or (served and report and report.state != "staging"):
+            return
+        sleep(poll_seconds)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A dataset folder into the stack's `data` container."""
+    dir: Path  # DIR/train/<class>/IMAGE, optionally DIR/val/<class>/IMAGE
+    layout_check: bool = True  # refuse another tree (the trainer reads train/<class>/ only)
+    workers: int = 16  # parallel transfers
+
+
+def check_upload(inputs: Upload) -> str | None:
+    """Refuse a folder that is missing, or whose layout the trainer cannot read (before the outputs, the sign-in or
+    a byte: a wrong tree never leaves here); the layout's summary, or None unchecked."""
+    src = inputs.dir
+    if not src.is_dir():
+        raise UsageError(f"DIR {src}: no such folder; give the dataset's folder (with train/<class>/ in it)")
+    if inputs.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if not inputs.layout_check:
+        return None
+    found = layout.of_folder(src)
+    problem = found.problem()
+    if problem:
+        raise UsageError(f"DIR {src}: {problem}; {layout.EXPECTED}, e.g. {src}/train/cat/1.jpg (another tree: "
+                         "--no-layout-check)")
+    return found.summary()
+
+
+def data_target(stack: Stack) -> transfer.ContainerTarget:
+    """The stack's `data` container, from its outputs, for your Azure AD sign-in."""
+    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",))
+    url = (outputs.container_urls or {}).get("data")
+    if not url:
+        raise JobError("stack outputs lack the `data` container: run `pulumi up` with this version of the project")
+    return transfer.ContainerTarget.parse(url, "the stack's `data` container", verb="upload")
+
+
+def upload(inputs: Upload, target: transfer.ContainerTarget) -> Any:
+    """Upload the folder (training/data/upload.py: verified, resumable); its transfer stats."""
+    with transfer.stopping_cleanly("upload"):
+        return upload_tree(inputs.dir, target, "", inputs.workers)
