@@ -147,14 +147,15 @@ def torch_rank_env(env: Mapping[str, str]) -> dict[str, str]:
             "MASTER_PORT": env.get("MASTER_PORT", str(DDP_MASTER_PORT))}
 
 
-def ddp_rendezvous(hosts: list[Host]) -> dict[str, str]:
-    """For --dist ddp under horovodrun (pure): where every rank meets, rank 0's host (the first), forwarded to every
-    rank by name as the launcher forwards NCCL_ and the rest."""
+def ddp_rendezvous(hosts: list[Host], port: int = DDP_MASTER_PORT) -> dict[str, str]:
+    """For --dist ddp under horovodrun (pure): where every rank meets, rank 0's host (the first) at `port` (the
+    caller passes a MASTER_PORT the user set), forwarded to every rank by name as the launcher forwards NCCL_ and
+    the rest."""
     first = hosts[0].name
     if first in LOCAL_NAMES and any(h.name not in LOCAL_NAMES for h in hosts):
         raise UsageError(f"--dist ddp: the first host {first} is where every rank meets, and the other hosts cannot "
                          "reach it by that name; name this host by its address in --hosts")
-    return {"MASTER_ADDR": "127.0.0.1" if first in LOCAL_NAMES else first, "MASTER_PORT": str(DDP_MASTER_PORT)}
+    return {"MASTER_ADDR": "127.0.0.1" if first in LOCAL_NAMES else first, "MASTER_PORT": str(port)}
 
 
 def native_workers(hosts: list[Host], here: str, train_flags: list[str], *, python: str, cwd: str,
@@ -260,7 +261,11 @@ def main(argv: list[str]) -> int:
     if dist_of(train_flags) == "ddp":
         # DDP's processes started by horovodrun/mpirun: each maps the launcher's rank variables
         # (torch_rank_env) and meets the others at the first host.
-        os.environ.update(ddp_rendezvous(hosts))
+        try:
+            port = int(os.environ.get("MASTER_PORT", DDP_MASTER_PORT))  # a port the user set wins
+        except ValueError:
+            raise UsageError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") from None
+        os.environ.update(ddp_rendezvous(hosts, port))
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None, command_name=args.run)

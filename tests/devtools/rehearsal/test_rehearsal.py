@@ -2,6 +2,7 @@
 their own addresses), with the job's real sshd between them and Azurite as the storage account."""
 import contextlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -108,6 +109,27 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
         download = verb("download", "--rehearsal", str(work), "--dest", str(fetched))
         assert download.returncode == 0, download.stderr
         cancel = verb("cancel", "--rehearsal", str(work))
+        # A team member's path: no Pulumi state and no secret, only the member file the platform engineer made
+        # from the stack's outputs, and the member's own sign-in (the rehearsal's Azure AD front), no --rehearsal.
+        values = json.loads((work / REHEARSAL_FILE).read_text())
+        (tmp_path / "outputs.json").write_text(json.dumps(values["outputs"]))
+        member = tmp_path / "member-dev.json"
+        made = verb("member-file", "--outputs", str(tmp_path / "outputs.json"), "-o", str(member))
+        assert made.returncode == 0 and "sig=" not in member.read_text(), made.stderr
+        member_env = {**os.environ, **values["env"]}
+
+        def as_member(*args):
+            return subprocess.run([sys.executable, "-m", "infra", *args, "--stack", "dev", "--outputs", str(member)],
+                                  cwd=REPO_ROOT, env=member_env, capture_output=True, text=True, timeout=600)
+
+        member_status = as_member("status")
+        assert f"job {job}: completed" in member_status.stdout, member_status.stderr
+        member_logs = as_member("logs", "--job", job)
+        assert "done: step 30" in member_logs.stdout, member_logs.stderr
+        member_fetched = tmp_path / "member-fetched"
+        member_download = as_member("download", "--dest", str(member_fetched))
+        assert member_download.returncode == 0 and (member_fetched / job / "run" / "summary.json").is_file(), \
+            member_download.stderr
     assert cancel.returncode == 1 and "has already completed; nothing to cancel" in cancel.stderr
     run = fetched / job / "run"
     summary = json.loads((run / "summary.json").read_text())

@@ -31,5 +31,6 @@ def test_the_ranks_meet_at_the_first_host_which_the_others_must_reach():
     assert ddp_rendezvous([Host("10.0.0.4", 8), Host("10.0.0.5", 8)]) == {"MASTER_ADDR": "10.0.0.4",
                                                                           "MASTER_PORT": "29500"}
     assert ddp_rendezvous([Host("localhost", 2)])["MASTER_ADDR"] == "127.0.0.1"
+    assert ddp_rendezvous([Host("localhost", 2)], port=41000)["MASTER_PORT"] == "41000"
     with pytest.raises(UsageError, match="name this host by its address"):
         ddp_rendezvous([Host("localhost", 8), Host("10.0.0.5", 8)])

@@ -2,6 +2,7 @@
 launcher (the GPU-shaped harness: torch told it has GPUs, the binding recorded), DDP under the Batch launcher, the
 ONNX check against a TF32 forward, and the refusals."""
 import json
+import socket
 import subprocess
 
 import pytest
@@ -59,12 +60,19 @@ def test_bf16_only_on_gpus_that_have_it(monkeypatch, capability, bf16):
     assert distributed.has_bf16(torch.device("cpu")) is False
 
 
-def test_ddp_under_the_batch_launcher_is_one_world_and_a_failed_export_keeps_the_summary(tmp_path):
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_ddp_under_the_batch_launcher_is_one_world_and_a_failed_export_keeps_the_summary(tmp_path, monkeypatch):
     """Batch's job starts every --dist with `python -m training launch` (horovodrun): DDP's processes map its rank
     variables, so the 2 processes are one world of 2, not two worlds of 1 fighting over one port. The same run
     diverges (LR 1e30) so its model cannot be exported (non-finite logits): rank 0 says why and keeps summary.json
     and the checkpoints, and the run exits 0, so a retried task does not train and fail again."""
     flags = [flag for flag in SMALL if flag != "--no-export"]
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))  # not 29500: another run on this machine may hold it
     result = training("launch", "--hosts", "localhost:2", "--", "--dist", "ddp", *flags, "--base-lr", "1e30",
                       "--output-dir", tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
