@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
+from infra.core import config
+
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
     from infra.core.config import StackConfig
@@ -24,6 +26,13 @@ class Submit:
     nodes: int | None = None  # default: maxNodes
     args: str | None = None  # train flags as one string, instead of trainingArgs (the stack config's refusals apply)
     skip_data_check: bool = False  # submit even when `data` is empty or not reported staged
+
+    def train_args(self, cfg: StackConfig) -> tuple[str, ...] | None:
+        """`args` as the job's train flags, with the stack config's refusals of trainingArgs and the training
+        command line's own parser (None: the stack's trainingArgs)."""
+        if self.args is None:
+            return None
+        return config.parse_training_args(self.framework or cfg.training.framework, self.args, key="--args")
 
 
 @dataclass(frozen=True)

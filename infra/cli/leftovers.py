@@ -4,7 +4,6 @@ infra/core/leftovers.py judges). Exit status: 0 nothing left, 1 something left (
 the stack file or the subscription is refused."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,41 +17,20 @@ DESCRIPTION = (
 
 
 def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
-    from infra.core import config, naming
+    from infra.backends import leftovers
+    from infra.cli.preflight import against_azure, stack_config_or_line
+    from infra.core import naming
 
-    try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
-    except config.ConfigError as err:
-        print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
+    stack_config = stack_config_or_line(args)
+    if stack_config is None:
         return 2
-    from azure.core.exceptions import AzureError
-
-    from infra.backends import leftovers, preflight
-    from infra.backends.shared import status_line
-    from infra.cli.preflight import azure_services, subscription_hint
-    from training.errors import UsageError
-
-    arm = prices = None
     group = naming.resource_group(stack_config.team, args.stack)
-    try:
-        arm, prices = (services or azure_services)()
-        subscription = preflight.subscription_of(arm, subscription_hint(args, args.project_dir /
-                                                                        f"Pulumi.{args.stack}.yaml"))
-        found = leftovers.find(arm, subscription, group)
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except UsageError as err:  # not signed in
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except AzureError as err:
-        print(f"error: cannot ask Azure Resource Manager ({status_line(err)}): you need Reader on the "
-              "subscription; check `az login`, then try again", file=sys.stderr)
-        return 1
-    finally:
-        for client in (arm, prices):
-            if client is not None:
-                client.close()
+    code, answer = against_azure(
+        args, services, lambda arm, prices, subscription: (subscription, leftovers.find(arm, subscription, group)),
+        arm_fix="you need Reader on the subscription; check `az login`, then try again")
+    if code:
+        return code
+    subscription, found = answer
     print(f"left by stack {args.stack} (resource group {group}) in subscription {subscription}:")
     for item in found:
         print(f"  {item.line()}")

@@ -50,20 +50,26 @@ def azure_services():
     return Arm(AzureCredential(probe_scope=ARM_SCOPE)), RetailPrices()
 
 
-def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
+def stack_config_or_line(args: Any):
+    """The stack's config, or None with its one line printed (the stack file refused: exit status 2)."""
     from infra.core import config
 
-    started = time.monotonic()
     try:
-        stack_config = config.from_stack_file(args.stack, args.project_dir)
+        return config.from_stack_file(args.stack, args.project_dir)
     except config.ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
-        return 2
+        return None
+
+
+def against_azure(args: Any, services: Callable[[], tuple[Any, Any]] | None, work: Callable[[Any, Any, str], Any],
+                  *, arm_fix: str) -> tuple[int, Any]:
+    """`work(arm, prices, subscription)` with your sign-in, for preflight and leftovers alike: (0, its result), or
+    (exit status, None) with one line printed: 2 a refused subscription, 1 no sign-in or ARM refusing (`arm_fix`
+    says what to do). The clients are closed either way."""
     from azure.core.exceptions import AzureError
 
     from infra.backends import preflight
     from infra.backends.shared import status_line
-    from infra.core import preflight as verdicts
     from training.errors import UsageError
 
     arm = prices = None
@@ -71,8 +77,33 @@ def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) ->
         arm, prices = (services or azure_services)()
         subscription = preflight.subscription_of(arm, subscription_hint(args, args.project_dir /
                                                                         f"Pulumi.{args.stack}.yaml"))
-        from infra.preview import offline
+        return 0, work(arm, prices, subscription)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2, None
+    except UsageError as err:  # not signed in (training.data.transfer.NotSignedIn)
+        print(f"error: {err}", file=sys.stderr)
+        return 1, None
+    except AzureError as err:
+        print(f"error: cannot ask Azure Resource Manager ({status_line(err)}): {arm_fix}", file=sys.stderr)
+        return 1, None
+    finally:
+        for client in (arm, prices):
+            if client is not None:
+                client.close()
 
+
+def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
+    from infra.backends import preflight
+    from infra.core import preflight as verdicts
+    from infra.preview import offline
+
+    started = time.monotonic()
+    stack_config = stack_config_or_line(args)
+    if stack_config is None:
+        return 2
+
+    def ask(arm, prices, subscription) -> list:
         evaluation = offline.evaluate(stack_config)
         needs = verdicts.needs(stack_config, [(r.type, r.inputs) for r in evaluation.resources], subscription,
                                offline.SUBSCRIPTION)
@@ -82,21 +113,11 @@ def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) ->
                   for p in stack_config.placeholders]
         for check in checks:
             print(check.line(), flush=True)
-        checks += preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except UsageError as err:  # not signed in (training.data.transfer.NotSignedIn)
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except AzureError as err:
-        print(f"error: cannot ask Azure Resource Manager ({status_line(err)}): check your network and `az login`, "
-              "then try again", file=sys.stderr)
-        return 1
-    finally:
-        for client in (arm, prices):
-            if client is not None:
-                client.close()
+        return checks + preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))
+
+    code, checks = against_azure(args, services, ask, arm_fix="check your network and `az login`, then try again")
+    if code:
+        return code
     stopped = [c.name for c in checks if c.verdict == verdicts.FAIL]
     print(f"\n{len(checks)} checks in {time.monotonic() - started:.1f} s: "
           + (f"{len(stopped)} would stop `pulumi up` or the first job ({', '.join(stopped)})" if stopped else

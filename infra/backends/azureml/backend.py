@@ -9,7 +9,7 @@ from infra.backends.azureml import job as aml_job
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
-from infra.core import config, naming
+from infra.core import naming
 from infra.core.skus import AML_SIZES_DOC
 
 
@@ -97,9 +97,7 @@ class AzureMlBackend:
 
         cfg, outputs = ctx.cfg, ctx.outputs
         service = ctx.connect(outputs)
-        train_args = None if inputs.args is None else config.parse_training_args(
-            inputs.framework or cfg.training.framework, inputs.args, key="--args")
-        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, train_args)
+        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
         if not inputs.skip_data_check:  # the job's `data` input is the whole `data` container
             require_staged(outputs, ctx.staged, False, cfg.stack)
         operate_aml.submit(service, job_inputs, now_utc(), sys.stdout)

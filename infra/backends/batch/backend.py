@@ -9,7 +9,7 @@ from infra.backends.batch import spec as batch_spec
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, Status, Submit
-from infra.core import config, cost, naming
+from infra.core import cost, naming
 from infra.core.containers import DATASET
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.core.skus import BATCH_SIZES_DOC
@@ -111,10 +111,7 @@ class BatchBackend:
 
         cfg, outputs = ctx.cfg, ctx.outputs
         service = ctx.connect(outputs)
-        # The stack config's refusals of trainingArgs, with the training command line's own parser.
-        train_args = None if inputs.args is None else config.parse_training_args(
-            inputs.framework or cfg.training.framework, inputs.args, key="--args")
-        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, train_args)
+        job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
         if not inputs.skip_data_check:
             require_staged(outputs, ctx.staged, cfg.nfs.kind == "vm", cfg.stack)
         operate.submit(service, job_inputs, now_utc(), sys.stdout)
