@@ -20,10 +20,10 @@
 from __future__ import annotations
 
 import base64
-import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from infra import REPO_ROOT
@@ -31,6 +31,45 @@ from infra.core import nfs_user_data
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
 STAGER_VENV = REPO_ROOT / ".venv"
+
+
+# In a private mount namespace: $1 becomes a root where each top-level folder of this machine is bound as it is
+# (symlinks such as bin -> usr/bin copied), but /opt and the export's folder, which are the VM's: /opt/dltrain is
+# $2 with the stager's venv $3 at venv, the export ($5) is $4; then $6 (the unit's ExecStart, where the VM's root
+# folder has it) runs in it.
+VM_ROOT_SCRIPT = r"""
+set -e
+root=$1 export_path=$5
+mount -n -t tmpfs vm-root "$root"
+for entry in /* /.[!.]*; do
+  [ -e "$entry" ] || [ -L "$entry" ] || continue
+  name=${entry#/}
+  case "/$name" in /opt|"$export_path") continue ;; esac
+  if [ -L "$entry" ]; then ln -s "$(readlink "$entry")" "$root/$name"
+  elif [ -d "$entry" ]; then mkdir "$root/$name" && mount -n --rbind "$entry" "$root/$name"
+  fi
+done
+mkdir -p "$root/opt/dltrain" "$root$export_path"
+mount -n --bind "$2" "$root/opt/dltrain"
+mount -n --bind "$3" "$root/opt/dltrain/venv"
+mount -n --bind "$4" "$root$export_path"
+exec chroot "$root" "$6"
+"""
+
+
+def run_in_vm_root(program: Path, opt: Path, export: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """Run `program` as the VM runs it: /opt/dltrain is `opt` (its venv this checkout's .venv) and the export
+    folder is `export`, in a root of its own (VM_ROOT_SCRIPT) inside a private mount namespace. Nothing is made
+    or mounted on this machine (util-linux's `-n` records nothing in its /run/mount either), so two rehearsals at
+    once do not meet there."""
+    new_root = Path(tempfile.mkdtemp(prefix="nfs-vm-root-"))
+    try:
+        return subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "bash", "-c", VM_ROOT_SCRIPT, "unit", str(new_root),
+             str(opt), str(STAGER_VENV), str(export), nfs_user_data.EXPORT_PATH, str(program)],
+            env=env, capture_output=True, text=True)
+    finally:
+        new_root.rmdir()  # only a mount point inside the namespace, which ended with the program
 
 
 class StagingFailed(RuntimeError):
@@ -155,21 +194,7 @@ class NfsServer:
                    PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
         opt = self.vm_path("/opt/dltrain")
         (opt / "venv").mkdir(parents=True, exist_ok=True)
-        created = [p for p in (Path("/opt/dltrain"), Path(nfs_user_data.EXPORT_PATH)) if not p.exists()]
-        for mount_point in created:
-            mount_point.mkdir(parents=True)  # empty mount points on this machine; removed afterwards
-        # The VM's paths, seen only inside this process's own mount namespace (`-n`: util-linux records nothing in
-        # this machine's /run/mount either).
-        inner = 'mount -n --bind "$1" /opt/dltrain && mount -n --bind "$2" /opt/dltrain/venv ' \
-                '&& mount -n --bind "$3" "$4" && cd / && exec "$5"'
-        try:
-            result = subprocess.run(
-                ["unshare", "-m", "--propagation", "private", "bash", "-c", inner, "unit", str(opt), str(STAGER_VENV),
-                 str(self.export), nfs_user_data.EXPORT_PATH, str(self.vm_path(unit["ExecStart"]))],
-                env=env, capture_output=True, text=True)
-        finally:
-            for mount_point in reversed(created):
-                os.rmdir(mount_point)
+        result = run_in_vm_root(self.vm_path(unit["ExecStart"]), opt, self.export, env)
         success = {0, *(int(code) for code in unit.get("SuccessExitStatus", "").split() if code.isdigit())}
         if result.returncode not in success:
             tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-8:])
