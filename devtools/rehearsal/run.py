@@ -398,7 +398,8 @@ def _data_the_job_saw(export: Path, uploaded: int) -> str:
     from infra.core.containers import DATASET
     from training.data.folder import scan
 
-    splits = {split: len(scan(export / DATASET, split)[1]) for split in ("train", "val")}
+    classes, train = scan(export / DATASET, "train")
+    splits = {"train": len(train), "val": len(scan(export / DATASET, "val", classes)[1])}  # val/ by train/'s classes
     seen = sum(splits.values())
     return (f"data: the job's --data folder as the trainer scans it: {splits['train']} train + {splits['val']} val "
             f"images = {seen} of the {uploaded} files uploaded" + ("" if seen == uploaded else ": FILES MISSING"))

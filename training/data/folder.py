@@ -6,6 +6,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from training.data import layout
 from training.errors import UsageError
 from training.model_card import MEAN, STD  # noqa: F401 - ImageNet channel statistics, read from here too
 
@@ -39,12 +40,23 @@ def num_classes(given: int, classes: list[str], root: Path | str) -> int:
     return len(classes)
 
 
-def scan(root: Path, split: str) -> tuple[list[str], list[tuple[Path, int]]]:
-    """Classes and (path, label) of one split; raises UsageError on a folder not in ImageNet layout."""
-    classes = class_names(root, split)
+def scan(root: Path, split: str, classes: list[str] | None = None) -> tuple[list[str], list[tuple[Path, int]]]:
+    """Classes and (path, label) of one split; raises UsageError on a folder not in ImageNet layout. `classes`:
+    the list to label by (train/'s, for val/: a val/ that lacks one of them keeps every other label; a val/ class
+    folder with images that is not in the list is refused, as the layout check refuses it); without it, the
+    split's own class folders."""
+    found = class_names(root, split)
     folder = root / split
-    samples = [(p, label) for label, cls in enumerate(classes)
-               for p in sorted((folder / cls).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+    images = {cls: [p for p in sorted((folder / cls).iterdir()) if p.suffix.lower() in IMAGE_SUFFIXES]
+              for cls in found}
+    if classes is None:
+        classes = found
+    else:
+        problem = layout.val_classes_problem(classes, [cls for cls in found if images[cls]])
+        if problem:
+            raise UsageError(f"--data {root}: {problem}")
+    label = {cls: index for index, cls in enumerate(classes)}
+    samples = [(p, label[cls]) for cls in found if cls in label for p in images[cls]]
     if not samples:
         raise UsageError(f"--data {root}: {split}/ has class folders but no .JPEG images")
     return classes, samples

@@ -5,9 +5,10 @@ listing before a job is submitted (infra/backends/staging.py), on either backend
 The trainer (training/data/folder.py) reads `--data DIR` as
 
   DIR/train/<class>/IMAGE    one folder per class, its images .jpg, .jpeg or .png (any case)
-  DIR/val/<class>/IMAGE      optional, the same classes
+  DIR/val/<class>/IMAGE      optional, classes of train/ (all or some of them)
 
-and numbers the classes in the sorted order of their folder names. `python -m training stage --extract` makes
+and numbers the classes in the sorted order of train/'s folder names, val/ labelled by that same list (a class
+only in val/ has no label: refused here and by the trainer, in the words of `val_classes_problem`). `python -m training stage --extract` makes
 that tree from ImageNet's archives (ILSVRC2012_img_train.tar, ..._val.tar): `archives_only` says whether a folder
 holds those instead.
 """
@@ -25,11 +26,25 @@ SPLITS = ("train", "val")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")  # what `training stage --extract` unpacks (training/data/stage.py)
 _SPLIT_ARCHIVE = re.compile(r"(?:^|[_\-.])(train|val)$", re.IGNORECASE)
 EXPECTED = ("expected train/<class>/IMAGE (one folder per class; images .jpg, .jpeg or .png) and optionally "
-            "val/<class>/IMAGE with the same classes")
+            "val/<class>/IMAGE with classes of train/")
 
 
 def is_image(name: str) -> bool:
     return PurePosixPath(name).suffix.lower() in IMAGE_SUFFIXES
+
+
+def val_classes_problem(train: Iterable[str], val: Iterable[str]) -> str | None:
+    """Why val/'s classes cannot be labelled by train/'s class list (as the trainer labels them), in one clause
+    naming the folders and the fix, or None. val/ may lack some of train/'s classes; a class only in val/ has no
+    label in the model."""
+    only_val = sorted(set(val) - set(train))
+    if not only_val:
+        return None
+    named = ", ".join(f"val/{name}/" for name in only_val[:5]) + (" ..." if len(only_val) > 5 else "")
+    one = len(only_val) == 1
+    return (f"{named} {'is not a class' if one else 'are not classes'} of train/ (the model's classes are train/'s "
+            f"folders, and val/ is labelled by them): add {'it' if one else 'them'} to train/ or remove "
+            f"{'it' if one else 'them'} from val/")
 
 
 def split_archive(name: str) -> str | None:
@@ -91,15 +106,7 @@ class Layout:
             held = (f"{self.stray_images} images outside class folders" if self.stray_images
                     else f"{self.files} files, no image in train/<class>/")
             return f"no class folders with images under train/ ({held})"
-        if val and set(val) != set(train):
-            only_train = sorted(set(train) - set(val))
-            only_val = sorted(set(val) - set(train))
-            differ = "; ".join(filter(None, [
-                f"only in train/: {', '.join(only_train[:5])}{' ...' if len(only_train) > 5 else ''}" if only_train
-                else "",
-                f"only in val/: {', '.join(only_val[:5])}{' ...' if len(only_val) > 5 else ''}" if only_val else ""]))
-            return f"val/ has other classes than train/ ({differ}): the trainer numbers each split's classes apart"
-        return None
+        return val_classes_problem(train, val)
 
 
 def of_names(names: Iterable[str]) -> Layout:

@@ -99,7 +99,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
     parser.add_argument("--check-layout", action="store_true",
                         help="refuse a folder the trainer cannot read (train/<class>/IMAGE, optionally val/<class>/ "
-                             "with the same classes) before anything is uploaded")
+                             "with classes of train/) before anything is uploaded")
     args = parser.parse_args(argv)
     if not args.src.exists():
         raise UsageError(f"SRC {args.src}: no such file or folder")

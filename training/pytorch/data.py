@@ -90,7 +90,7 @@ class FolderData:
         # Evaluation runs once per epoch over a small split: PIL for every loader.
         self.val = None
         if (root / "val").is_dir():
-            _, val_samples = scan(root, "val")
+            _, val_samples = scan(root, "val", classes)  # labelled by train/'s classes
             val_set = FolderDataset(val_samples, cfg.image_size, train=False, seed=cfg.seed)
             val_sampler = DistributedSampler(val_set, num_replicas=size, rank=rank, shuffle=False)
             self.val = DataLoader(val_set, batch_size=cfg.batch_size, sampler=val_sampler, num_workers=cfg.workers)

@@ -31,7 +31,7 @@ class Data:
             raise UsageError(f"--data {root}: {len(samples)} training images are fewer than one global batch "
                              f"({cfg.batch_size} x {size}); lower --batch-size")
         if (root / "val").is_dir():
-            _, val = scan(root, "val")
+            _, val = scan(root, "val", classes)  # labelled by train/'s classes
             self.val = ([str(p) for p, _ in val], [label for _, label in val])
 
     def _decode(self, path, label, seed, train: bool):
