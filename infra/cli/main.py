@@ -13,7 +13,7 @@ from __future__ import annotations
 
 # After the commands in `--help`: argparse lists each command once, with its help line, in the order main() adds them.
 EXAMPLES = """Examples:
-  python -m infra plan                  # the dev stack (Pulumi.dev.yaml)
+  python -m infra plan                  # the stack Pulumi has selected (`pulumi stack select dev`)
   python -m infra plan --stack vision   # another team's stack file, e.g. while reviewing its pull request
   python -m infra preflight --stack vision   # before `pulumi up`: can the subscription run it?
   python -m infra leftovers --stack vision   # after `pulumi destroy`: what is left, and how to remove it
@@ -45,6 +45,8 @@ from infra import REPO_ROOT
 from training import frameworks
 
 
+STACK_HELP = ("stack name: reads Pulumi.<STACK>.yaml (default: the stack Pulumi has selected, `pulumi stack "
+              "--show-name`)")
 OUTPUTS_HELP = ("the stack's member file (`python -m infra member-file`), or the JSON of `pulumi stack output --json "
                 "--show-secrets` (default: run that command)")
 
@@ -71,6 +73,26 @@ def _plan(args: argparse.Namespace) -> int:
     if not secure:
         print("error: security checks failed (see FAIL above)", file=sys.stderr)
     return 0 if secure else 1
+
+
+def _on_selected_stack(run):
+    """plan, preflight and leftovers without --stack: the stack Pulumi has selected, as the job verbs follow it
+    (infra.backends.shared.selected_stack), asked in the project's folder. The deployer's environment comes first
+    (all three evaluate the program offline; without it, infra/__main__.py names the install in one line); no
+    Pulumi CLI or no stack selected: one line asking for --stack."""
+    def with_stack(args: argparse.Namespace) -> int:
+        if args.stack is None:
+            import infra.preview.offline  # noqa: F401 - the deployer's environment, before the stack
+
+            from infra.backends.shared import JobError, selected_stack
+
+            try:
+                args.stack = selected_stack(functools.partial(subprocess.run, cwd=args.project_dir))
+            except JobError as err:  # its alternative of a member file is the job verbs' own: not one of these
+                print(f"error: {str(err).split(', or --outputs FILE', 1)[0]}", file=sys.stderr)
+                return 2
+        return run(args)
+    return with_stack
 
 
 def _new_team(args: argparse.Namespace) -> int:
@@ -355,10 +377,10 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
         description="Evaluate the Pulumi program for one stack file with Pulumi's mocks (no Azure, no Pulumi CLI) "
                     "and print the resource tree, the hourly cost at min and max nodes and each security check. "
                     "Exit status: 0 all checks pass, 1 a security check fails, 2 the stack config is refused.")
-    plan.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    plan.add_argument("--stack", help=STACK_HELP)
     plan.add_argument("--project-dir", type=Path, default=REPO_ROOT,
                       help="folder with Pulumi.yaml and the stack files (default: this checkout)")
-    plan.set_defaults(run=_plan)
+    plan.set_defaults(run=_on_selected_stack(_plan))
 
     from infra.cli import preflight as preflight_cli
 
@@ -366,12 +388,12 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
         "preflight", help="before `pulumi up`: ask the live subscription whether it can run the stack (providers, "
                           "size, quota, roles, Azure Policy, price), one line per check",
         description=preflight_cli.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    preflight.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    preflight.add_argument("--stack", help=STACK_HELP)
     preflight.add_argument("--subscription", metavar="ID", help="the subscription `up` deploys to (default: the "
                            "stack file's azure-native:subscriptionId, AZURE_SUBSCRIPTION_ID, else the one your "
                            "sign-in sees)")
     preflight.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    preflight.set_defaults(run=lambda a: preflight_cli.command(a, preflight_services))
+    preflight.set_defaults(run=_on_selected_stack(lambda a: preflight_cli.command(a, preflight_services)))
 
     from infra.cli import leftovers as leftovers_cli
 
@@ -379,10 +401,10 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
         "leftovers", help="after `pulumi destroy`: what of the stack still exists, bills or holds a name, and the "
                           "command that removes it",
         description=leftovers_cli.DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
-    leftovers.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<STACK>.yaml (default: dev)")
+    leftovers.add_argument("--stack", help=STACK_HELP)
     leftovers.add_argument("--subscription", metavar="ID", help="as preflight's --subscription")
     leftovers.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
-    leftovers.set_defaults(run=lambda a: leftovers_cli.command(a, preflight_services))
+    leftovers.set_defaults(run=_on_selected_stack(lambda a: leftovers_cli.command(a, preflight_services)))
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.config import BACKENDS, RANGES
@@ -524,7 +546,7 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])
     args = parser.parse_args(argv)
-    if hasattr(args, "stack") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
+    if hasattr(args, "outputs") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
         from infra.backends.shared import JobError, outputs_file_stack, selected_stack
 
         try:
