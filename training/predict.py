@@ -4,7 +4,9 @@ normalisation, the input size and layout, and how evaluation resizes a photo, wh
 PyTorch model the shorter side to int(size x 256 / 224) and the centre square (torchvision's Resize and CenterCrop
 on PIL, as the trainer's evaluation), for a TensorFlow model the whole photo to the square (PIL's bilinear resize,
 close to tf.image.resize's). A model.onnx without our metadata is read with ImageNet's normalisation, NCHW, and
-labels by index. Runs wherever onnxruntime, numpy and PIL are (.venv-torch, .venv-tf, the training images).
+labels by index. Runs wherever onnxruntime, numpy and PIL are (.venv-torch, .venv-tf, the training images); the
+deployer's .venv (requirements.txt) lacks onnxruntime: `.venv/bin/pip install -r training/requirements-predict.txt`
+(REQUIREMENTS), and without it predict says so in one line.
 
 Examples:
   python -m training predict out/model.onnx photo.jpg
@@ -17,11 +19,24 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
 from training.errors import UsageError
 from training.model_card import ModelCard
+
+REQUIREMENTS = "training/requirements-predict.txt"  # onnxruntime at the training images' pin, numpy, pillow
+
+
+def missing(module: str) -> UsageError:
+    """The one line for a Python that lacks what predict runs on: the module and the install."""
+    return UsageError(f"python -m training predict runs the model with onnxruntime, numpy and pillow, and this Python "
+                      f"({sys.executable}) has no module {module!r}: pip install -r {REQUIREMENTS} (with this "
+                      f"Python's pip, e.g. .venv/bin/pip), or run predict in .venv-torch or .venv-tf")
+
+
+try:
+    import numpy as np
+    from PIL import Image
+except ModuleNotFoundError as err:
+    raise missing(err.name or "numpy") from None
 
 
 @dataclass(frozen=True)
@@ -68,8 +83,12 @@ def top_k(probabilities: np.ndarray, card: ModelCard, k: int) -> list[tuple[str,
 
 
 def load(model: Path):
-    """(onnxruntime session, model card) of a model.onnx; UsageError on a file that is not one."""
-    import onnxruntime
+    """(onnxruntime session, model card) of a model.onnx; UsageError on a file that is not one, or without
+    onnxruntime."""
+    try:
+        import onnxruntime
+    except ModuleNotFoundError as err:
+        raise missing(err.name or "onnxruntime") from None
 
     if not model.is_file():
         raise UsageError(f"MODEL {model}: no such file (give the model.onnx a training run exported)")
