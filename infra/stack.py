@@ -16,6 +16,7 @@ import pulumi
 from pulumi_azure_native import authorization, resources
 
 from infra.backends import backend
+from infra.backends.declared import Foundation
 from infra.backends.shared import StackOutputs
 from infra.components import roles
 from infra.components.access import LEVELS, TeamAccess, TeamAccessArgs, team_grants
@@ -40,8 +41,7 @@ class Environment(pulumi.ComponentResource):
     def __init__(self, name: str, args: EnvironmentArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:index:Environment", name, None, opts)
         cfg = args.config
-        now = args.now or datetime.now(timezone.utc)
-        self.now = now  # the backend's components take it too
+        now = args.now or datetime.now(timezone.utc)  # the backend's components take it too
         child = pulumi.ResourceOptions(parent=self)
 
         self.resource_group = resources.ResourceGroup(
@@ -80,11 +80,17 @@ class Environment(pulumi.ComponentResource):
         # Whoever runs `pulumi up` (the deployer) gets the data-plane roles for what `up` itself does there:
         # Owner and Contributor carry no data actions. Each grant's description says why; plan lists them.
         self.deployer = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self)).object_id
-        self.deployer_grants: list = []
-        self.job = None
+        subscription_id = authorization.get_client_config_output(
+            opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
+        # The stack's backend, once: what it declared comes back as a value (its components, its job, its outputs,
+        # its service and what the budget guard stops); it reads the foundation and writes nothing onto it.
+        chosen = backend(cfg.backend)
+        self.declared = chosen.declare(Foundation(
+            parent=self, now=now, network=self.network, storage=self.storage, registry=self.registry,
+            monitoring=self.monitoring, node_identity=self.node_identity, node_grants=tuple(self.node_grants),
+            deployer=self.deployer), name, cfg, rg)
         values = dict(
-            subscription_id=authorization.get_client_config_output(
-                opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id,
+            subscription_id=subscription_id,
             resource_group_name=rg,
             vnet_id=self.network.vnet.id,
             compute_subnet_id=self.network.compute_subnet.id,
@@ -99,16 +105,16 @@ class Environment(pulumi.ComponentResource):
             log_analytics_workspace_id=self.monitoring.workspace.id,
             app_insights_id=self.monitoring.app_insights.id,
             backend=cfg.backend,
-            **backend(cfg.backend).declare(self, name, cfg, rg),  # its components, its job, its outputs
+            **self.declared.outputs,
         )
         # The team's Entra groups (teamAdmins, teamMembers) on this stack's resources only (access.py).
         self.team_access = None
         if cfg.access.admins or cfg.access.members:
             scopes = {"resourceGroup": self.resource_group.id, "storageAccount": self.storage.account.id,
                       **{c: self.storage.containers[c].id for c in ("data", "outputs", "status")},
-                      "service": backend(cfg.backend).service_id(self)}
+                      "service": self.declared.service_id}
             self.team_access = TeamAccess(f"{name}-team", TeamAccessArgs(cfg.access, scopes, {
-                level: team_grants(level, backend(cfg.backend).team_grants(cfg, level)) for level in LEVELS},
+                level: team_grants(level, chosen.team_grants(cfg, level)) for level in LEVELS},
                 {roles.BLOB_DATA_WRITER: self.storage.writer_role_id}), child)
         # monthlyBudgetUsd: Azure's budget on the resource group, and the guard that scales the GPU nodes to zero
         # when it runs out (budget.py).
@@ -116,7 +122,7 @@ class Environment(pulumi.ComponentResource):
         if cfg.budget.monthly_usd is not None:
             self.budget = TeamBudget(f"{name}-budget", TeamBudgetArgs(
                 cfg.budget, resource_group_id=self.resource_group.id, resource_group_name=rg,
-                location=cfg.location, tags=cfg.tags, stop=backend(cfg.backend).budget_stop(self),
+                location=cfg.location, tags=cfg.tags, stop=self.declared.budget_stop,
                 start_date=start_of_month(now)), child)
             self.monitoring.watch_logic_app("budget-guard", self.budget.workflow.id)
         # The export names (camelCase, the contract of `pulumi stack output`) come from StackOutputs.

@@ -5,6 +5,7 @@ registry, one lookup by name).
 
   batch/     the reference architecture: NFS server, Batch account and InfiniBand GPU pool, a multi-instance task
   azureml/   its successor: an Azure ML workspace, compute cluster and command job
+  declared.py  what `declare` is handed (Foundation) and hands back (Declared), both values
   shared.py  what both use: job errors, the typed stack outputs, the NCCL environment, the job inputs' checks
   job_resource.py, staging.py  what both job resources use: launch once the data is ready, never replace a running job
 
@@ -16,26 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from infra.backends.declared import Declared, Foundation
     from infra.backends.shared import StackOutputs
     from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
     from infra.components.access import TeamGrant
     from infra.core.config import StackConfig
-
-
-class Environment(Protocol):
-    """What a backend's `declare` finds of the stack built before it (infra/stack.py's Environment, a Pulumi
-    ComponentResource its components are children of). A backend adds its own components to it (nfs, cluster,
-    azureml, job), which `service_id` and `budget_stop` read back."""
-    now: Any  # the clock for SAS and token expiry
-    network: Any
-    storage: Any
-    registry: Any
-    monitoring: Any
-    node_identity: Any  # the GPU nodes' managed identity
-    node_grants: list  # its blob roles
-    deployer: Any  # whoever runs `pulumi up`
-    deployer_grants: list  # the deployer's data-plane roles, a backend appends its own
-    job: Any  # the training job resource, where `up` launches one
 
 
 @runtime_checkable
@@ -45,9 +31,9 @@ class Backend(Protocol):
     live_outputs: tuple[str, ...]  # the StackOutputs fields `teams --live` reads (usage_now, and to connect)
     refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
 
-    def declare(self, env: Environment, name: str, cfg: StackConfig, rg: Any) -> dict[str, Any]:
-        """Its Pulumi components and, when `up` launches one, its job resource, as children of `env` (the
-        environment built so far); returns its own stack outputs (StackOutputs fields)."""
+    def declare(self, foundation: Foundation, name: str, cfg: StackConfig, rg: Any) -> Declared:
+        """Its Pulumi components and, when `up` launches one, its job resource, as children of foundation.parent
+        (the stack built so far, which it only reads); returns what it declared (infra/backends/declared.py)."""
 
     def launches_on_up(self, cfg: StackConfig) -> bool:
         """Whether `pulumi up` submits the training job: trainingLaunchOnUp, where `up` can reach the service."""
@@ -91,14 +77,7 @@ class Backend(Protocol):
 
     def team_grants(self, cfg: StackConfig, level: str) -> list[TeamGrant]:
         """What the team's groups of `level` (members, admins) get on its service, beside the common grants of
-        infra/components/access.py; scope "service" is `service_id`."""
-
-    def service_id(self, env: Environment) -> Any:
-        """The resource ID of its job service (the Batch account, the Azure ML workspace), once declared."""
-
-    def budget_stop(self, env: Environment) -> Any:
-        """What the budget guard does to stop its GPU nodes' spend (a StopAction of infra/components/budget.py):
-        the ARM call that scales them to zero and the one role it needs on them."""
+        infra/components/access.py; scope "service" is what `declare` gave as its service_id."""
 
 
 @runtime_checkable

@@ -45,7 +45,7 @@ NOTIFICATIONS = (("Actual", 80, False), ("Actual", 100, True), ("Forecasted", 10
 
 class StopAction(NamedTuple):
     """What the guard does to stop spend: one ARM PATCH of `target_id` (API `api_version`) with `body`, by an
-    identity holding `role` on `target_id` (a backend's Backend.budget_stop says which)."""
+    identity holding `role` on `target_id` (a backend says which: Declared.budget_stop, infra/backends/declared.py)."""
     target_id: pulumi.Input[str]
     api_version: str
     body: dict[str, Any]

@@ -10,7 +10,8 @@ from infra import REPO_ROOT
 
 CORE = sorted(f"infra.core.{m.name}" for m in pkgutil.iter_modules(infra.core.__path__))
 # The backends' pure parts: the jobs as data, built without Pulumi or an Azure client.
-PURE_BACKEND = ["infra.backends", "infra.backends.shared", "infra.backends.batch.spec", "infra.backends.azureml.job"]
+PURE_BACKEND = ["infra.backends", "infra.backends.declared", "infra.backends.shared", "infra.backends.batch.spec",
+                "infra.backends.azureml.job"]
 HEAVY = ("pulumi", "pulumi_azure_native", "pulumi_docker_build", "azure", "infra.components", "infra.cli", "torch",
          "tensorflow")
 

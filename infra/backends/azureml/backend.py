@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.backends.azureml import job as aml_job
+from infra.backends.declared import Declared, Foundation
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
 from infra.core import naming
 from infra.core.skus import AML_SIZES_DOC
+
+if TYPE_CHECKING:
+    from infra.backends.azureml.workspace import AzureMl
+    from infra.components.budget import StopAction
 
 
 class AzureMlBackend:
@@ -20,7 +25,7 @@ class AzureMlBackend:
     live_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name")
     refused_verbs: dict[str, str] = {}
 
-    def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
+    def declare(self, foundation: Foundation, name: str, cfg, rg) -> Declared:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
         import pulumi
         from pulumi_azure_native import authorization
@@ -30,7 +35,8 @@ class AzureMlBackend:
         from infra.components import roles
         from infra.components.access import grants_deployer
 
-        nodes = env.node_identity.identity
+        storage, registry, network = foundation.storage, foundation.registry, foundation.network
+        nodes = foundation.node_identity.identity
         # Identity-based system datastores: Azure ML reads a job's code snapshot and writes its logs and MLflow
         # artifacts in the workspace's own containers (which the workspace names) with the compute's
         # identity, and azure-ai-ml uploads the snapshot with the caller's: both need Storage Blob Data
@@ -40,47 +46,52 @@ class AzureMlBackend:
         # identity may not rewrite the dataset, the scripts or the staging reports (outputs it writes by
         # its own grant). Which containers Azure ML itself uses is not listed in its docs, so the condition
         # names ours rather than theirs.
-        env.node_grants.append(env.storage.grant(
+        node_grants = (*foundation.node_grants, storage.grant(
             "nodes-workspace", nodes.principal_id, None, roles.BLOB_DATA_WRITER,
             condition=roles.blob_writes_except(("data", "scripts", "status"))))
+        deployer_grants = []
         if self.launches_on_up(cfg) and grants_deployer(cfg.access):  # with teamAdmins, their group's grant
-            env.deployer_grants.append(env.storage.grant(
-                "deployer-workspace", env.deployer, None, roles.BLOB_DATA_WRITER,
+            deployer_grants.append(storage.grant(
+                "deployer-workspace", foundation.deployer, None, roles.BLOB_DATA_WRITER,
                 principal_type=cfg.deployer_principal_type,
                 description=f"{roles.DEPLOYER}`pulumi up` uploads the launched Azure ML job's code snapshot to the "
                             "workspace's storage (identity-based datastores)"))
-        env.azureml = AzureMl(f"{name}-ml", AzureMlArgs(
+        azureml = AzureMl(f"{name}-ml", AzureMlArgs(
             cfg.aml, cfg.nodes, rg, cfg.location, cfg.tags,
             key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation),
             workspace_name=lambda generation: naming.aml_workspace(cfg.team, cfg.stack, generation),
             allowed_ip_ranges=cfg.network.allowed_ip_ranges, frameworks=cfg.registry.frameworks,
-            vnet_id=env.network.vnet.id, compute_subnet_id=env.network.compute_subnet.id,
-            storage_subnet_id=env.network.storage_subnet.id, storage_account_id=env.storage.account.id,
-            storage_account_name=env.storage.account.name, registry_id=env.registry.registry.id,
-            app_insights_id=env.monitoring.app_insights.id, nodes_identity_id=nodes.id,
-            image_refs=env.registry.image_refs, depends_on=[env.registry.acr_pull, *env.node_grants], now=env.now),
-            pulumi.ResourceOptions(parent=env))
-        env.monitoring.watch_azureml("azureml", env.azureml.workspace.id)
-        env.monitoring.watch_key_vault("key-vault", env.azureml.key_vault.id)
+            vnet_id=network.vnet.id, compute_subnet_id=network.compute_subnet.id,
+            storage_subnet_id=network.storage_subnet.id, storage_account_id=storage.account.id,
+            storage_account_name=storage.account.name, registry_id=registry.registry.id,
+            app_insights_id=foundation.monitoring.app_insights.id, nodes_identity_id=nodes.id,
+            image_refs=registry.image_refs, depends_on=[registry.acr_pull, *node_grants], now=foundation.now),
+            pulumi.ResourceOptions(parent=foundation.parent))
+        foundation.monitoring.watch_azureml("azureml", azureml.workspace.id)
+        foundation.monitoring.watch_key_vault("key-vault", azureml.key_vault.id)
         subscription = authorization.get_client_config_output(
-            opts=pulumi.InvokeOutputOptions(parent=env)).subscription_id
+            opts=pulumi.InvokeOutputOptions(parent=foundation.parent)).subscription_id
+        job = None
         if self.launches_on_up(cfg):  # not with a private workspace: `up` cannot reach it (plan says so)
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
-                aml_environments=env.azureml.environments, aml_compute_name=env.azureml.compute.name,
+                aml_environments=azureml.environments, aml_compute_name=azureml.compute.name,
                 pull_identity_client_id=nodes.client_id)
-            env.job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
-                subscription_id=subscription, resource_group=rg, workspace=env.azureml.workspace.name,
+            job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
+                subscription_id=subscription, resource_group=rg, workspace=azureml.workspace.name,
                 inputs=stack_outputs.apply(lambda outputs: self.job_inputs(cfg, StackOutputs(**outputs))),
-                data_container_url=env.storage.container_urls["data"]),
-                pulumi.ResourceOptions(parent=env, depends_on=[env.azureml, *env.deployer_grants]))
-        return {
-            "training_job_id": env.job.job_name if env.job else "",
-            "aml_workspace_name": env.azureml.workspace.name,
-            "aml_compute_name": env.azureml.compute.name,
-            "aml_datastores": {c: store.name for c, store in env.azureml.datastores.items()},
-            "aml_environments": env.azureml.environments,
-        }
+                data_container_url=storage.container_urls["data"]),
+                pulumi.ResourceOptions(parent=foundation.parent, depends_on=[azureml, *deployer_grants]))
+        return Declared(
+            outputs={
+                "training_job_id": job.job_name if job else "",
+                "aml_workspace_name": azureml.workspace.name,
+                "aml_compute_name": azureml.compute.name,
+                "aml_datastores": {c: store.name for c, store in azureml.datastores.items()},
+                "aml_environments": azureml.environments,
+            },
+            service_id=azureml.workspace.id, budget_stop=_budget_stop(azureml),
+            components={"azureml": azureml}, job=job, deployer_grants=tuple(deployer_grants))
 
     def launches_on_up(self, cfg) -> bool:
         """Not with a private workspace: it answers only inside the VNet, and `pulumi up` runs outside it (plan
@@ -209,27 +220,26 @@ class AzureMlBackend:
                                      "code snapshot and reads its outputs in the workspace's containers",
                                      roles.blob_writes_except(("scripts", "status", "outputs")))]
 
-    def service_id(self, env):
-        return env.azureml.workspace.id
 
-    def budget_stop(self, env):
-        """Compute - Update (ARM PATCH of ClusterUpdateParameters,
-        https://learn.microsoft.com/rest/api/azureml/compute/update: "Updates properties of a compute. This call
-        will overwrite a compute if it exists"; only the scale settings of an AmlCompute may change) with
-        maxNodeCount 0, so the cluster releases its nodes and starts none. NOT VERIFIED: the reference gives
-        ScaleSettings.maxNodeCount no minimum and no doc says whether 0 is accepted; if Azure ML refuses it, the
-        guard's Logic App run fails (its run history shows the refusal) and only the mails and `infra submit`'s
-        refusal remain. API version: the one pulumi-azure-native 3.29 declares the cluster with."""
-        import pulumi
+def _budget_stop(azureml: AzureMl) -> StopAction:
+    """What the budget guard does to stop the cluster's spend: Compute - Update (ARM PATCH of ClusterUpdateParameters,
+    https://learn.microsoft.com/rest/api/azureml/compute/update: "Updates properties of a compute. This call
+    will overwrite a compute if it exists"; only the scale settings of an AmlCompute may change) with
+    maxNodeCount 0, so the cluster releases its nodes and starts none. NOT VERIFIED: the reference gives
+    ScaleSettings.maxNodeCount no minimum and no doc says whether 0 is accepted; if Azure ML refuses it, the
+    guard's Logic App run fails (its run history shows the refusal) and only the mails and `infra submit`'s
+    refusal remain. API version: the one pulumi-azure-native 3.29 declares the cluster with. Pulumi and the
+    components are imported here, as in the backend's methods, for their weight."""
+    import pulumi
 
-        from infra.components import roles
-        from infra.components.budget import StopAction
+    from infra.components import roles
+    from infra.components.budget import StopAction
 
-        compute = env.azureml.compute
-        return StopAction(
-            target_id=pulumi.Output.concat(env.azureml.workspace.id, "/computes/", compute.name),
-            api_version="2025-12-01",
-            body={"properties": {"properties": {"scaleSettings": {"maxNodeCount": 0, "minNodeCount": 0}}}},
-            role=roles.AZUREML_COMPUTE_OPERATOR, why="scale the GPU cluster to zero nodes when the budget runs "
-                                                    "out (Compute - Update on this cluster only)")
+    compute = azureml.compute
+    return StopAction(
+        target_id=pulumi.Output.concat(azureml.workspace.id, "/computes/", compute.name),
+        api_version="2025-12-01",
+        body={"properties": {"properties": {"scaleSettings": {"maxNodeCount": 0, "minNodeCount": 0}}}},
+        role=roles.AZUREML_COMPUTE_OPERATOR, why="scale the GPU cluster to zero nodes when the budget runs "
+                                                "out (Compute - Update on this cluster only)")
 

@@ -3,9 +3,10 @@ of it (infra/backends/__init__.py: Backend). Pulumi and the Azure clients are im
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from infra.backends.batch import spec as batch_spec
+from infra.backends.declared import Declared, Foundation
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, Status, Submit
@@ -14,6 +15,10 @@ from infra.core.containers import DATASET
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.core.skus import BATCH_SIZES_DOC
 from training.data.staged import request_name
+
+if TYPE_CHECKING:
+    from infra.backends.batch.cluster import Cluster
+    from infra.components.budget import StopAction
 
 
 class BatchBackend:
@@ -24,7 +29,7 @@ class BatchBackend:
     refused_verbs = {"register-model": "register-model needs backend azureml (its model registry); a Batch job's "
                                        "model is run/model.onnx in what `python -m infra download` fetches"}
 
-    def declare(self, env, name: str, cfg, rg) -> dict[str, Any]:
+    def declare(self, foundation: Foundation, name: str, cfg, rg) -> Declared:
         """The NFS server, the Batch account and pool, and the training job (unless trainingLaunchOnUp is false)."""
         import pulumi
 
@@ -34,29 +39,31 @@ class BatchBackend:
         from infra.components.access import grants_deployer
         from infra.components.nfs import NfsArgs, NfsNames, NfsServer
 
-        child = pulumi.ResourceOptions(parent=env)
-        urls = env.storage.container_urls
-        nodes = env.node_identity.identity
-        env.nfs = NfsServer(f"{name}-nfs", NfsArgs(
+        child = pulumi.ResourceOptions(parent=foundation.parent)
+        storage, registry = foundation.storage, foundation.registry
+        urls = storage.container_urls
+        nodes = foundation.node_identity.identity
+        nfs = NfsServer(f"{name}-nfs", NfsArgs(
             cfg.nfs, rg, cfg.location, cfg.tags, export_to=str(cfg.network.compute_subnet),
             names=NfsNames(vm=f"nfs-{cfg.team}-{cfg.stack}", host=f"nfs-{cfg.team}",
                            account=naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location)),
-            storage_subnet_id=env.network.storage_subnet.id,
-            compute_subnet_id=env.network.compute_subnet.id,
+            storage_subnet_id=foundation.network.storage_subnet.id,
+            compute_subnet_id=foundation.network.compute_subnet.id,
             container_urls={c: urls[c] for c in ("data", "scripts", "status")},
-            container_ids={c: env.storage.containers[c].id for c in ("data", "scripts", "status")},
-            writer_role_id=env.storage.writer_role_id),
-            pulumi.ResourceOptions(parent=env, depends_on=env.storage.scripts))
-        env.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            container_ids={c: storage.containers[c].id for c in ("data", "scripts", "status")},
+            writer_role_id=storage.writer_role_id),
+            pulumi.ResourceOptions(parent=foundation.parent, depends_on=storage.scripts))
+        cluster = Cluster(f"{name}-cluster", ClusterArgs(
             cfg.nodes, cfg.training, cfg.nfs, rg, cfg.location, cfg.tags,
             account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location),
-            allowed_ip_ranges=cfg.network.allowed_ip_ranges, compute_subnet_id=env.network.compute_subnet.id,
-            registry_server=env.registry.registry.login_server, image_names=env.registry.image_names,
-            pull_identity_id=nodes.id, nfs_source=env.nfs.mount_source,
-            nfs_options=env.nfs.mount_options,
+            allowed_ip_ranges=cfg.network.allowed_ip_ranges, compute_subnet_id=foundation.network.compute_subnet.id,
+            registry_server=registry.registry.login_server, image_names=registry.image_names,
+            pull_identity_id=nodes.id, nfs_source=nfs.mount_source,
+            nfs_options=nfs.mount_options,
             # The nodes prefetch the launched job's image when they start: it must be pushed by then.
-            depends_on=[env.registry.acr_pull, env.nfs, *env.registry.images.values()]), child)
-        env.monitoring.watch_batch("batch", env.cluster.account.id)
+            depends_on=[registry.acr_pull, nfs, *registry.images.values()]), child)
+        foundation.monitoring.watch_batch("batch", cluster.account.id)
+        job, deployer_grants = None, []
         if self.launches_on_up(cfg):
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
             status = urls["status"] if cfg.nfs.kind == "vm" else ""
@@ -64,39 +71,42 @@ class BatchBackend:
             # job is submitted), submit (and on destroy delete) the job. None with teamAdmins: the admins' group
             # grants hold them (access.grants_deployer).
             if grants_deployer(cfg.access):
-                env.deployer_grants.append(env.storage.grant(
-                    "deployer-data", env.deployer, "data", roles.BLOB_DATA_READER,
+                deployer_grants.append(storage.grant(
+                    "deployer-data", foundation.deployer, "data", roles.BLOB_DATA_READER,
                     principal_type=cfg.deployer_principal_type,
                     description=f"{roles.DEPLOYER}`pulumi up` checks that `data` holds the dataset before it "
                                 "submits the training job"))
                 if status:
-                    env.deployer_grants.append(env.storage.grant(
-                        "deployer-status", env.deployer, "status", roles.BLOB_DATA_READER,
+                    deployer_grants.append(storage.grant(
+                        "deployer-status", foundation.deployer, "status", roles.BLOB_DATA_READER,
                         principal_type=cfg.deployer_principal_type,
                         description=f"{roles.DEPLOYER}`pulumi up` reads the NFS server's staging report before it "
                                     "submits the training job"))
-                env.deployer_grants.append(env.cluster.grant(
-                    "deployer-jobs", env.deployer, roles.BATCH_JOB_SUBMITTER,
+                deployer_grants.append(cluster.grant(
+                    "deployer-jobs", foundation.deployer, roles.BATCH_JOB_SUBMITTER,
                     principal_type=cfg.deployer_principal_type,
                     description=f"{roles.DEPLOYER}`pulumi up` submits the training job (and `destroy` deletes it)"))
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
-                pool_id=env.cluster.pool.name, image_refs=env.registry.image_refs,
-                registry_login_server=env.registry.registry.login_server, pull_identity_id=nodes.id,
+                pool_id=cluster.pool.name, image_refs=registry.image_refs,
+                registry_login_server=registry.registry.login_server, pull_identity_id=nodes.id,
                 pull_identity_client_id=nodes.client_id, container_urls=urls)
-            env.job = TrainingJob(f"{name}-job", TrainingJobArgs(
-                batch_endpoint=env.cluster.endpoint, data_status_url=status, data_container_url=urls["data"],
+            job = TrainingJob(f"{name}-job", TrainingJobArgs(
+                batch_endpoint=cluster.endpoint, data_status_url=status, data_container_url=urls["data"],
                 inputs=stack_outputs.apply(lambda outputs: self.job_inputs(cfg, StackOutputs(**outputs)))),
-                pulumi.ResourceOptions(parent=env, depends_on=[env.cluster.pool, *env.storage.scripts,
-                                                               *env.node_grants, *env.deployer_grants]))
-        return {
-            "nfs_kind": cfg.nfs.kind,
-            "nfs_mount_source": env.nfs.mount_source,
-            "batch_account_name": env.cluster.account.name,
-            "batch_account_endpoint": env.cluster.endpoint,
-            "pool_id": env.cluster.pool.name,
-            "training_job_id": env.job.job_id if env.job else "",
-        }
+                pulumi.ResourceOptions(parent=foundation.parent, depends_on=[
+                    cluster.pool, *storage.scripts, *foundation.node_grants, *deployer_grants]))
+        return Declared(
+            outputs={
+                "nfs_kind": cfg.nfs.kind,
+                "nfs_mount_source": nfs.mount_source,
+                "batch_account_name": cluster.account.name,
+                "batch_account_endpoint": cluster.endpoint,
+                "pool_id": cluster.pool.name,
+                "training_job_id": job.job_id if job else "",
+            },
+            service_id=cluster.account.id, budget_stop=_budget_stop(cluster),
+            components={"nfs": nfs, "cluster": cluster}, job=job, deployer_grants=tuple(deployer_grants))
 
     def launches_on_up(self, cfg) -> bool:
         return cfg.training.launch_on_up  # the account admits allowedIpRanges, where `up` runs
@@ -215,27 +225,26 @@ class BatchBackend:
                                     roles.blob_writes_only(request_name(DATASET))))
         return grants
 
-    def service_id(self, env):
-        return env.cluster.account.id
 
-    def budget_stop(self, env):
-        """Pool - Update (ARM PATCH, https://learn.microsoft.com/rest/api/batchmanagement/pool/update) with fixed
-        scale settings of zero nodes: the pool leaves its autoscale formula (ScaleSettings holds either fixedScale
-        or autoScale: https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools) and removes
-        its nodes; Requeue stops running tasks now and puts them back in the queue (nodeDeallocationOption), so a
-        job resumes from its checkpoint once `pulumi up` restores the formula. API version: the one
-        pulumi-azure-native 3.29 declares the pool with."""
-        import pulumi
+def _budget_stop(cluster: Cluster) -> StopAction:
+    """What the budget guard does to stop the pool's spend: Pool - Update (ARM PATCH,
+    https://learn.microsoft.com/rest/api/batchmanagement/pool/update) with fixed scale settings of zero nodes: the
+    pool leaves its autoscale formula (ScaleSettings holds either fixedScale or autoScale:
+    https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools) and removes its nodes; Requeue
+    stops running tasks now and puts them back in the queue (nodeDeallocationOption), so a job resumes from its
+    checkpoint once `pulumi up` restores the formula. API version: the one pulumi-azure-native 3.29 declares the
+    pool with. Pulumi and the components are imported here, as in the backend's methods, for their weight."""
+    import pulumi
 
-        from infra.backends.batch.cluster import BATCH_API_VERSION
-        from infra.components import roles
-        from infra.components.budget import StopAction
+    from infra.backends.batch.cluster import BATCH_API_VERSION
+    from infra.components import roles
+    from infra.components.budget import StopAction
 
-        pool = env.cluster.pool
-        return StopAction(
-            target_id=pulumi.Output.concat(env.cluster.account.id, "/pools/", pool.name), api_version=BATCH_API_VERSION,
-            body={"properties": {"scaleSettings": {"fixedScale": {
-                "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}}},
-            role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "
-                                                     "(Pool - Update on this pool only)")
+    return StopAction(
+        target_id=pulumi.Output.concat(cluster.account.id, "/pools/", cluster.pool.name),
+        api_version=BATCH_API_VERSION,
+        body={"properties": {"scaleSettings": {"fixedScale": {
+            "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}}},
+        role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "
+                                                 "(Pool - Update on this pool only)")
 
