@@ -9,8 +9,8 @@ container), reaching storage with the VM's own managed identity, and reports eac
 (training/data/staged.py). The server is created in the same `up` as the empty `data` container, so the
 first runs report "waiting for data"; the run after the upload stages it; a later change of the container
 (seen by a listing every STAGE_RECHECK_MINUTES) or a restage request (`python -m infra restage`, seen within a
-minute) stages it again. The component (infra/components/nfs.py) puts this on the VM; tests run it through
-cloud-init's own code.
+minute) stages it again. The Batch backend's component (infra/backends/batch/nfs.py) puts this on the VM; tests
+run it through cloud-init's own code.
 """
 from __future__ import annotations
 

@@ -34,10 +34,10 @@ class BatchBackend:
         import pulumi
 
         from infra.backends.batch.cluster import Cluster, ClusterArgs
+        from infra.backends.batch.nfs import NfsArgs, NfsNames, NfsServer
         from infra.backends.batch.training_job import TrainingJob, TrainingJobArgs
         from infra.components import roles
         from infra.components.access import grants_deployer
-        from infra.components.nfs import NfsArgs, NfsNames, NfsServer
 
         child = pulumi.ResourceOptions(parent=foundation.parent)
         storage, registry = foundation.storage, foundation.registry

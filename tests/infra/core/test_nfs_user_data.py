@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from devtools.rehearsal.nfs_server import merged_cloud_config
-from infra.components import nfs
 from infra.core import nfs_user_data
 from infra.backends import staging
 from training.data import staged
@@ -127,11 +126,6 @@ def test_a_reboot_brings_the_array_mount_export_and_staging_back():
     assert "WantedBy=timers.target" in timer and "OnActiveSec=30s" in timer  # every boot
     assert "OnUnitInactiveSec=1min" in timer  # and a minute after each run, whatever its result
     assert nfs_user_data.NFS_SERVER_DROP_IN == "[Unit]\nRequiresMountsFor=/data\n"  # no export of an empty mount point
-
-
-@pytest.mark.parametrize("size,caching", [(512, "ReadOnly"), (4095, "ReadOnly"), (4096, "None")])
-def test_host_caching_only_where_azure_allows_it(size, caching):
-    assert nfs.data_disk_caching(size) == caching
 
 
 def test_staging_never_stops_checking_the_container_and_reports_every_state():
