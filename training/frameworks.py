@@ -64,8 +64,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               starting_weights=True),
     Framework("tensorflow", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
               compiler="xla"),
-    # Keras runs in the TensorFlow image, with the same loop module (Model.fit instead of the custom loop).
-    Framework("keras", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
+    # Keras runs in the TensorFlow image; its loop is Model.fit, on the same setup, model, data and export.
+    Framework("keras", "training.tensorflow.keras_fit", TF, dist=("horovod", "native"), folder_reader="tf.data",
               no_compiler="Keras fit would compile Horovod's allreduce into the step, which XLA cannot run"),
 )}
 

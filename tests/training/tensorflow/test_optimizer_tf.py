@@ -12,7 +12,8 @@ tf = pytest.importorskip("tensorflow")
 hvd = pytest.importorskip("horovod.tensorflow")
 
 from training.config import parse_args  # noqa: E402
-from training.tensorflow.loop import _build, _loss_fn  # noqa: E402
+from training.tensorflow.keras_fit import horovod_optimizer  # noqa: E402
+from training.tensorflow.model import build as build_model, loss_fn as _loss_fn  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -23,7 +24,9 @@ def one_rank():
 def build(framework, weight_decay):
     cfg = parse_args(["--framework", framework, "--data", "synthetic", "--image-size", "32", "--base-lr", "0.4",
                       "--weight-decay", str(weight_decay), "--output-dir", "unused"])
-    return _build(tf, cfg)
+    # As each loop builds it under Horovod: Keras's fit all-reduces in Horovod's optimizer, the custom loop in its tape.
+    distributed = (lambda optimizer: horovod_optimizer(tf, cfg, optimizer)) if framework == "keras" else None
+    return build_model(tf, cfg, distributed)
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "keras"])
@@ -52,7 +55,7 @@ def test_without_decay_a_zero_gradient_changes_nothing_and_the_loss_is_the_cross
 @pytest.mark.parametrize("framework", ["tensorflow", "keras"])
 def test_the_optimizers_variables_exist_from_the_build_so_a_step_is_traced_once(framework):
     # A tf.function that creates variables on its first call is traced twice, and a ResNet50 step's trace is
-    # most of a short run: the slots, iterations and hyperparameters are made by _build, not by the first step.
+    # most of a short run: the slots, iterations and hyperparameters are made by build, not by the first step.
     model, optimizer, _ = build(framework, 0)
     made = len(optimizer.variables())
 
@@ -68,12 +71,12 @@ def test_the_optimizers_variables_exist_from_the_build_so_a_step_is_traced_once(
 def test_keras_fit_traces_its_training_step_once(tmp_path, monkeypatch):
     # Nothing Keras makes on its first step (compiled metrics, the optimizer's slots) may be a variable: the
     # step's trace would run twice.
-    from training.tensorflow.loop import TfLoop
+    from training.tensorflow.keras_fit import KerasLoop
 
     for pool in ("set_intra_op_parallelism_threads", "set_inter_op_parallelism_threads"):
         monkeypatch.setattr(tf.config.threading, pool, lambda n: None)  # this process's TF has started its pools
     cfg = parse_args(["--framework", "keras", "--data", "synthetic", "--image-size", "32", "--batch-size", "2",
                       "--num-classes", "4", "--output-dir", str(tmp_path)])
-    loop = TfLoop(cfg)
+    loop = KerasLoop(cfg)
     assert loop.fit(0, 2, lambda step: 0.01, lambda step, loss: None) == 2
     assert loop.model.train_function.experimental_get_tracing_count() == 1

@@ -49,9 +49,9 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     weights = [rank["weights"] for rank in ranks]
     assert len(weights[0]) == len(weights[1]) > 100
     assert all(np.array_equal(a, b) for a, b in zip(*weights))
-    # AutoGraph converted none of Horovod's gradient all-reduce (training/tensorflow/loop.py: the same graph, traced
-    # sooner); the rank's own other conversions (the input pipeline's map functions, Keras's loss) are listed, so the
-    # probe sees what this rank converted.
+    # AutoGraph converted none of Horovod's gradient all-reduce (training/tensorflow/loop.py's step, keras_fit.py's
+    # optimizer: the same graph, traced sooner); the rank's own other conversions (the input pipeline's map
+    # functions, Keras's loss) are listed, so the probe sees what this rank converted.
     for rank in ranks:
         assert rank["autograph"] and not [name for name in rank["autograph"] if "allreduce" in name], rank["autograph"]
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -84,7 +84,7 @@ def test_keras_fit_and_the_custom_loop_train_alike(learnable_runs):
     np.testing.assert_allclose(keras, custom, rtol=1e-3)
 
 
-# Keras's fit only (the custom loop's took ~165 s of CPU more): both loops share the checkpoint code (TfLoop's
+# Keras's fit only (the custom loop's took ~165 s of CPU more): both loops share the checkpoint code (runtime.py's
 # load_checkpoint, restore, checkpoint_state), the custom loop's own difference (a resumed run skips the first step's
 # broadcast, which from equal weights changes nothing) would not show here, and test_native_tf.py resumes the custom
 # loop from a Keras checkpoint through the same restore. Keras's own part: fit, compiled after restore, from the step.
@@ -144,7 +144,7 @@ def test_training_imports_tensorflow_with_onednn_on_unless_the_user_turned_it_of
     environment["TF_CPP_MIN_LOG_LEVEL"] = "0"  # TensorFlow's info lines, where it says so
     if user_value is not None:
         environment["TF_ENABLE_ONEDNN_OPTS"] = user_value
-    result = subprocess.run([PYTHON, "-c", "from training.tensorflow.loop import _import_tensorflow; "
-                             "_import_tensorflow()"], capture_output=True, text=True, env=environment, timeout=120)
+    result = subprocess.run([PYTHON, "-c", "from training.tensorflow.runtime import import_tensorflow; "
+                             "import_tensorflow()"], capture_output=True, text=True, env=environment, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert ("oneDNN custom operations are on" in result.stderr) == on, result.stderr[-2000:]
