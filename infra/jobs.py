@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import REPO_ROOT
-from infra.backends import Backend, RegistersModels, backend, spend as spend_query, staging
+from infra.backends import RegistersModels, Restages, RunsJobs, backend, spend as spend_query, staging
 from infra.backends.shared import JobError, StackOutputs, load_outputs, rehearsal_endpoints
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
@@ -94,7 +94,7 @@ def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
     if stack.rehearsal is not None:
         return _on_rehearsal(stack, verb, services)
     cfg = config.from_stack_file(stack.name, stack.project_dir)
-    chosen = backend(cfg.backend)
+    chosen: RunsJobs = backend(cfg.backend)
     name = verb_name(verb)
     if name in chosen.refused_verbs:  # before the outputs are read
         raise JobError(chosen.refused_verbs[name])
@@ -125,7 +125,7 @@ def _on_rehearsal(stack: Stack, verb: JobVerb, services: Services) -> None:
     _call(backend(cfg.backend), JobContext(cfg, outputs, connect, services.staged), verb)
 
 
-def _call(chosen: Backend, ctx: JobContext, verb: JobVerb) -> None:
+def _call(chosen: RunsJobs, ctx: JobContext, verb: JobVerb) -> None:
     """The backend's jobs face for this verb."""
     if isinstance(verb, RegisterModel):
         if not isinstance(chosen, RegistersModels):
@@ -164,7 +164,9 @@ def request_restage(stack: Stack) -> str:
     """Write the restage request the NFS server's staging unit polls for (the deployer cannot reach the server;
     both reach `status`); returns the `status` container's URL, where its reports appear (restage_reports)."""
     cfg = config.from_stack_file(stack.name, stack.project_dir)
-    refusal = backend(cfg.backend).restage_refusal(cfg)
+    chosen: RunsJobs = backend(cfg.backend)
+    refusal = (chosen.restage_refusal(cfg) if isinstance(chosen, Restages)
+               else chosen.refused_verbs.get("restage", f"backend {chosen.name} stages no data ahead of its jobs"))
     if refusal:
         raise JobError(f"--stack {stack.name}: restage applies to nfsKind vm (an NFS server that stages `data`); "
                        + refusal)

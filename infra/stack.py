@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 import pulumi
 from pulumi_azure_native import authorization, resources
 
-from infra.backends import backend
+from infra.backends import Declares, Describes, backend
 from infra.backends.declared import Foundation
 from infra.backends.shared import StackOutputs
 from infra.components import roles
@@ -84,8 +84,8 @@ class Environment(pulumi.ComponentResource):
             opts=pulumi.InvokeOutputOptions(parent=self)).subscription_id
         # The stack's backend, once: what it declared comes back as a value (its components, its job, its outputs,
         # its service and what the budget guard stops); it reads the foundation and writes nothing onto it.
-        chosen = backend(cfg.backend)
-        self.declared = chosen.declare(Foundation(
+        declaring: Declares = backend(cfg.backend)
+        self.declared = declaring.declare(Foundation(
             parent=self, now=now, network=self.network, storage=self.storage, registry=self.registry,
             monitoring=self.monitoring, node_identity=self.node_identity, node_grants=tuple(self.node_grants),
             deployer=self.deployer), name, cfg, rg)
@@ -110,11 +110,12 @@ class Environment(pulumi.ComponentResource):
         # The team's Entra groups (teamAdmins, teamMembers) on this stack's resources only (access.py).
         self.team_access = None
         if cfg.access.admins or cfg.access.members:
+            describing: Describes = backend(cfg.backend)  # what its service grants the team
             scopes = {"resourceGroup": self.resource_group.id, "storageAccount": self.storage.account.id,
                       **{c: self.storage.containers[c].id for c in ("data", "outputs", "status")},
                       "service": self.declared.service_id}
             self.team_access = TeamAccess(f"{name}-team", TeamAccessArgs(cfg.access, scopes, {
-                level: team_grants(level, chosen.team_grants(cfg, level)) for level in LEVELS},
+                level: team_grants(level, describing.team_grants(cfg, level)) for level in LEVELS},
                 {roles.BLOB_DATA_WRITER: self.storage.writer_role_id}), child)
         # monthlyBudgetUsd: Azure's budget on the resource group, and the guard that scales the GPU nodes to zero
         # when it runs out (budget.py).

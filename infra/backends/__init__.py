@@ -1,7 +1,9 @@
-"""The backends, peers behind one protocol: `backend(name)` is how the program, `plan`, the cost estimate and the
-job verbs reach the stack's backend (its `backend` key), instead of branching on the name (SkyPilot's
-sky/backends/backend.py: the CLI never branches on the backend it drives; torchtitan's protocols/train_spec.py: one
-registry, one lookup by name).
+"""The backends, peers behind one protocol: `backend(name)` is how the program, `plan` and the job verbs reach the
+stack's backend (its `backend` key), instead of branching on the name (SkyPilot's sky/backends/backend.py: the CLI
+never branches on the backend it drives; torchtitan's protocols/train_spec.py: one registry, one lookup by name).
+The protocol is split by face, each with its consumers (torchtitan's protocols/model_spec.py: narrow parts, not
+one wide interface): declaring (the Pulumi program), jobs (the job SDK), describing (plan); and abilities a
+backend has or has not (register-model, restage).
 
   batch/     the reference architecture: NFS server, Batch account and InfiniBand GPU pool, a multi-instance task
   azureml/   its successor: an Azure ML workspace, compute cluster and command job
@@ -25,11 +27,9 @@ if TYPE_CHECKING:
 
 
 @runtime_checkable
-class Backend(Protocol):
+class Declares(Protocol):
+    """The declaring face, for the Pulumi program (infra/stack.py): its resources on `up`, and the job's inputs."""
     name: str  # the stack's `backend` key
-    required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
-    live_outputs: tuple[str, ...]  # the StackOutputs fields `teams --live` reads (usage_now, and to connect)
-    refused_verbs: dict[str, str]  # job verbs it does not have -> the line saying so
 
     def declare(self, foundation: Foundation, name: str, cfg: StackConfig, rg: Any) -> Declared:
         """Its Pulumi components and, when `up` launches one, its job resource, as children of foundation.parent
@@ -42,8 +42,17 @@ class Backend(Protocol):
                    nodes: int | None = None, train_args: tuple[str, ...] | None = None) -> Any:
         """The job's inputs from typed stack outputs, as `up` and `infra submit` build them."""
 
-    # The jobs face: each verb takes its typed inputs (infra/backends/verbs.py) and the stack it runs on (config,
-    # outputs, how the job service is reached, the data check); the job SDK (infra/jobs.py) calls them.
+
+@runtime_checkable
+class RunsJobs(Protocol):
+    """The jobs face, for the job SDK (infra/jobs.py), `member-file` and `teams --live`: each verb takes its typed
+    inputs (infra/backends/verbs.py) and the stack it runs on (config, outputs, how the job service is reached, the
+    data check)."""
+    name: str
+    required_outputs: tuple[str, ...]  # the StackOutputs fields its job verbs read
+    live_outputs: tuple[str, ...]  # the StackOutputs fields `teams --live` reads (usage_now, and to connect)
+    refused_verbs: dict[str, str]  # verbs it does not have (an ability below it lacks) -> the line saying so
+
     def submit(self, ctx: JobContext, inputs: Submit) -> None:
         """Start a training job, once the data is ready (unless inputs.skip_data_check)."""
 
@@ -63,8 +72,10 @@ class Backend(Protocol):
         """`teams --live`: (GPU nodes the stack holds now, its training jobs not ended) through `service`, what
         `connect(outputs)` gives the job verbs."""
 
-    def restage_refusal(self, cfg: StackConfig) -> str | None:
-        """Why `infra restage` does not apply to this stack, or None."""
+
+@runtime_checkable
+class Describes(Protocol):
+    """The describing face, for `plan` (infra/cli/plan.py) and the team's grants (infra/stack.py)."""
 
     def launch_lines(self, cfg: StackConfig) -> list[str]:
         """plan's first lines on the training job: whether and how `up` launches it."""
@@ -81,12 +92,27 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class Backend(Declares, RunsJobs, Describes, Protocol):
+    """A backend: its three faces. `backend(name)` gives one; each consumer holds it as the face it uses."""
+
+
+# Optional abilities (dstack's ComputeWith*): small protocols a backend has or has not; one that has not says why
+# not in refused_verbs, under the verb's name.
+@runtime_checkable
 class RegistersModels(Protocol):
-    """An optional ability: a backend with a model registry (azureml) has it; the others say why not in
-    refused_verbs["register-model"]."""
+    """A model registry (azureml has one): `infra register-model`."""
 
     def register_model(self, ctx: JobContext, inputs: RegisterModel) -> None:
         """Register a finished job's model.onnx as a model version, with its metrics as tags."""
+
+
+@runtime_checkable
+class Restages(Protocol):
+    """Data staged ahead of the jobs by a server that takes restage requests (batch, with nfsKind vm): `infra
+    restage` (infra/jobs.py: request_restage)."""
+
+    def restage_refusal(self, cfg: StackConfig) -> str | None:
+        """Why this stack's data has no such server after all (another nfsKind), or None."""
 
 
 # Imported after the protocol: the backend modules import nothing heavy at the top (see above).

@@ -1,4 +1,4 @@
-"""The job verbs' inputs, typed: what a backend's jobs face (infra/backends/__init__.py: Backend.submit, status,
+"""The job verbs' inputs, typed: what a backend's jobs face (infra/backends/__init__.py: RunsJobs.submit, status,
 logs, download, cancel; register_model where it has a model registry) is handed, never the command line's parsed flags.
 The command line builds them from its flags (infra/cli/main.py), the job SDK (infra/jobs.py) hands them on, and
 the tests and tools build them directly.

@@ -6,12 +6,17 @@ from collections import defaultdict
 from datetime import date
 from typing import Any
 
-from infra.backends import backend
+from infra.backends import Declares, Describes, backend
 from infra.core import budget, cost, security
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
 COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts) are shown as a count
+
+
+def _describing(cfg) -> Describes:
+    """The stack's backend, by the face plan reads: its lines on the job, the data and what `up` needs first."""
+    return backend(cfg.backend)
 
 
 def _get(props: Any, path: str) -> Any:
@@ -119,7 +124,7 @@ def before_up(cfg, today: date | None = None) -> list[str]:
     sas = security.sas_policy_warning(cfg.storage.sas_expiry_hours)
     at_host = security.encryption_at_host_line(cfg.nfs)
     return [*cfg.placeholders, *([warning] if warning else []), *([sas] if sas else []), *([at_host] if at_host else []),
-            *backend(cfg.backend).before_up(cfg)]
+            *_describing(cfg).before_up(cfg)]
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:
@@ -179,14 +184,15 @@ def _job_lines(cfg) -> list[str]:
     from infra.core import node_health
 
     health = node_health.plan_line(cfg.nodes.sku, cfg.backend)
-    return (backend(cfg.backend).launch_lines(cfg) + _up_and_the_job(cfg) + ([health] if health else [])
+    return (_describing(cfg).launch_lines(cfg) + _up_and_the_job(cfg) + ([health] if health else [])
             + [f"  train flags: {' '.join(cfg.training.args) or '(defaults)'}"])
 
 
 def _up_and_the_job(cfg) -> list[str]:
     """What `up` does to the job (infra/backends/*/training_job.py), and the data order."""
-    ready = backend(cfg.backend).ready_when(cfg)
-    if not backend(cfg.backend).launches_on_up(cfg):
+    ready = _describing(cfg).ready_when(cfg)
+    declaring: Declares = backend(cfg.backend)
+    if not declaring.launches_on_up(cfg):
         return [f"  first deploy: `pulumi up`, then upload the dataset to `data`; `infra submit` submits {ready}"]
     return [f"  first deploy: `up` creates the stack with an empty `data`, submits no job and says so; upload the "
             f"dataset, then `pulumi up` again submits it {ready}",

@@ -386,7 +386,7 @@ def live(row: dict, sources: LiveSources) -> dict:
     are still read, and so are the other stacks."""
     from azure.core.exceptions import AzureError
 
-    from infra.backends import backend
+    from infra.backends import RunsJobs, backend
     from infra.backends.shared import JobError
     from training.errors import UsageError
 
@@ -394,7 +394,7 @@ def live(row: dict, sources: LiveSources) -> dict:
     found = dict.fromkeys(LIVE_JSON_KEYS)
     if row["error"]:
         return found  # a refused stack file: its `error` says why; there is no backend to ask
-    chosen = backend(row["backend"])
+    chosen: RunsJobs = backend(row["backend"])
     try:
         outputs = sources.outputs(row["stack"], chosen.live_outputs)
     except failed as err:

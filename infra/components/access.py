@@ -36,7 +36,7 @@ class TeamGrant(NamedTuple):
     condition: str | None = None
 
 
-# What both backends' teams get; each backend adds its service (Backend.team_grants).
+# What both backends' teams get; each backend adds its service (its describing face: Describes.team_grants).
 COMMON = {
     "members": [
         TeamGrant("resourceGroup", roles.READER, "see the stack's resources (portal, `az`)"),

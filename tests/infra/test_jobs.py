@@ -5,7 +5,7 @@ import json
 import pytest
 
 from infra import jobs
-from infra.backends import RegistersModels, backend
+from infra.backends import RegistersModels, Restages, backend
 from infra.backends.shared import JobError
 from infra.backends.verbs import VERB_NAMES, Cancel, Download, Logs, RegisterModel, Status, Submit
 from tests.infra.backends.batch.test_operate import OUTPUTS, not_staged, staged
@@ -49,8 +49,9 @@ def test_every_verb_has_a_name_and_a_face_on_each_backend():
     for name in ("batch", "azureml"):
         chosen = backend(name)
         assert all(callable(getattr(chosen, face)) for face in ("submit", "status", "logs", "download", "cancel"))
-        # register-model: an ability a backend has, or a line saying why not
+        # register-model and restage: an ability a backend has, or a line saying why not
         assert isinstance(chosen, RegistersModels) != ("register-model" in chosen.refused_verbs)
+        assert isinstance(chosen, Restages) != ("restage" in chosen.refused_verbs)
 
 
 def test_inputs_are_frozen():

@@ -23,7 +23,8 @@ class AzureMlBackend:
     required_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name",
                         "aml_environments", "pull_identity_client_id")
     live_outputs = ("subscription_id", "resource_group_name", "aml_workspace_name", "aml_compute_name")
-    refused_verbs: dict[str, str] = {}
+    # No restage (infra/backends/__init__.py: Restages): no server stages the data ahead of the jobs.
+    refused_verbs = {"restage": "a job reads `data` itself with backend azureml"}
 
     def declare(self, foundation: Foundation, name: str, cfg, rg) -> Declared:
         """The workspace, compute cluster, datastores and environments, and the job when `up` can launch it."""
@@ -157,9 +158,6 @@ class AzureMlBackend:
 
         jobs = service.list_jobs(job_prefix(stack))
         return service.count_nodes(outputs.aml_compute_name), sum(job["status"] not in TERMINAL for job in jobs)
-
-    def restage_refusal(self, cfg) -> str | None:
-        return "a job reads `data` itself with backend azureml"
 
     def launch_lines(self, cfg) -> list[str]:
         if self.launches_on_up(cfg):

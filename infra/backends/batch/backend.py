@@ -167,6 +167,7 @@ class BatchBackend:
         return dedicated + spot, sum(job.get("state") == "active" for job in jobs)
 
     def restage_refusal(self, cfg) -> str | None:
+        """Its ability to restage (infra/backends/__init__.py: Restages): the NFS server's, with nfsKind vm."""
         if cfg.nfs.kind == "vm":
             return None
         return "with nfsKind azure-files each job stages `data` at its start, only what changed"

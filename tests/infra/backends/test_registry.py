@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from infra.backends import BACKENDS, Backend, backend
+from infra.backends import BACKENDS, Backend, Declares, Describes, RunsJobs, backend
 from infra.backends.shared import JobError, StackOutputs
 from infra.core import config
 
@@ -13,6 +13,7 @@ from infra.core import config
 def test_every_backend_the_config_accepts_is_one_lookup_away(name):
     found = backend(name)
     assert found.name == name and isinstance(found, Backend)
+    assert all(isinstance(found, face) for face in (Declares, RunsJobs, Describes))  # what Backend is made of
     assert set(BACKENDS) == set(config.BACKENDS)
 
 
