@@ -115,8 +115,10 @@ TIMED = $(PYTHON) -c 'import resource, subprocess, sys, time; start = time.monot
 timed = echo '$(1)' && $(TIMED) $@ $(1)
 
 .PHONY: test-images $(TEST_SUITES)
+# test-venv: two processes, each running a whole test file at a time (a file's tests keep their order and its fixtures),
+# so its rehearsals run beside the other files rather than after them.
 test-venv:  # all of tests/ but tests/training/pytorch and tensorflow (tests/conftest.py leaves them to their environments) and the images' pip resolution (make test-images)
-	@$(call timed,.venv/bin/python -m pytest tests --ignore=tests/images/test_image_pins_resolve.py)
+	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py)
 test-torch:
 	@$(call timed,.venv-torch/bin/python -m pytest tests/training/pytorch)
 test-tf:
