@@ -86,6 +86,10 @@ class Describes(Protocol):
     def before_up(self, cfg: StackConfig) -> list[str]:
         """plan: what a subscription needs before `up` (quota, roles, reachability)."""
 
+    def node_health_line(self, cfg: StackConfig) -> str | None:
+        """plan: whether and how its nodes' health is checked before training, on an InfiniBand size (None on the
+        others)."""
+
     def team_grants(self, cfg: StackConfig, level: str) -> list[TeamGrant]:
         """What the team's groups of `level` (members, admins) get on its service, beside the common grants of
         infra/components/access.py; scope "service" is what `declare` gave as its service_id."""

@@ -15,7 +15,8 @@ COLLAPSE_AFTER = 3  # more siblings of one type than this (the training scripts)
 
 
 def _describing(cfg) -> Describes:
-    """The stack's backend, by the face plan reads: its lines on the job, the data and what `up` needs first."""
+    """The stack's backend, by the face plan reads: its lines on the job, node health, the data and what `up` needs
+    first."""
     return backend(cfg.backend)
 
 
@@ -181,9 +182,7 @@ def _scope(scope: str) -> str:
 
 
 def _job_lines(cfg) -> list[str]:
-    from infra.core import node_health
-
-    health = node_health.plan_line(cfg.nodes.sku, cfg.backend)
+    health = _describing(cfg).node_health_line(cfg)
     return (_describing(cfg).launch_lines(cfg) + _up_and_the_job(cfg) + ([health] if health else [])
             + [f"  train flags: {' '.join(cfg.training.args) or '(defaults)'}"])
 

@@ -56,14 +56,10 @@ def check_command(sku: GpuSku) -> str:
             f"else echo {missing}; fi")
 
 
-def plan_line(sku: GpuSku, backend: str) -> str | None:
-    """Plan's one line on node health for an InfiniBand GPU size (None for the others)."""
+def plan_line(sku: GpuSku) -> str | None:
+    """Plan's one line on the pool's node health checks for an InfiniBand GPU size (None for the others)."""
     if not sku.infiniband:
         return None
-    if backend != "batch":
-        return (f"  node health: not checked before `train` on {backend} (azurehpc-health-checks needs the host's "
-                "Docker and its own mpirun, which the job's one MPI program per rank cannot give: "
-                "infra/backends/azureml/job.py)")
     if not sku.health_conf:
         return f"  node health: azurehpc-health-checks has no configuration for {sku.name}: nodes are not checked"
     return (f"  node health: the pool's start task runs azurehpc-health-checks ({sku.health_conf}.conf) on every node "

@@ -176,6 +176,13 @@ class AzureMlBackend:
     def ready_when(self, cfg) -> str:
         return "once `data` holds the dataset (the job's `data` input)"
 
+    def node_health_line(self, cfg) -> str | None:
+        if not cfg.nodes.sku.infiniband:
+            return None
+        return (f"  node health: not checked before `train` on {self.name} (azurehpc-health-checks needs the host's "
+                "Docker and its own mpirun, which the job's one MPI program per rank cannot give: "
+                "infra/backends/azureml/job.py)")
+
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)
 

@@ -10,7 +10,7 @@ from infra.backends.declared import Declared, Foundation
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, Status, Submit
-from infra.core import cost, naming
+from infra.core import cost, naming, node_health
 from infra.core.containers import DATASET
 from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.core.skus import BATCH_SIZES_DOC
@@ -185,6 +185,9 @@ class BatchBackend:
                     f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
                     "at once)")
         return "once `data` holds the dataset (the job stages what changed at its start)"
+
+    def node_health_line(self, cfg) -> str | None:
+        return node_health.plan_line(cfg.nodes.sku)  # the pool's start task runs the checks
 
     def before_up(self, cfg) -> list[str]:
         sku, vcpus = cfg.nodes.sku, quota_vcpus(cfg)

@@ -1,6 +1,7 @@
 """Node health before training (infra/core/node_health.py): the catalog names each InfiniBand size's
 azurehpc-health-checks configuration, and the pool's start task runs it, for real here, against a stand-in
 run-health-checks.sh with the real one's exit codes and output."""
+import dataclasses
 import os
 import shlex
 import subprocess
@@ -8,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from infra.backends import backend
 from infra.backends.batch import spec as batch_spec
-from infra.core import node_health
+from infra.core import config, node_health
 from infra.core.skus import CATALOG
 
 # The conf files of azurehpc-health-checks v0.4.5 (git ls-tree v0.4.5 conf/ of https://github.com/Azure/azurehpc-health-checks),
@@ -89,8 +91,15 @@ def test_the_checks_run_before_the_data_is_copied_to_the_node():
     assert start.index(node_health.RUN_HEALTH_CHECKS) < start.index("rsync -a")
 
 
+def on(stack: str, sku) -> str | None:
+    """Plan's node health line for `stack` on `sku`, from its backend's describing face."""
+    cfg = config.from_stack_file(stack)
+    nodes = dataclasses.replace(cfg.nodes, gpu_sku=sku.name)
+    return backend(cfg.backend).node_health_line(dataclasses.replace(cfg, nodes=nodes))
+
+
 def test_plan_names_the_check_on_infiniband_sizes_only():
-    assert "azurehpc-health-checks (nd96isr_h100_v5.conf)" in node_health.plan_line(H100, "batch")
-    assert "never takes a task" in node_health.plan_line(H100, "batch")
-    assert node_health.plan_line(T4, "batch") is None
-    assert "not checked before `train` on azureml" in node_health.plan_line(H100, "azureml")
+    assert "azurehpc-health-checks (nd96isr_h100_v5.conf)" in on("dev", H100)
+    assert "never takes a task" in on("dev", H100)
+    assert on("dev", T4) is None
+    assert "not checked before `train` on azureml" in on("nlp", H100)
