@@ -24,6 +24,8 @@ from typing import Any
 
 from infra import REPO_ROOT
 from infra.backends import RegistersModels, Restages, RunsJobs, backend, spend as spend_query, staging
+from infra.backends.azureml.service import AzureMlJobs
+from infra.backends.batch.service import AzureBatch
 from infra.backends.shared import JobError, StackOutputs, load_outputs, rehearsal_endpoints
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
@@ -47,14 +49,10 @@ class Stack:
 
 
 def azure_batch(endpoint: str) -> Any:
-    from infra.backends.batch.service import AzureBatch
-
     return AzureBatch(endpoint)
 
 
 def azure_ml(outputs: StackOutputs) -> Any:
-    from infra.backends.azureml.service import AzureMlJobs
-
     return AzureMlJobs(outputs.subscription_id, outputs.resource_group_name, outputs.aml_workspace_name)
 
 

@@ -22,8 +22,12 @@ from typing import Any
 import pulumi
 
 from infra import REPO_ROOT
+from infra.backends.azureml import job as aml_job
+from infra.backends.azureml import training_job as aml_training_job
+from infra.backends.batch import spec as batch_spec
+from infra.backends.batch import training_job as batch_training_job
 from infra.core import security
-from infra.core.config import PROJECT, StackConfig
+from infra.core.config import PROJECT, StackConfig, from_pulumi
 from infra.core.engine_config import EngineConfig
 from infra.preview import pulumi_private
 
@@ -130,14 +134,8 @@ class AzureMocks(pulumi.runtime.Mocks):
         elif args.typ == "azure-native:batch:BatchAccount":
             state["accountEndpoint"] = f"{name}.{inputs.get('location')}.batch.azure.com"
         elif args.typ == "pulumi-python:dynamic:Resource" and "batch_endpoint" in inputs:
-            from infra.backends.batch import training_job
-            from infra.backends.batch import spec as batch_spec
-
-            state["job_id"] = batch_spec.job_id(training_job.inputs_from(inputs))
+            state["job_id"] = batch_spec.job_id(batch_training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource" and "workspace" in inputs:
-            from infra.backends.azureml import training_job as aml_training_job
-            from infra.backends.azureml import job as aml_job
-
             state["job_name"] = aml_job.job_name(aml_training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource":
             state.update(username="training-image-push", password="mock-token-password")
@@ -190,6 +188,8 @@ def _plain(value: Any) -> Any:
 def evaluate(config: StackConfig, now: datetime | None = None) -> Evaluation:
     """Run the program's body, `deploy(config)`, under mocks; nothing leaves this process. For a config that no
     stack file holds (tests vary one); `plan` and the conformance tests run __main__.py with `evaluate_program`."""
+    # The program's body, imported here for its weight (pulumi_azure_native's modules, the components): ~1.7 s that
+    # only an evaluation needs, not every user of the mocks.
     from infra.stack import deploy
 
     return _evaluate(config.stack, lambda: deploy(config, now), lambda: config)
@@ -201,8 +201,6 @@ def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
     keys in PULUMI_CONFIG_SECRET_KEYS, its exec script hands both to `set_all_config` and runs the program with
     runpy (pulumi/pulumi sdk/python/cmd/pulumi-language-python/main.go and pulumi-language-python-exec).
     A config the program refuses raises the program's `pulumi.RunError`."""
-    from infra.core import config as stack_config
-
     def program():
         runpy.run_path(str(REPO_ROOT / "__main__.py"), run_name="__main__")
 
@@ -212,7 +210,7 @@ def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
     os.environ.update(wire)
     try:
         pulumi.runtime.set_all_config(pulumi.runtime.get_config_env(), pulumi.runtime.get_config_secret_keys_env())
-        return _evaluate(stack, program, stack_config.from_pulumi)
+        return _evaluate(stack, program, from_pulumi)
     finally:
         for name, value in saved.items():
             if value is None:
