@@ -46,6 +46,9 @@ from training.errors import UsageError
 from training.metrics import mean_ci
 
 PROBE_BATCHES = (256, 384, 512, 768, 1024)  # --batch-size auto on a GPU: the largest of these that fits
+# Compilers ours leaves out on a CPU: XLA slows TensorFlow's ResNet50 down there (measured on 2 cores, 64 px, batch
+# 64, fp32: 11.5 img/s with XLA, 14.9 without). torch.compile is used on both.
+GPU_ONLY_COMPILERS = ("xla",)
 
 
 @dataclass
@@ -99,30 +102,43 @@ def distribution(requested: str, framework: str, horovod: bool) -> str:
     return requested if requested != "auto" else "horovod" if horovod else "ddp"
 
 
+def _torch_versions() -> list[str]:
+    import torch
+    import torchvision
+
+    parts = [f"torch {torch.__version__}", f"torchvision {torchvision.__version__}",
+             f"CUDA {torch.version.cuda}" if torch.version.cuda else "CUDA none (CPU build)"]
+    if torch.cuda.is_available():
+        parts.append(f"cuDNN {torch.backends.cudnn.version()}")
+    return parts
+
+
+def _tensorflow_versions() -> list[str]:
+    import tensorflow as tf
+
+    built = tf.sysconfig.get_build_info()
+    return [f"tensorflow {tf.__version__}", f"CUDA {built.get('cuda_version', 'none (CPU build)')}"]
+
+
+# What an image's ML package (the table's Image.package) says of itself besides its version: its companions, the CUDA
+# it was built with. A package not listed here is reported by its version alone.
+PACKAGE_VERSIONS = {"torch": _torch_versions, "tensorflow": _tensorflow_versions}
+
+
 def versions(framework: str, gpu: str | None) -> str:
     """What this benchmark ran with: Python, the framework, CUDA and the GPU, Horovod and DALI where present."""
     from importlib.metadata import PackageNotFoundError, version
 
-    parts = [f"python {platform.python_version()}"]
-    if framework == "pytorch":
-        import torch
-        import torchvision
-
-        parts += [f"torch {torch.__version__}", f"torchvision {torchvision.__version__}",
-                  f"CUDA {torch.version.cuda}" if torch.version.cuda else "CUDA none (CPU build)"]
-        if torch.cuda.is_available():
-            parts.append(f"cuDNN {torch.backends.cudnn.version()}")
-    else:
-        import tensorflow as tf
-
-        built = tf.sysconfig.get_build_info()
-        parts += [f"tensorflow {tf.__version__}", f"CUDA {built.get('cuda_version', 'none (CPU build)')}"]
+    fw = frameworks.get(framework)
+    package = fw.image.package
+    parts = [f"python {platform.python_version()}",
+             *PACKAGE_VERSIONS.get(package, lambda: [f"{package} {version(package)}"])()]
     parts.append(f"GPU {gpu}" if gpu else "no GPU")
     try:
         parts.append(f"horovod {version('horovod')}" if horovod_installed(framework) else "no horovod")
     except PackageNotFoundError:
         parts.append("horovod (version unknown)")
-    if framework == "pytorch":
+    if "dali" in fw.loaders:
         from training.config import dali_installed
 
         if dali_installed():
@@ -229,12 +245,13 @@ def jpeg_span(log_every: int, steps: int, workers: int, compiled: bool) -> tuple
     return skip, skip + max(steps - log_every, least)
 
 
-def largest_batch(common: list[str], ours: list[str], out: Path) -> int:
-    """The largest of PROBE_BATCHES that trains a few eager steps without running out of GPU memory."""
+def largest_batch(common: list[str], out: Path) -> int:
+    """The largest of PROBE_BATCHES that trains a few eager steps (ours without its compiler) without running out
+    of GPU memory."""
     fits = None
     for batch in PROBE_BATCHES:
-        probe = Run(f"probe-{batch}", f"probe batch {batch}", [*common, "--steps", "3", "--log-every", "1", "--batch-size", str(batch),
-                                             *[flag for flag in ours if flag not in ("--compile", "--xla")]])
+        probe = Run(f"probe-{batch}", f"probe batch {batch}",
+                    [*common, "--steps", "3", "--log-every", "1", "--batch-size", str(batch)])
         result = train(probe, out, gpu=False, check=False)
         if result.returncode != 0:
             if "out of memory" not in (result.stderr + result.stdout).lower():
@@ -285,20 +302,23 @@ def measure_loader(data: Path, loader: str, image_size: int, batch_size: int, wo
     return float(result.stdout.strip().splitlines()[-1])
 
 
-def jpeg_loaders() -> tuple[str, ...]:
-    """The pytorch loaders this machine can run: DALI where it is installed, nvjpeg and PIL everywhere."""
+def jpeg_loaders(framework: str) -> tuple[str, ...]:
+    """The framework's --loader values this machine runs, in the table's order: DALI only where it is installed."""
     from training.config import dali_installed
 
-    return ("dali", "nvjpeg", "pil") if dali_installed() else ("nvjpeg", "pil")
+    return tuple(loader for loader in frameworks.get(framework).loaders if loader != "dali" or dali_installed())
 
 
 def chosen_loaders(asked: str | None, framework: str) -> tuple[str, ...]:
-    """--loaders: the JPEG loaders to measure, in the table's order; by default every one this machine runs."""
+    """--loaders: the JPEG loaders to measure, in the table's order; by default every one this machine runs. None
+    for a framework with a folder reader of its own (tf.data): its one JPEG run reads with that."""
+    reader = frameworks.get(framework).folder_reader
     if asked is None:
-        return jpeg_loaders() if framework == "pytorch" else ()
-    if framework != "pytorch":
-        raise UsageError(f"--loaders applies to pytorch only; {framework} reads JPEG files with tf.data")
-    available = jpeg_loaders()
+        return () if reader else jpeg_loaders(framework)
+    if reader:
+        raise UsageError(f"--loaders applies to {frameworks.which(lambda f: not f.folder_reader)} only; {framework} "
+                         f"reads JPEG files with {reader}")
+    available = jpeg_loaders(framework)
     names = [name.strip() for name in asked.split(",")]
     unknown = [name for name in names if name not in available]
     if unknown:
@@ -336,8 +356,9 @@ def main(argv: list[str]) -> int:
     gpu = gpu_name()
     parser = argparse.ArgumentParser(prog="python -m devtools benchmark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", choices=frameworks.names(), default="pytorch",
-                        help="training loop to measure (default: pytorch); run from that framework's environment")
+    parser.add_argument("--framework", choices=frameworks.names(), default=frameworks.names()[0],
+                        help=f"training loop to measure (default: {frameworks.names()[0]}); run from that "
+                        "framework's environment")
     parser.add_argument("--image-size", type=int, default=224 if gpu else 64, help="pixels (default: 224 GPU, 64 CPU)")
     parser.add_argument("--steps", type=int, default=60 if gpu else 12, help="steps per run, the first "
                         "logged window (warm-up, compilation) excluded from the rate (default: 60 GPU, 12 CPU)")
@@ -357,44 +378,43 @@ def main(argv: list[str]) -> int:
                         "cluster's job runs, else ddp (under Horovod the weights stay NCHW and only activations go "
                         "channels-last, DDP takes channels-last weights)")
     args = parser.parse_args(argv)
+    fw = frameworks.get(args.framework)
     args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework))
     loaders_asked = chosen_loaders(args.loaders, args.framework)
     try:
-        __import__(frameworks.get(args.framework).image.package)
+        __import__(fw.image.package)
     except ImportError:
-        venv = frameworks.get(args.framework).image.venv
-        raise UsageError(f"--framework {args.framework}: not installed in this Python; run {venv}/bin/python -m "
-                         "devtools benchmark") from None
+        raise UsageError(f"--framework {args.framework}: not installed in this Python; run {fw.image.venv}/bin/python "
+                         "-m devtools benchmark") from None
     if args.batch_size != "auto" and not args.batch_size.isdigit():
         raise UsageError(f"--batch-size {args.batch_size}: give a number of images or auto")
     ran_with = versions(args.framework, gpu)
     print(f"benchmark: {ran_with}", flush=True)
+    # A framework with DDP beside Horovod runs whichever this machine has (`distribution`): its runs and title say
+    # which; one with Horovod alone runs it by default.
+    names_dist = "ddp" in fw.dist
     workers = args.workers or min(16, len(os.sched_getaffinity(0)))
     log_every = max(1, args.steps // 6)
-    common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every)]
-    # ours: the trainer's own defaults for the device, plus graph compilation
-    if args.framework == "pytorch":
-        common += ["--dist", args.dist]
-        recipe_flags, ours = ["--precision", "fp32", "--no-channels-last"], [] if args.no_compile else ["--compile"]
-    else:
-        recipe_flags = ["--precision", "fp32"]
-        # Keras fit cannot XLA Horovod's allreduce. On CPU XLA slows TensorFlow's ResNet50 down (measured on 2
-        # cores, 64 px, batch 64, fp32: 11.5 img/s with XLA, 14.9 without), so ours uses it on a GPU only.
-        ours = [] if args.no_compile or args.framework == "keras" or not gpu else ["--xla"]
+    common = ["--framework", args.framework, "--image-size", str(args.image_size), "--log-every", str(log_every),
+              *(["--dist", args.dist] if names_dist else [])]
+    # the recipe: fp32, and NCHW where --channels-last applies (as Horovod's PyTorch recipe trains)
+    recipe_flags = ["--precision", "fp32", *(["--no-channels-last"] if fw.channels_last else [])]
+    # ours: the trainer's own defaults for the device, plus its compiler (none: fw.no_compiler says why)
+    compiles = fw.compiler and not args.no_compile and (gpu or fw.compiler not in GPU_ONLY_COMPILERS)
+    ours = [f"--{fw.compiler}"] if compiles else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         if args.batch_size == "auto":
-            batch = largest_batch([*common, "--data", "synthetic"], ours, out) if gpu else 64
+            batch = largest_batch([*common, "--data", "synthetic"], out) if gpu else 64
         else:
             batch = int(args.batch_size)
         steps = ["--steps", str(args.steps)]
-        recipe_mode = "eager" if args.framework == "pytorch" else "no XLA"  # Horovod's TF recipe runs a tf.function
-        recipe = Run("recipe", f"recipe: synthetic, fp32, {recipe_mode}, batch 32",
+        recipe = Run("recipe", f"recipe: synthetic, fp32, {fw.uncompiled}, batch 32",
                      [*common, *steps, "--data", "synthetic", "--batch-size", "32", *recipe_flags], log_every)
         synthetic = Run("ours", f"ours: synthetic, {{settings}}, batch {batch}",
                         [*common, *steps, "--data", "synthetic", "--batch-size", str(batch), *ours], log_every)
         runs, loaders = [recipe, synthetic], {}
-        if "native" in frameworks.get(args.framework).dist:
+        if "native" in fw.dist:
             # Beside Horovod: the same synthetic run under MultiWorkerMirroredStrategy (one worker, no TF_CONFIG),
             # so what leaving Horovod costs is a measured figure.
             runs.append(Run("native", f"ours, --dist native: synthetic, {{settings}}, batch {batch}",
@@ -409,16 +429,17 @@ def main(argv: list[str]) -> int:
                                              out / "jpeg", workers)
             jpeg = [*common, "--steps", str(jpeg_steps), "--data", str(data), "--batch-size", str(batch),
                     "--workers", str(workers), *ours]
-            for loader in (loaders_asked if args.framework == "pytorch" else ("tf.data",)):
-                flags = [*jpeg, "--loader", loader] if loader != "tf.data" else jpeg
+            # A folder reader of its own (tf.data) reads once; else each loader asked for (--loader) runs.
+            for loader in (fw.folder_reader,) if fw.folder_reader else loaders_asked:
+                flags = jpeg if fw.folder_reader else [*jpeg, "--loader", loader]
                 runs.append(Run(f"jpeg-{loader}", f"ours: JPEG files, {loader} ({workers} workers)", flags, skip))
         for run in runs:
             train(run, out, bool(gpu))
-        if not args.skip_jpeg and args.framework == "pytorch":
+        if not args.skip_jpeg and not fw.folder_reader:  # each --loader's data path alone, without a model
             loaders = {loader: measure_loader(data, loader, args.image_size, batch, workers, loader_batches)
                        for loader in loaders_asked}
     device = gpu or f"CPU ({len(os.sched_getaffinity(0))} cores)"
-    framework = f"{args.framework} ({args.dist})" if args.framework == "pytorch" else args.framework
+    framework = f"{args.framework} ({args.dist})" if names_dist else args.framework
     print(f"\nResNet50 training, {framework}, {args.image_size}x{args.image_size}, 1 worker, {device}")
     print(f"  ran with: {ran_with}")
     print("\n".join(_table(runs, loaders, recipe, synthetic)))

@@ -49,6 +49,9 @@ class Framework:
     folder_reader: str = ""  # what decodes folder data when --loader does not choose (named when one is refused)
     compiler: str = ""  # the train flag that compiles its step (compile, xla), or none
     no_compiler: str = ""  # why it has none: said when --xla is refused
+    # How its step runs uncompiled, as Horovod's synthetic benchmark recipe runs it (horovod/examples/*/
+    # *_synthetic_benchmark.py), named by the benchmark's recipe row: eager in PyTorch, a tf.function in TensorFlow.
+    uncompiled: str = "eager"
     channels_last: bool = False  # --channels-last applies: it trains NCHW unless told, NHWC by default on a GPU
     starting_weights: bool = False  # --init-from and --pretrained apply: it loads torchvision's ResNet50 weights
 
@@ -63,10 +66,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               loaders=("dali", "nvjpeg", "pil"), compiler="compile", channels_last=True,
               starting_weights=True),
     Framework("tensorflow", "training.tensorflow.loop", TF, dist=("horovod", "native"), folder_reader="tf.data",
-              compiler="xla"),
+              compiler="xla", uncompiled="no XLA"),
     # Keras runs in the TensorFlow image; its loop is Model.fit, on the same setup, model, data and export.
     Framework("keras", "training.tensorflow.keras_fit", TF, dist=("horovod", "native"), folder_reader="tf.data",
-              no_compiler="Keras fit would compile Horovod's allreduce into the step, which XLA cannot run"),
+              no_compiler="Keras fit would compile Horovod's allreduce into the step, which XLA cannot run",
+              uncompiled="no XLA"),
 )}
 
 

@@ -79,6 +79,10 @@ from devtools.rehearsal.run import VENVS
 from devtools import benchmark
 checks["rehearsal"] = VENVS.get("jax")
 checks["benchmark"] = benchmark.distribution("ddp", "jax", horovod=True)
+try:
+    benchmark.chosen_loaders("pil", "jax")
+except UsageError as err:
+    checks["benchmark --loaders"] = str(err)
 import tests.conftest
 checks["tests"] = tests.conftest.NEEDS.get("tests/training/jaxish")
 print(json.dumps(checks))
@@ -108,6 +112,7 @@ def test_a_new_framework_is_one_row_plus_its_loop(tmp_path):
     assert checks["dockerfile"] == "images/" + "jaxish.Dockerfile"  # (split: a path that does not exist)
     assert checks["submit"].endswith("invalid choice: 'nope' (choose from 'pytorch', 'tensorflow', 'keras', 'jax')")
     assert (checks["rehearsal"], checks["benchmark"]) == (".venv-jaxish", "ddp")
+    assert checks["benchmark --loaders"] == "--loaders applies to pytorch only; jax reads JPEG files with grain"
     assert checks["tests"] == ["jaxish_pkg", ".venv-jaxish"]
 
 

@@ -108,7 +108,7 @@ def test_the_benchmark_prints_every_run_and_data_path_with_ratios(tmp_path):
 def test_the_benchmarks_loaders_are_those_the_machine_runs():
     from devtools.benchmark import chosen_loaders, jpeg_loaders
 
-    assert chosen_loaders(None, "pytorch") == jpeg_loaders() and chosen_loaders(None, "keras") == ()
+    assert chosen_loaders(None, "pytorch") == jpeg_loaders("pytorch") and chosen_loaders(None, "keras") == ()
     assert chosen_loaders("pil,nvjpeg", "pytorch") == ("nvjpeg", "pil")  # in the table's order
     with pytest.raises(UsageError, match=r"--loaders turbo: give some of .*nvjpeg,pil \(the loaders this machine"):
         chosen_loaders("turbo", "pytorch")
