@@ -96,7 +96,10 @@ class AzureAd:
     def container_url(self, declared_url: str) -> str:
         """The storage account's container URL (https://<account>.blob.core.windows.net/<name>), here."""
         container = self.account.container(declared_url)
-        return f"https://127.0.0.1:{self._servers[1].server_port}/{self.account.azurite.account_url.rsplit('/', 1)[-1]}/{container}"
+        account = self.account.azurite.account_url.rsplit("/", 1)[-1]
+        url = f"https://127.0.0.1:{self._servers[1].server_port}/{account}/{container}"
+        self.account.aliases[url] = declared_url
+        return url
 
     # --- the two servers -------------------------------------------------------------------------------------
     def __enter__(self) -> "AzureAd":

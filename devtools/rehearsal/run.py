@@ -23,10 +23,15 @@ the nodes' Batch trees, the export, Azurite's data and the Batch state, and REHE
 and the deployer's sign-in, mode 0600), through which, from another shell, `python -m infra
 status|logs [--follow]|download|cancel --stack NAME --rehearsal` reach the rehearsal exactly as they reach Azure.
 Once it has ended, `python -m devtools rehearse --serve` serves what it left until interrupted.
+With --stay, the stack stays up after its job, as a deployed one does, until interrupted: a team member
+(MEMBER_CLIENT_ID, in the stack's teamMembers group, which the rehearsal adds so that the program declares the
+members' grants) uploads, asks the NFS server to restage, submits, follows and downloads from the member file alone
+(docs/jobs.md).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -63,6 +68,11 @@ NOT_REHEARSED = (
     "storage honours each identity's role assignments as a SAS with exactly their permissions",
     "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
     "https: Azurite serves http, so the people's SAS allow http too (the program asks for https only)",
+    "Entra groups: the team member signs in with a token of the teamMembers group itself (Azure AD issues the user's, "
+    "carrying the group's roles), and a role assignment's condition (members may write only the restage request "
+    "into `status`) is not honoured: their SAS allows the whole role",
+    "the NFS server's timer during --stay: it elapses when a restage request waits, not every minute (its unit's "
+    "own relisting of `data` every few minutes is not played)",
 )
 
 
@@ -107,9 +117,11 @@ def _say(text: str) -> None:
 
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
-             processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None) -> Rehearsal:
+             processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None,
+             stay: bool = False) -> Rehearsal:
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
-    submitted): the tests' ways to break things as Azure can."""
+    submitted): the tests' ways to break things as Azure can. `stay`: after the job, serve the verbs of other shells
+    and people until SIGINT or SIGTERM (stay_up)."""
     from devtools.emulator import Azurite
     from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.batch import RehearsalBatch
@@ -121,7 +133,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     from infra.backends.batch import spec as batch_spec
     from infra.core import config
 
-    cfg = config.from_stack_file(stack)
+    cfg = rehearsed_config(stack)
     if cfg.backend != "batch":
         raise JobError(f"--stack {stack}: the rehearsal plays the Batch backend, and this stack's backend "
                                   f"is {cfg.backend} (its job is checked by azure-ai-ml's own schema in the tests)")
@@ -148,15 +160,15 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         if tamper_storage:
             tamper_storage(account)
         _grant_deployer(account, containers)
-        with AzureAd(account, {**identities_by_client_id(ev), DEPLOYER_CLIENT_ID: DEPLOYER}, work / "azure-ad") as ad:
-            uploaded = _stage_data(account, ev, work, export, node_env, ad)
+        with AzureAd(account, {**identities_by_client_id(ev), **PEOPLE}, work / "azure-ad") as ad:
+            uploaded, nfs_timer = _stage_data(account, ev, work, export, node_env, ad)
             _people_sas(account, work)
             for node in pool.nodes:
                 _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's "
                      "users)")
             identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
             batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
-            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)), authorized=_deployer_token(ad)) as endpoint:
+            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)), authorized=_batch_token(ad, ev)) as endpoint:
                 env = write_endpoints(work, ev, endpoint.url, ad)
                 _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "
                      f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
@@ -171,7 +183,10 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 batch.wait(job)
                 status = operate.status(service, job)
                 task = service.get_task(job, batch_spec.TASK_ID)
-        _say(_data_the_job_saw(export, uploaded))
+                saw = _data_the_job_saw(export, uploaded)  # before anyone else's upload is staged
+                if stay:
+                    stay_up(nfs_timer, account.as_deployer("status", "rl"))
+        _say(saw)
         print("\n".join(status.lines()), flush=True)
         info = task["executionInfo"]
         if info.get("failureInfo"):
@@ -257,6 +272,59 @@ def _deployer_token(ad):
     return lambda token: ad.tokens.get(token) == DEPLOYER
 
 
+# A team member, as docs/jobs.md has one: a user in the stack's teamMembers group, signed in at the rehearsal's
+# Azure AD (the group's token: Azure AD grants a member what their groups are granted). The rehearsal adds the group
+# to the stack's teamMembers (rehearsed_config), so the program declares the members' grants
+# (infra/components/access.py, the backend's team_grants) and storage and Batch honour exactly those.
+MEMBER_CLIENT_ID = "00000000-0000-4000-8000-0000000e0b01"
+MEMBER_GROUP = "0000000a-0000-4000-8000-0000000e0b01"
+PEOPLE = {DEPLOYER_CLIENT_ID: DEPLOYER, MEMBER_CLIENT_ID: MEMBER_GROUP}  # client ID -> principal, for AzureAd
+
+
+def rehearsed_config(stack: str):
+    """The stack file's config, with the rehearsal's member group in teamMembers (when not there already)."""
+    from infra.core import config
+
+    cfg = config.from_stack_file(stack)
+    if MEMBER_GROUP in cfg.access.members:
+        return cfg
+    return dataclasses.replace(cfg, access=dataclasses.replace(cfg.access, members=(*cfg.access.members, MEMBER_GROUP)))
+
+
+def _batch_token(ad, ev):
+    """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer, or to a
+    principal the program grants Azure Batch Job Submitter on the Batch account (the team's members)."""
+    from infra.core.role_ids import BATCH_JOB_SUBMITTER, role_key
+
+    account = ev.one("azure-native:batch:BatchAccount").state["id"]
+    submitters = {str(a.inputs["principalId"]) for a in ev.of_type("azure-native:authorization:RoleAssignment")
+                  if str(a.inputs.get("scope", "")) == account
+                  and role_key(str(a.inputs.get("roleDefinitionId", "")), account) == BATCH_JOB_SUBMITTER}
+    deployer = _deployer_token(ad)
+    return lambda token: deployer(token) or ad.tokens.get(token) in submitters
+
+
+def stay_up(nfs_timer, status_url: str, poll_s: float = 1.0) -> None:
+    """After the rehearsal's job: the stack stays up, as a deployed one does, for the verbs of other shells and
+    people (a member's upload, restage, submit, logs, download), until SIGINT or SIGTERM. Jobs they submit run on
+    the nodes; the NFS server's timer elapses when a restage request waits in `status` (on Azure it elapses every
+    minute and its unit reads the request itself; here only when there is one, to spare the CPU)."""
+    from infra.backends import staging
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    _say("stay: the stack stays up after the job (storage, Batch, the nodes, the NFS server's timer): other shells' "
+         "verbs reach it, with the member file or --rehearsal; SIGINT or SIGTERM (Ctrl-C) ends it")
+    try:
+        while True:
+            if staging.restage_pending(status_url):
+                _say(f"nfs: a restage request: {nfs_timer()}")
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        _say("stay: ended")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def write_endpoints(work: Path, ev, batch_url: str, ad) -> dict[str, str]:
     """REHEARSAL_FILE (infra/backends/shared.py): the stack's outputs with the local endpoints (no SAS: the verbs
     sign in) and the sign-in environment, mode 0600 from its creation (the header secret is a credential).
@@ -317,7 +385,6 @@ def serve(stack: str, work: Path) -> None:
     from devtools.rehearsal.batch import RecordedAccount
     from devtools.rehearsal.batch_endpoint import BatchEndpoint
     from devtools.rehearsal.storage import Account
-    from infra.core import config
     from infra.preview import offline
 
     pid = _serving_pid(work)
@@ -328,13 +395,13 @@ def serve(stack: str, work: Path) -> None:
     except FileNotFoundError:
         raise RehearsalRefused(f"no rehearsal in {work}: run `python -m devtools rehearse --stack {stack}` (as root) "
                                "first, or name the folder it used: --work WORK") from None
-    ev = offline.evaluate(config.from_stack_file(stack))
+    ev = offline.evaluate(rehearsed_config(stack))
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with Azurite(location=work / "azurite") as azurite:
         account = Account(azurite, ev)
         _grant_deployer(account, [account.container(url) for url in ev.outputs["containerUrls"].values()])
-        with AzureAd(account, {DEPLOYER_CLIENT_ID: DEPLOYER}, work / "azure-ad") as ad, \
-                BatchEndpoint(recorded, tls=(str(ad.cert), str(ad.key)), authorized=_deployer_token(ad)) as endpoint:
+        with AzureAd(account, PEOPLE, work / "azure-ad") as ad, \
+                BatchEndpoint(recorded, tls=(str(ad.cert), str(ad.key)), authorized=_batch_token(ad, ev)) as endpoint:
             write_endpoints(work, ev, endpoint.url, ad)
             _say(f"serving the rehearsal in {work}: Batch at {endpoint.url}, storage through Azure AD; the job verbs "
                  f"reach it with --rehearsal; Ctrl-C ends it")
@@ -345,12 +412,12 @@ def serve(stack: str, work: Path) -> None:
                 pass
 
 
-def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str], ad) -> int:
+def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str], ad):
     """The NFS server's part, in the order of a first deploy: `up` creates the server with the empty `data`
     container; the VM's user data, read by cloud-init's own code, writes the staging unit and its timer; the
     timer's first run finds nothing (the gate refuses a job); the deployer uploads the dataset into the stack
     that now exists; the timer's next run stages it, signing in as the VM's identity; the gate passes.
-    Returns the number of files uploaded."""
+    Returns the number of files uploaded, and the timer's next run (a call) for later elapses."""
 
     from devtools.rehearsal.nfs_server import NfsServer
     from infra.core.containers import DATASET, STAGED_MARKER
@@ -390,7 +457,7 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str],
     line = require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
     _say(f"nfs: {count} of {uploaded} files in the export ({DATASET}/{', ' + STAGED_MARKER if marker else ''}); "
          f"the submit gate passes: {line}")
-    return uploaded
+    return uploaded, lambda: server.run_staging_unit(urls, ad.env())
 
 
 def _data_the_job_saw(export: Path, uploaded: int) -> str:
@@ -492,6 +559,10 @@ def main(argv: list[str]) -> int:
                                        "Keras's MultiWorkerMirroredStrategy, one worker per node)")
     parser.add_argument("--work", type=Path, help="folder for the nodes, the export, the storage and the results "
                                                   "(default: .rehearsal/STACK; the next rehearsal there replaces it)")
+    parser.add_argument("--stay", action="store_true",
+                        help="after the job, keep the stack up (storage, Batch, the nodes, the NFS server's staging on "
+                             "a restage request) for other shells' verbs, e.g. a team member's `infra upload`, "
+                             "`restage`, `submit`, `logs`, `download` with the member file; until Ctrl-C")
     parser.add_argument("--serve", action="store_true",
                         help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "
                              "verbs' --rehearsal reach it again; until Ctrl-C")
@@ -504,7 +575,8 @@ def main(argv: list[str]) -> int:
         train_args = args.args if args.args is not None else DEFAULT_ARGS
         if args.dist:
             train_args += f" --dist {shlex.quote(args.dist)}"
-        result = rehearse(args.stack, args.nodes, args.framework, train_args, work, args.processes_per_node)
+        result = rehearse(args.stack, args.nodes, args.framework, train_args, work, args.processes_per_node,
+                          stay=args.stay)
         model = result.downloaded / "run" / "model.onnx"
         if model.is_file():
             _say(f"model.onnx from `outputs` in onnxruntime: logits of shape {check_model(model, result.framework)}")

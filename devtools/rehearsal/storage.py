@@ -96,6 +96,9 @@ class Account:
         self.azurite, self.ev = azurite, ev
         self.grants = grants(ev)
         self.declared_urls = ev.outputs["containerUrls"]  # what the job spec names
+        # The account's URLs here (the Azure AD front's, devtools/rehearsal/azure_ad.py) -> the declared URL each
+        # stands for: a job submitted from a member file (whose URLs are these) names them.
+        self.aliases: dict[str, str] = {}
 
     def create_containers(self) -> list[str]:
         names = sorted(c.inputs["containerName"] for c in self.ev.of_type("azure-native:storage:BlobContainer"))
@@ -115,7 +118,8 @@ class Account:
         return len(blobs)
 
     def container(self, declared_url: str) -> str:
-        """The container a declared URL (https://<account>.blob.core.windows.net/<name>) names."""
+        """The container a declared URL (https://<account>.blob.core.windows.net/<name>), or its URL here, names."""
+        declared_url = self.aliases.get(declared_url, declared_url)
         name = declared_url.rstrip("/").rsplit("/", 1)[-1]
         if declared_url not in self.declared_urls.values():
             raise LookupError(f"{declared_url} is not a container of this stack's storage account")

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +20,8 @@ from tests.infra.backends.batch import job_nodes
 WHY_NOT = job_nodes.unavailable()  # why this machine cannot host the rehearsal's nodes, or ''
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
 FAST = "--num-classes 4 --image-size 32 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 --workers 1"
+# A member's job: --num-classes left out (the folder's), a few steps on one node.
+MEMBER_ARGS = "--image-size 32 --batch-size 8 --steps 4 --log-every 2 --checkpoint-every 100 --workers 1"
 
 
 def rehearse(*args, timeout=900):
@@ -49,9 +52,9 @@ def served(work):
         process.communicate(timeout=60)
 
 
-def start_rehearsal(work, train_args):
+def start_rehearsal(work, train_args, *flags):
     process = subprocess.Popen([sys.executable, "-m", "infra", "rehearse", "--stack", "dev", "--nodes", "2",
-                                "--framework", "pytorch", f"--args={train_args}", "--work", str(work)],
+                                "--framework", "pytorch", f"--args={train_args}", "--work", str(work), *flags],
                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (work / "batch-state.json").exists():  # written when the job is submitted
@@ -60,15 +63,71 @@ def start_rehearsal(work, train_args):
     return process
 
 
+def pets(root):
+    """A team member's own folder: real JPEGs of 3 classes, train/ and val/."""
+    from PIL import Image
+
+    for split, per_class in (("train", 8), ("val", 2)):
+        for shade, cls in enumerate(("cat", "dog", "ship")):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(per_class):
+                image = Image.new("RGB", (48, 48), (100 * shade, 25 * i, 200 - 100 * shade))
+                image.save(root / split / cls / f"{i}.jpg")
+    return root
+
+
 def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     """The whole user path: the rehearsal launches the job; from other processes, as from another shell, the user
-    follows it, reads its status and downloads the model, which runs in onnxruntime."""
-    from devtools.rehearsal.run import check_model, efficiency_line
+    follows it, reads its status and downloads the model, which runs in onnxruntime. Then, while the stack stays
+    up (--stay), a team member with only the member file and their own sign-in uploads their folder, has it
+    staged, submits a job on it, follows it and downloads a model that names their classes."""
+    from devtools.rehearsal.run import MEMBER_CLIENT_ID, check_model, efficiency_line
 
     work = tmp_path / "work"
-    rehearsal = start_rehearsal(work, FAST)
-    follow = verb("logs", "--rehearsal", str(work), "--follow")  # while it trains; returns when the task ends
-    out, err = rehearsal.communicate(timeout=900)
+    rehearsal = start_rehearsal(work, FAST, "--stay")
+    try:
+        follow = verb("logs", "--rehearsal", str(work), "--follow")  # while it trains; returns when the task ends
+        # A team member's path: no Pulumi state and no secret, only the member file the platform engineer made from
+        # the stack's outputs, and the member's own sign-in at the rehearsal's Azure AD (a user of the stack's
+        # teamMembers group, with the roles the program grants it), no --rehearsal and no --stack.
+        values = json.loads((work / REHEARSAL_FILE).read_text())
+        (tmp_path / "outputs.json").write_text(json.dumps(values["outputs"]))
+        member = tmp_path / "member-dev.json"
+        made = verb("member-file", "--outputs", str(tmp_path / "outputs.json"), "-o", str(member))
+        assert made.returncode == 0 and "sig=" not in member.read_text(), made.stderr
+        member_env = {**os.environ, **values["env"], "AZURE_CLIENT_ID": MEMBER_CLIENT_ID}
+
+        def as_member(*args):
+            return subprocess.run([sys.executable, "-m", "infra", *args, "--outputs", str(member)], cwd=REPO_ROOT,
+                                  env=member_env, capture_output=True, text=True, timeout=600)
+
+        folder = pets(tmp_path / "pets")
+        upload = as_member("upload", str(folder))
+        assert upload.returncode == 0 and "3 classes, 24 training images, 6 validation images" in upload.stderr, upload
+        restage = as_member("restage", "--follow", "--poll-seconds", "1")  # the NFS server stages the upload now
+        assert restage.returncode == 0, restage
+        submit = as_member("submit", "--nodes", "1", f"--args={MEMBER_ARGS}")  # the gate passes: staged as it is now
+        assert submit.returncode == 0, submit
+        member_job = re.search(r"submitted (\S+):", submit.stdout).group(1)
+        member_follow = as_member("logs", "--follow")  # the stack's newest job: the member's
+        assert member_follow.returncode == 0 and "done: step 4" in member_follow.stdout, member_follow
+        member_results = tmp_path / "member-results"
+        member_download = as_member("download", "--dest", str(member_results))
+        assert member_download.returncode == 0, member_download
+    finally:  # the end of --stay (whatever failed above: the rehearsal never outlives the test)
+        rehearsal.send_signal(signal.SIGINT)
+        out, err = rehearsal.communicate(timeout=900)
+    member_run = member_results / member_job / "run"
+    # The stack's one `data` container held the rehearsal's own 4 classes already, and staging adds, never removes
+    # (training/data/staged.py): the member's job trains on both, and its model names every class in label order.
+    classes = json.loads((member_run / "classes.json").read_text())
+    assert classes == ["cat", "dog", "n00000000", "n00000001", "n00000002", "n00000003", "ship"], classes
+    assert check_model(member_run / "model.onnx", "pytorch") == "(2, 7)"
+    predict = subprocess.run([str(REPO_ROOT / ".venv-torch" / "bin" / "python"), "-m", "training", "predict",
+                              str(member_run / "model.onnx"), str(folder / "val" / "ship" / "0.jpg"), "--top", "1"],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert predict.returncode == 0 and re.fullmatch(rf"\S+/0\.jpg: ({'|'.join(classes)}) \d+\.\d%\n",
+                                                     predict.stdout), predict
     assert rehearsal.returncode == 0, out[-3000:] + err[-3000:]
     assert follow.returncode == 0 and "step 5/30" in follow.stdout and "done: step 30" in follow.stdout, follow
     hosts = re.search(r"world size 2 on hosts (\S+), (\S+) ", out)
@@ -102,32 +161,27 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     assert ended.returncode == 1 and "has ended, and its local Azure with it: `python -m devtools rehearse --serve" \
         in ended.stderr, ended.stderr
     with served(work):
-        status = verb("status", "--rehearsal", str(work))
+        status = verb("status", "--rehearsal", str(work), "--job", job)
         assert status.returncode == 0 and f"job {job}: completed" in status.stdout, status.stderr
         assert "task: completed, exit code 0, retried 0 time(s)" in status.stdout
         fetched = tmp_path / "fetched"  # through the Azure AD front, signed in as the deployer
-        download = verb("download", "--rehearsal", str(work), "--dest", str(fetched))
+        download = verb("download", "--rehearsal", str(work), "--job", job, "--dest", str(fetched))
         assert download.returncode == 0, download.stderr
         cancel = verb("cancel", "--rehearsal", str(work))
-        # A team member's path: no Pulumi state and no secret, only the member file the platform engineer made
-        # from the stack's outputs, and the member's own sign-in (the rehearsal's Azure AD front), no --rehearsal.
+        # The member again, once the rehearsal has ended and is served (its endpoints have moved: the member file
+        # made from them anew).
         values = json.loads((work / REHEARSAL_FILE).read_text())
         (tmp_path / "outputs.json").write_text(json.dumps(values["outputs"]))
-        member = tmp_path / "member-dev.json"
         made = verb("member-file", "--outputs", str(tmp_path / "outputs.json"), "-o", str(member))
         assert made.returncode == 0 and "sig=" not in member.read_text(), made.stderr
-        member_env = {**os.environ, **values["env"]}
+        member_env = {**os.environ, **values["env"], "AZURE_CLIENT_ID": MEMBER_CLIENT_ID}
 
-        def as_member(*args):
-            return subprocess.run([sys.executable, "-m", "infra", *args, "--stack", "dev", "--outputs", str(member)],
-                                  cwd=REPO_ROOT, env=member_env, capture_output=True, text=True, timeout=600)
-
-        member_status = as_member("status")
+        member_status = as_member("status", "--job", job)
         assert f"job {job}: completed" in member_status.stdout, member_status.stderr
         member_logs = as_member("logs", "--job", job)
         assert "done: step 30" in member_logs.stdout, member_logs.stderr
         member_fetched = tmp_path / "member-fetched"
-        member_download = as_member("download", "--dest", str(member_fetched))
+        member_download = as_member("download", "--job", job, "--dest", str(member_fetched))
         assert member_download.returncode == 0 and (member_fetched / job / "run" / "summary.json").is_file(), \
             member_download.stderr
     assert cancel.returncode == 1 and "has already completed; nothing to cancel" in cancel.stderr

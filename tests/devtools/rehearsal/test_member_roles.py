@@ -1,0 +1,40 @@
+"""The rehearsal's team member (devtools/rehearsal/run.py: MEMBER_CLIENT_ID): the stack's teamMembers group gains the
+rehearsal's group, so the program declares the members' grants, and storage and Batch honour exactly those; no
+nodes, no Azurite (the end-to-end test in test_rehearsal.py plays the member's whole path)."""
+import pytest
+
+from devtools.rehearsal.run import DEPLOYER, MEMBER_GROUP, _batch_token, rehearsed_config
+from devtools.rehearsal.storage import Account, principal_of
+from infra.preview import offline
+
+
+@pytest.fixture(scope="module")
+def ev():
+    return offline.evaluate(rehearsed_config("dev"))
+
+
+def test_the_member_group_gets_the_programs_member_grants_and_nothing_more(ev):
+    assert rehearsed_config("dev").access.members == (MEMBER_GROUP,)
+    account = Account(None, ev)  # permissions only: Azurite is not asked
+    granted = {c: account.permissions_of(MEMBER_GROUP, c) for c in ("data", "outputs", "status", "scripts")}
+    # upload to `data`, download from `outputs`, restage through `status`; `scripts` (the job's code) refused
+    assert granted == {"data": "acdlrw", "outputs": "lr", "status": "acdlrw", "scripts": "t"}
+
+
+def test_batch_takes_the_deployer_and_the_job_submitters_and_refuses_other_identities(ev):
+    class Ad:
+        tokens = {"deployer": DEPLOYER, "member": MEMBER_GROUP,
+                  "nodes": principal_of(ev, ev.outputs["pullIdentityId"])}
+
+    authorized = _batch_token(Ad, ev)
+    assert authorized("deployer") and authorized("member")
+    assert not authorized("nodes") and not authorized("unknown")
+
+
+def test_a_job_from_a_member_file_names_the_account_by_its_urls_here(ev):
+    account = Account(None, ev)
+    declared = ev.outputs["containerUrls"]["outputs"]
+    account.aliases["https://127.0.0.1:4443/devstoreaccount1/outputs"] = declared  # as AzureAd.container_url records
+    assert account.container("https://127.0.0.1:4443/devstoreaccount1/outputs") == "outputs"
+    with pytest.raises(LookupError):
+        account.container("https://127.0.0.1:4443/devstoreaccount1/elsewhere")
