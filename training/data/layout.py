@@ -8,9 +8,9 @@ The trainer (training/data/folder.py) reads `--data DIR` as
   DIR/val/<class>/IMAGE      optional, classes of train/ (all or some of them)
 
 and numbers the classes in the sorted order of train/'s folder names, val/ labelled by that same list (a class
-only in val/ has no label: refused here and by the trainer, in the words of `val_classes_problem`). `python -m training stage --extract` makes
-that tree from ImageNet's archives (ILSVRC2012_img_train.tar, ..._val.tar): `archives_only` says whether a folder
-holds those instead.
+only in val/ has no label: refused here and by the trainer, in the words of `val_classes_problem`).
+`python -m training stage --extract` makes that tree from ImageNet's archives (ILSVRC2012_img_train.tar,
+..._val.tar): `archives_only` says whether a folder holds those instead.
 """
 from __future__ import annotations
 
