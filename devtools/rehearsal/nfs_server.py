@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core import nfs_user_data
+from infra.backends.batch import nfs_user_data
 
 CLOUD_INIT = REPO_ROOT / ".cache" / "debs" / "root" / "usr" / "lib" / "python3" / "dist-packages"
 STAGER_VENV = REPO_ROOT / ".venv"

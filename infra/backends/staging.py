@@ -5,9 +5,10 @@ AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while ther
   layout the trainer reads once it is staged as it is (no backend extracts archives): class folders under
   `train/` (training/data/layout.py, the check `python -m infra upload` runs on the folder before it uploads),
   and `val/`, when there, with the same classes.
-- Batch with `nfsKind: vm`: the NFS server's staging unit (infra/core/nfs_user_data.py, training/data/staged.py)
-  must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written with its own identity),
-  and the fingerprint it staged must be the container's listing now: data uploaded since is not on NFS yet.
+- Batch with `nfsKind: vm`: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
+  training/data/staged.py) must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written
+  with its own identity), and the fingerprint it staged must be the container's listing now: data uploaded since is
+  not on NFS yet.
 
 `data_ready(data_url, status_url)` is the one seam: the job resources and `infra submit` take it as a callable,
 the tests hand them their own. `request_restage` writes the request the server's unit polls for
@@ -18,8 +19,8 @@ from __future__ import annotations
 import getpass
 from dataclasses import dataclass
 
+from infra.backends.batch.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.core.containers import DATASET, STAGED_BLOB
-from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 
 # How soon the staging unit sees a change by itself (it lists `data` this often; a restage request: a minute).
 RECHECK_MINUTES = STAGE_RECHECK_MINUTES

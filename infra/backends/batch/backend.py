@@ -6,13 +6,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from infra.backends.batch import spec as batch_spec
+from infra.backends.batch.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.backends.declared import Declared, Foundation
 from infra.backends.shared import (StackOutputs, job_prefix, now_utc, quota_vcpus, require_staged, resolve_job,
                                    verb_roles_line)
 from infra.backends.verbs import Cancel, Download, JobContext, Logs, Status, Submit
 from infra.core import cost, naming, node_health
 from infra.core.containers import DATASET
-from infra.core.nfs_user_data import STAGE_RECHECK_MINUTES
 from infra.core.skus import BATCH_SIZES_DOC
 from training.data.staged import request_name
 

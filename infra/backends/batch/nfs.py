@@ -9,7 +9,7 @@ minute for the server's life: it stages the `data` container into /data/imagenet
 training stage --mark` as everyone else (fetched from the `scripts` container) whenever the container changed,
 reaching storage with the VM's own managed identity (no SAS on the VM), writes /data/imagenet/.staged, which
 the job waits for, and reports to `status` (the server comes with the stack, so it first reports "waiting for
-data": infra/core/nfs_user_data.py). After a reboot the array, the mount and the export come back by
+data": infra/backends/batch/nfs_user_data.py). After a reboot the array, the mount and the export come back by
 themselves, and so does the timer (cloud-init's runcmd runs once per instance:
 https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd). No one holds a password
 or a private key for the VM: its SSH key is generated here and its private half discarded; admins log in
@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import compute, managedidentity, network, storage
 
+from infra.backends.batch.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
+                                                VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 from infra.components import roles
 from infra.core import security
 from infra.core.config import NfsConfig
-from infra.core.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
-                                     VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 
 # Azure does not support host caching on disks of 4 TiB (4096 GiB) and more
 # (https://learn.microsoft.com/azure/virtual-machines/premium-storage-performance#disk-caching).

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.rehearsal.nfs_server import STAGER_VENV, run_in_vm_root
-from infra.core import nfs_user_data
+from infra.backends.batch import nfs_user_data
 
 WHY_NOT = ("needs root and unshare (a private mount namespace)" if os.geteuid() != 0 or not shutil.which("unshare")
            else "")

@@ -7,7 +7,7 @@ import pytest
 from infra import REPO_ROOT
 from infra.preview import offline
 from infra.components import roles
-from infra.core import nfs_user_data
+from infra.backends.batch import nfs_user_data
 from infra.backends.batch import spec as batch_spec
 from infra.core import config
 from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES

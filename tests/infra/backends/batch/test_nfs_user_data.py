@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from devtools.rehearsal.nfs_server import merged_cloud_config
-from infra.core import nfs_user_data
+from infra.backends.batch import nfs_user_data
 from infra.backends import staging
 from training.data import staged
 from infra import REPO_ROOT
