@@ -130,14 +130,17 @@ class RehearsalBatch:
     """A Batch account with one pool of local nodes. Jobs run in a background thread, one at a time."""
 
     def __init__(self, pool: Pool, account: Account, node_env: dict[str, str], pool_spec: dict[str, Any],
-                 identities: dict[str, str], work: Path, log: Callable[[str], None] = print):
+                 identities: dict[str, str], work: Path, log: Callable[[str], None] = print, slots: int = 0):
         """`node_env`: the image's environment (PATH to the training environment...); `pool_spec`: the Pool
         resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID;
-        `work`: the rehearsal's folder, where its state is recorded for the verbs of other processes."""
+        `work`: the rehearsal's folder, where its state is recorded for the verbs of other processes; `slots`: the
+        training processes a node here runs (the rehearsal's --processes-per-node; 0: as the job asks), for jobs
+        submitted from elsewhere (a member's `infra submit`), whose launch asks one per GPU of the size."""
         # the local nodes (not `pool`: that is Pools - Get, which the verbs call since the budget check)
         self.nodes, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
-        self.identities, self.log, self.work = identities, log, work
+        self.identities, self.log, self.work, self.slots = identities, log, work, slots
         self.jobs: dict[str, dict[str, Any]] = {}
+        self.reslotted: set[str] = set()  # jobs whose --slots _command_here changed
         self.tasks: dict[str, dict[str, Any]] = {}
         self.threads: dict[str, threading.Thread] = {}
         self.processes: dict[str, list[subprocess.Popen]] = {}
@@ -395,9 +398,21 @@ class RehearsalBatch:
         if failed:
             return next(iter(failed.values()))
         primary = nodes[0]
-        return self._run(job_id, primary, task["commandLine"],
+        return self._run(job_id, primary, self._command_here(job_id, task["commandLine"]),
                          {**self.node_env, **task_env, **self._batch_env(primary, job_id, task_id, nodes)},
                          task_dir / "wd", task_dir, limit)
+
+    def _command_here(self, job_id: str, command: str) -> str:
+        """The application command as a node here runs it: `training launch --slots N` (one rank per GPU of the
+        size) as --slots `self.slots`, said once per job; the task keeps the command it was given."""
+        asked = re.search(r"(?<= -m training launch --slots )\d+", command)
+        if not self.slots or not asked or int(asked.group()) == self.slots:
+            return command
+        if job_id not in self.reslotted:
+            self.reslotted.add(job_id)
+            self.log(f"rehearsal: {job_id}'s launch asks --slots {asked.group()} (one rank per GPU of the size); a node "
+                     f"here is a CPU and runs {self.slots} (--processes-per-node)")
+        return command[:asked.start()] + str(self.slots) + command[asked.end():]
 
     def _run_job(self, job_id: str) -> None:
         task = self.tasks[job_id]

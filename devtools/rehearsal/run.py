@@ -167,7 +167,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's "
                      "users)")
             identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
-            batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say)
+            batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say, slots=inputs.slots)
             with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)), authorized=_batch_token(ad, ev)) as endpoint:
                 env = write_endpoints(work, ev, endpoint.url, ad)
                 _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "

@@ -38,3 +38,19 @@ def test_a_job_from_a_member_file_names_the_account_by_its_urls_here(ev):
     assert account.container("https://127.0.0.1:4443/devstoreaccount1/outputs") == "outputs"
     with pytest.raises(LookupError):
         account.container("https://127.0.0.1:4443/devstoreaccount1/elsewhere")
+
+
+def test_a_submitted_jobs_ranks_per_gpu_run_as_the_rehearsals_processes_per_node(tmp_path):
+    """A member's `infra submit` asks one rank per GPU of the size (dev: 8); a node here is a CPU and runs the
+    rehearsal's --processes-per-node, said once; a job that asks that already runs as it is."""
+    from devtools.rehearsal.batch import RehearsalBatch
+
+    said = []
+    batch = RehearsalBatch(None, None, {}, {}, {}, tmp_path, log=said.append, slots=1)
+    command = "/bin/bash -c 'set -e; python -m training launch --slots 8 --ssh-port 2222 -- --steps 4'"
+    assert batch._command_here("j", command) == command.replace("--slots 8", "--slots 1")
+    assert batch._command_here("j", command) == command.replace("--slots 8", "--slots 1")
+    assert said == ["rehearsal: j's launch asks --slots 8 (one rank per GPU of the size); a node here is a CPU and "
+                    "runs 1 (--processes-per-node)"]
+    own = command.replace("--slots 8", "--slots 1")
+    assert batch._command_here("k", own) == own and len(said) == 1

@@ -123,6 +123,9 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     classes = json.loads((member_run / "classes.json").read_text())
     assert classes == ["cat", "dog", "n00000000", "n00000001", "n00000002", "n00000003", "ship"], classes
     assert check_model(member_run / "model.onnx", "pytorch") == "(2, 7)"
+    # Its launch asked one rank per GPU of the size; a node here runs --processes-per-node (1), and says so.
+    assert f"rehearsal: {member_job}'s launch asks --slots 8 (one rank per GPU of the size)" in out
+    assert json.loads((member_run / "summary.json").read_text())["world_size"] == 1
     predict = subprocess.run([str(REPO_ROOT / ".venv-torch" / "bin" / "python"), "-m", "training", "predict",
                               str(member_run / "model.onnx"), str(folder / "val" / "ship" / "0.jpg"), "--top", "1"],
                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
