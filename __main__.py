@@ -2,11 +2,12 @@
 import pulumi
 
 from infra.core import config
+from infra.core.config_schema import ConfigError
 from infra.stack import deploy
 
 try:
     stack_config = config.from_pulumi()
-except config.ConfigError as err:
+except ConfigError as err:
     # RunError ends the program with this one line (naming the key and the fix), no traceback,
     # before anything touches Azure.
     raise pulumi.RunError(str(err)) from None

@@ -10,8 +10,8 @@ prints; the tests and tools call these functions, so argparse never travels belo
     jobs.submit(dev, Submit(framework="keras", nodes=1, args="--epochs 1"))
     jobs.logs(dev, Logs(follow=True))
 
-Errors a user causes are raised, never printed: config.ConfigError (the stack file), JobError and UsageError (one
-line each), and the Azure SDK's own (not signed in, refused).
+Errors a user causes are raised, never printed: config_schema.ConfigError (the stack file), JobError and UsageError
+(one line each), and the Azure SDK's own (not signed in, refused).
 """
 from __future__ import annotations
 

@@ -52,14 +52,14 @@ OUTPUTS_HELP = ("the stack's member file (`python -m infra member-file`), or the
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from infra.core import config
+    from infra.core.config_schema import ConfigError
 
     from infra.cli import teams
 
     started = time.monotonic()
     try:
         stack_config = teams.stack_config(args.stack, args.project_dir)  # refuses overlapping stack files too
-    except config.ConfigError as err:
+    except ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return 2
     for placeholder in stack_config.placeholders:
@@ -97,11 +97,11 @@ def _on_selected_stack(run):
 
 def _new_team(args: argparse.Namespace) -> int:
     from infra.cli import teams
-    from infra.core import config
+    from infra.core.config_schema import ConfigError
 
     try:
         result = teams.new_team(args.name, args.template, args.backend, args.project_dir)
-    except config.ConfigError as err:
+    except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print("\n".join(teams.new_team_lines(result, args.template)))
@@ -212,13 +212,13 @@ def _job_verb(args: argparse.Namespace, services) -> int:
     """A job verb through the SDK (infra/jobs.py); its errors as one line."""
     from infra import jobs
     from infra.backends.shared import JobError
-    from infra.core import config
+    from infra.core.config_schema import ConfigError
     from training.errors import UsageError
 
     def verb(args: argparse.Namespace) -> int:
         try:
             jobs.run(_stack(args), _verb_inputs(args), services)
-        except config.ConfigError as err:
+        except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         except (JobError, UsageError) as err:
@@ -255,7 +255,7 @@ def _restage(args: argparse.Namespace) -> int:
     there now, or with --follow each until it has served the request."""
     from infra import jobs
     from infra.backends.shared import JobError
-    from infra.core import config
+    from infra.core.config_schema import ConfigError
     from training.errors import UsageError
 
     try:
@@ -264,7 +264,7 @@ def _restage(args: argparse.Namespace) -> int:
               "request within a minute")
         for line in jobs.restage_reports(status_url, args.follow, args.poll_seconds):
             print(f"  {line}", flush=True)
-    except config.ConfigError as err:
+    except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (JobError, UsageError) as err:
@@ -407,7 +407,8 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     leftovers.set_defaults(run=_on_selected_stack(lambda a: leftovers_cli.command(a, preflight_services)))
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
-    from infra.core.config import BACKENDS, RANGES
+    from infra.core.backend_facts import BACKENDS
+    from infra.core.config_schema import RANGES
 
     new_team = commands.add_parser(
         "new-team", help="write Pulumi.NAME.yaml for a new team, with an address space no other stack here uses",

@@ -53,10 +53,11 @@ def azure_services():
 def stack_config_or_line(args: Any):
     """The stack's config, or None with its one line printed (the stack file refused: exit status 2)."""
     from infra.core import config
+    from infra.core.config_schema import ConfigError
 
     try:
         return config.from_stack_file(args.stack, args.project_dir)
-    except config.ConfigError as err:
+    except ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return None
 

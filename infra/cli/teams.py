@@ -24,7 +24,8 @@ from typing import Any
 
 from infra import REPO_ROOT
 from infra.core import budget, config, cost
-from infra.core.config import PROJECT, ConfigError, StackConfig
+from infra.core.config import PROJECT, StackConfig
+from infra.core.config_schema import ConfigError
 from infra.core.engine_config import EngineConfig
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.

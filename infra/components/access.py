@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import pulumi
 
 from infra.components import roles
-from infra.core.config import AccessConfig
+from infra.core.config_sections import AccessConfig
 
 TEAM = "team "  # how a team grant's description starts: "team teamMembers: why"
 LEVELS = {"members": "teamMembers", "admins": "teamAdmins"}  # AccessConfig field -> its stack key

@@ -33,7 +33,7 @@ import pulumi
 from pulumi_azure_native import consumption, logic, monitor
 
 from infra.components import roles
-from infra.core.config import BudgetConfig
+from infra.core.config_sections import BudgetConfig
 
 ARM = "https://management.azure.com"
 TRIGGER = "budget"  # the Logic App's HTTP trigger, which the action group calls

@@ -17,7 +17,7 @@ from pulumi_azure_native import containerregistry
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
 from infra.core import security
-from infra.core.config import RegistryConfig
+from infra.core.config_sections import RegistryConfig
 from training import frameworks
 
 # One image per image row of the frameworks table (keras runs in the tensorflow image): its Dockerfile.

@@ -18,7 +18,7 @@ from pulumi_azure_native import storage
 
 from infra.components import roles
 from infra.core import security
-from infra.core.config import StorageConfig
+from infra.core.config_sections import StorageConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
 

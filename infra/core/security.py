@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from infra.core.config import SAS_EXPIRY_HOURS, NfsConfig
+from infra.core.config_schema import SAS_EXPIRY_HOURS
+from infra.core.config_sections import NfsConfig
 from infra.core.containers import SAS_PERMISSIONS
 from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES, custom_role_ids
 

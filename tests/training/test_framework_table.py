@@ -55,14 +55,14 @@ for argv in (["--framework", "tensorflow", "--dist", "ddp"], ["--framework", "ja
     except UsageError as err:
         checks[argv[-1]] = str(err)
 
-from infra.core import config
-checks["config"] = [list(config.IMAGES), list(config.IMAGE_OF_LOOP)]
+from infra.core import config, config_schema
+checks["config"] = [list(config_schema.IMAGES), list(config_schema.IMAGE_OF_LOOP)]
 base = {"allowedIpRanges": ["20.50.1.7/32"]}
 config.parse("x", {**base, "frameworks": ["pytorch", "jaxish"], "trainingFramework": "jax"})
 for values in ({"frameworks": ["pytorch"], "trainingFramework": "jax"}, {"trainingFramework": "nope"}):
     try:
         config.parse("x", {**base, **values})
-    except config.ConfigError as err:
+    except config_schema.ConfigError as err:
         checks.setdefault("refused", []).append(str(err))
 
 from infra.components import registry

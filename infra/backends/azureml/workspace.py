@@ -35,7 +35,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
 from infra.core import security
-from infra.core.config import AmlConfig, NodesConfig
+from infra.core.config_sections import AmlConfig, NodesConfig
 from infra.core.containers import AML_DATASTORES
 
 # Private DNS zones a workspace's private endpoint needs (Azure public cloud), from the private link page above.

@@ -26,7 +26,7 @@ from infra.components import roles
 from infra.backends.batch import spec as batch_spec
 from infra.core import security
 from infra.core.backend_facts import POOL_OS_DISK_GB
-from infra.core.config import NfsConfig, NodesConfig, TrainingConfig
+from infra.core.config_sections import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
 # The Microsoft.Batch API version the account and pool are declared with. pulumi-azure-native 3.29.0, the newest

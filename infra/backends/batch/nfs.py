@@ -31,7 +31,7 @@ from infra.backends.batch.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OP
                                                 VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 from infra.components import roles
 from infra.core import security
-from infra.core.config import NfsConfig
+from infra.core.config_sections import NfsConfig
 
 # Azure does not support host caching on disks of 4 TiB (4096 GiB) and more
 # (https://learn.microsoft.com/azure/virtual-machines/premium-storage-performance#disk-caching).

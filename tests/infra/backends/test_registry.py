@@ -6,15 +6,15 @@ import pytest
 
 from infra.backends import BACKENDS, Backend, Declares, Describes, RunsJobs, backend
 from infra.backends.shared import JobError, StackOutputs
-from infra.core import config
+from infra.core import backend_facts
 
 
-@pytest.mark.parametrize("name", config.BACKENDS)
+@pytest.mark.parametrize("name", backend_facts.BACKENDS)
 def test_every_backend_the_config_accepts_is_one_lookup_away(name):
     found = backend(name)
     assert found.name == name and isinstance(found, Backend)
     assert all(isinstance(found, face) for face in (Declares, RunsJobs, Describes))  # what Backend is made of
-    assert set(BACKENDS) == set(config.BACKENDS)
+    assert set(BACKENDS) == set(backend_facts.BACKENDS)
 
 
 def test_the_typed_outputs_carry_every_export_and_the_verbs_find_theirs(ev):

@@ -11,7 +11,7 @@ import pytest
 from infra import REPO_ROOT
 from infra.cli import teams
 from infra.cli.main import main
-from infra.core import config, cost
+from infra.core import config, config_schema, cost
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_new_team_refuses_an_existing_stack_and_writes_nothing(project, capsys):
 def test_new_team_refuses_a_bad_name_in_the_team_keys_words(project, capsys, name):
     before = _files(project)
     assert main(["new-team", name, "--project-dir", str(project)]) == 2
-    with pytest.raises(config.ConfigError) as refused:  # the team key's own validator, the same line
+    with pytest.raises(config_schema.ConfigError) as refused:  # the team key's own validator, the same line
         config.check_team(name)
     assert capsys.readouterr().err.splitlines() == [f"error: {refused.value}"]
     assert "lowercase letters or digits" in str(refused.value)

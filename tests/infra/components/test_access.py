@@ -7,8 +7,8 @@ import pytest
 from infra.backends import backend
 from infra.cli import plan
 from infra.components import access, roles
-from infra.core import config, security
-from infra.core.config import ConfigError
+from infra.core import config, config_sections, security
+from infra.core.config_schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 from infra.core.role_ids import role_key
@@ -24,8 +24,8 @@ def with_team(stack: str) -> offline.Evaluation:
     """`stack` with one admin group, one member group and two extra tags."""
     if stack not in _cache:
         base = config.from_stack_file(stack)
-        cfg = dataclasses.replace(base, access=config.AccessConfig(admins=(ADMINS,), members=(MEMBERS,)),
-                                  tagging=config.TaggingConfig(extra=EXTRA_TAGS))
+        cfg = dataclasses.replace(base, access=config_sections.AccessConfig(admins=(ADMINS,), members=(MEMBERS,)),
+                                  tagging=config_sections.TaggingConfig(extra=EXTRA_TAGS))
         _cache[stack] = offline.evaluate(cfg, now=NOW)
     return _cache[stack]
 
@@ -191,7 +191,7 @@ def test_bad_team_access_or_tags_are_refused_in_one_line(values, key, words):
 def test_team_access_and_tags_as_pulumi_passes_them():
     cfg = config.parse("x", {**BASE, "teamAdmins": f'["{ADMINS.upper()}"]', "teamMembers": f'["{MEMBERS}"]',
                              "tags": '{"costCenter": "00123"}'})
-    assert cfg.access == config.AccessConfig(admins=(ADMINS,), members=(MEMBERS,))
+    assert cfg.access == config_sections.AccessConfig(admins=(ADMINS,), members=(MEMBERS,))
     assert cfg.tags["costCenter"] == "00123" and cfg.tags["team"] == "dev"
     assert config.parse("x", {**BASE, "tags": {f"t{i}": "x" for i in range(45)}}).tags["t44"] == "x"
     assert config.parse("x", {**BASE, "backend": "azureml", "tags": {f"t{i}": "x" for i in range(10)}}).tags["t9"]

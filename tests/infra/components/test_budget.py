@@ -6,11 +6,11 @@ import dataclasses
 import pytest
 
 from infra.cli import plan
-from infra.core import config, role_ids, security
+from infra.core import config, config_sections, role_ids, security
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 
-BUDGET = config.BudgetConfig(monthly_usd=1500.5, contacts=("ml-platform@example.com", "lead@example.com"))
+BUDGET = config_sections.BudgetConfig(monthly_usd=1500.5, contacts=("ml-platform@example.com", "lead@example.com"))
 STACKS = [BATCH_STACKS[0], AML_STACKS[0]]
 _cache: dict[str, offline.Evaluation] = {}
 

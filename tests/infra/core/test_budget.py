@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from infra.core import budget, config
+from infra.core import budget, config, config_schema, config_sections
 from infra.core.budget import Spend
 
 BASE = {"allowedIpRanges": ["20.50.1.7"]}
@@ -24,7 +24,7 @@ CONTACTS = ["ml-platform@example.com"]
     ({"budgetContacts": CONTACTS}, "budgetContacts", "monthlyBudgetUsd is not; set monthlyBudgetUsd"),
 ])
 def test_bad_budgets_are_refused_naming_the_key_and_the_fix(values, key, message):
-    with pytest.raises(config.ConfigError) as raised:
+    with pytest.raises(config_schema.ConfigError) as raised:
         config.parse("x", {**BASE, **values})
     assert raised.value.key == key and message in str(raised.value) and "\n" not in str(raised.value)
 
@@ -36,7 +36,7 @@ def test_a_budget_of_the_stack_file_reaches_the_program_as_the_engine_passes_it(
                                             "  azure-dl-training:monthlyBudgetUsd: 1500.5\n"
                                             "  azure-dl-training:budgetContacts: [ml-platform@example.com]\n")
     cfg = config.from_stack_file("t", tmp_path)
-    assert cfg.budget == config.BudgetConfig(monthly_usd=1500.5, contacts=("ml-platform@example.com",))
+    assert cfg.budget == config_sections.BudgetConfig(monthly_usd=1500.5, contacts=("ml-platform@example.com",))
     assert config.from_stack_file("dev").budget.monthly_usd is None  # no key: no budget
 
 

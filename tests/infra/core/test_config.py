@@ -7,7 +7,8 @@ import yaml
 
 from infra import REPO_ROOT
 from infra.core import config
-from infra.core.config import ConfigError, parse
+from infra.core.config import parse
+from infra.core.config_schema import ConfigError
 from tests.infra.conftest import STACKS
 
 # What every stack must set (the deployers' egress IP); the cases below add their own values to it.
@@ -42,7 +43,7 @@ def test_a_new_key_needs_its_schema_entry_and_one_field(tmp_path):
     project = yaml.safe_load((REPO_ROOT / "Pulumi.yaml").read_text())
     project["config"]["gpuCountHint"] = {"type": "integer", "default": 1, "description": "not a field"}
     (tmp_path / "Pulumi.yaml").write_text(yaml.safe_dump(project))
-    with pytest.raises(config.ConfigError, match="gpu_count_hint.*not a StackConfig field"):
+    with pytest.raises(ConfigError, match="gpu_count_hint.*not a StackConfig field"):
         config.parse("dev", {}, config.load_schema(tmp_path / "Pulumi.yaml"))
 
 

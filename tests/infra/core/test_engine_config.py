@@ -12,7 +12,7 @@ import yaml
 
 import pulumi
 from infra.preview import offline
-from infra.core import config, engine_config
+from infra.core import backend_facts, config, config_schema, engine_config
 from infra.core.engine_config import EngineConfig, EngineConfigError
 
 # A public address, as README tells the deployer to put in allowedIpRanges (the stack files hold a placeholder).
@@ -157,7 +157,7 @@ def _minimal_stack(tmp_path, backend: str, framework: str) -> EngineConfig:
     return config.engine_config("min", tmp_path)
 
 
-@pytest.mark.parametrize("backend", config.BACKENDS)
+@pytest.mark.parametrize("backend", backend_facts.BACKENDS)
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "keras"])
 def test_every_default_is_valid_for_every_backend_and_framework(tmp_path, backend, framework):
     ev = offline.evaluate_program("min", _minimal_stack(tmp_path, backend, framework))
@@ -177,7 +177,7 @@ def test_another_backends_key_is_refused_only_when_it_differs_from_the_default(t
     (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": stack}))
     if refused:
-        with pytest.raises(config.ConfigError, match=f"config key '{key}': applies to backend"):
+        with pytest.raises(config_schema.ConfigError, match=f"config key '{key}': applies to backend"):
             config.from_stack_file("t", tmp_path)
     else:
         assert config.from_stack_file("t", tmp_path)
@@ -187,7 +187,7 @@ def test_plan_stops_where_the_engine_would(tmp_path):
     """A value of the wrong type stops at plan with the engine's own words, before the program runs."""
     (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text(f"config:\n  {config.PROJECT}:maxNodes: two\n")
-    with pytest.raises(config.ConfigError, match="^Stack 't' with configuration key 'maxNodes' must be of type "
+    with pytest.raises(config_schema.ConfigError, match="^Stack 't' with configuration key 'maxNodes' must be of type "
                                                  "'integer'$"):
         config.from_stack_file("t", tmp_path)
 

@@ -7,7 +7,7 @@ from pulumi_policy import StackValidationArgs
 from pulumi_policy.policy import PolicyResource
 
 from infra.cli import plan
-from infra.core import config, security
+from infra.core import config, config_schema, security
 from infra.policy.pack import policies
 
 GOOD_ACCOUNT = {
@@ -194,7 +194,7 @@ def test_a_32_is_refused_with_the_bare_address_to_give_instead():
 
 
 def test_config_hint_for_allowed_ip_ranges_suggests_what_the_firewalls_take():
-    with pytest.raises(config.ConfigError) as err:
+    with pytest.raises(config_schema.ConfigError) as err:
         config.parse("x", {"allowedIpRanges": []})
     assert "/32" not in str(err.value) and "bare" in str(err.value)
     cfg = config.parse("x", {"allowedIpRanges": ["20.50.1.7"]})  # a bare address, as ifconfig.me prints it

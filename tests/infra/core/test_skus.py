@@ -1,8 +1,8 @@
 """The GPU size catalog (infra/core/skus.py): rows consistent with each other and with what plan refuses."""
 import pytest
 
-from infra.core import config, skus
-from infra.core.config import ConfigError
+from infra.core import skus
+from infra.core.config_schema import ConfigError
 from tests.infra.core.test_config import BASE, parse
 
 LIVE = [s for s in skus.CATALOG.values() if not s.retired]
@@ -57,4 +57,4 @@ def test_a_multi_node_h200_stack_passes_and_a_multi_node_nc_h100_one_is_refused(
     assert cfg.nodes.sku.name == "Standard_ND96isr_H200_v5"
     with pytest.raises(ConfigError, match="no InfiniBand"):
         parse("x", {**BASE, "gpuSku": "Standard_NC80adis_H100_v5", "maxNodes": 2})
-    assert "Standard_ND96isr_H200_v5" in config.CATALOG
+    assert "Standard_ND96isr_H200_v5" in skus.CATALOG

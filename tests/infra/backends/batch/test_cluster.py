@@ -9,7 +9,7 @@ from infra.preview import offline
 from infra.components import roles
 from infra.backends.batch import nfs_user_data
 from infra.backends.batch import spec as batch_spec
-from infra.core import config
+from infra.core import config, config_schema
 from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES
 from infra.backends.shared import StackOutputs
 from infra.core.backend_facts import POOL_OS_DISK_GB
@@ -265,7 +265,8 @@ def test_a_service_principal_deployer_is_granted_as_one_and_no_job_needs_no_gran
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, launch_on_up=False))
     assert not [g for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
                 if g.inputs["principalId"] == "deployer"]
-    with pytest.raises(config.ConfigError, match="deployerPrincipalType.*'Group' is not one of User, ServicePrincipal"):
+    with pytest.raises(config_schema.ConfigError,
+                       match="deployerPrincipalType.*'Group' is not one of User, ServicePrincipal"):
         config.parse("x", {"allowedIpRanges": ["20.50.1.7"], "deployerPrincipalType": "Group"})
 
 
