@@ -31,7 +31,7 @@ from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, R
                                   verb_name)
 from infra.core import budget, config
 from training.data import layout, transfer
-from training.data.upload import upload as upload_tree
+from training.data.upload import container_classes, upload as upload_tree
 from training.errors import UsageError
 
 # The verbs the budget guard speaks in (monthlyBudgetUsd): submit refuses at or over budget, status shows spend.
@@ -197,6 +197,7 @@ class Upload:
     dir: Path  # DIR/train/<class>/IMAGE, optionally DIR/val/<class>/IMAGE
     layout_check: bool = True  # refuse another tree (the trainer reads train/<class>/ only)
     workers: int = 16  # parallel transfers
+    add: bool = False  # into a container that holds other classes already: a job trains on both
 
 
 def check_upload(inputs: Upload) -> str | None:
@@ -224,6 +225,26 @@ def data_target(stack: Stack) -> transfer.ContainerTarget:
     if not url:
         raise JobError("stack outputs lack the `data` container: run `pulumi up` with this version of the project")
     return transfer.ContainerTarget.parse(url, "the stack's `data` container", verb="upload")
+
+
+def check_destination(inputs: Upload, target: transfer.ContainerTarget) -> None:
+    """Refuse, before a byte moves, to upload a dataset into a container that holds classes the folder lacks:
+    the job would train on both, and its model would name classes the user never gave. Uploads and the NFS
+    server's staging add files and never remove any (training/data/staged.py), so a new dataset cannot replace
+    an old one in place. --add merges on purpose; --no-layout-check uploads another tree and checks nothing."""
+    if inputs.add or not inputs.layout_check:
+        return
+    target.check_reachable()
+    held = container_classes(target.client(inputs.workers))
+    mine = set(layout.of_folder(inputs.dir).images["train"])
+    others = sorted(set(held or ()) - mine)
+    if others:
+        named = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
+        raise UsageError(
+            f"DIR {inputs.dir}: the stack's `data` container already holds {len(others)} class(es) that it lacks "
+            f"({named}), and a job trains on every class there; --add to train on both, or, for this folder's "
+            "classes alone, ask your platform engineer for an empty `data` container (uploads and staging add "
+            "files, they never remove any)")
 
 
 def upload(inputs: Upload, target: transfer.ContainerTarget) -> Any:

@@ -4,7 +4,7 @@ AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while ther
 - Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD), in the
   layout the trainer reads once it is staged as it is (no backend extracts archives): class folders under
   `train/` (training/data/layout.py, the check `python -m infra upload` runs on the folder before it uploads),
-  and `val/`, when there, with the same classes.
+  and `val/`, when there, with classes of train/.
 - Batch with `nfsKind: vm`: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
   training/data/staged.py) must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written
   with its own identity), and the fingerprint it staged must be the container's listing now: data uploaded since is

@@ -334,12 +334,13 @@ def _upload(args: argparse.Namespace) -> int:
     from infra.backends.shared import JobError
     from training.errors import UsageError
 
-    inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers)
+    inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add)
     try:
         summary = jobs.check_upload(inputs)
         if summary is not None:
             print(f"upload: {args.dir}: {summary}", file=sys.stderr)
         target = jobs.data_target(_stack(args))
+        jobs.check_destination(inputs, target)
         print(f"upload: {args.dir} -> {target.display}", file=sys.stderr)
         stats = jobs.upload(inputs, target)
     except (JobError, UsageError) as err:
@@ -471,7 +472,7 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
                     "with your Azure AD sign-in (`az login`; the stack grants its teamMembers writes to `data`), "
                     "verified and resumable (a rerun skips what is there). Before anything moves, DIR's layout is "
                     "checked against what the trainer reads: DIR/train/<class>/IMAGE (.jpg, .jpeg, .png, any case), "
-                    "optionally DIR/val/<class>/IMAGE with the same classes; a flat or empty folder is refused.",
+                    "optionally DIR/val/<class>/IMAGE with classes of train/; a flat or empty folder is refused.",
         epilog="Example: python -m infra upload --outputs member-dev.json ~/pets   # pets/train/cat/1.jpg ...")
     upload.add_argument("dir", type=Path, metavar="DIR", help="the dataset's folder")
     upload.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
@@ -479,6 +480,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     upload.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
     upload.add_argument("--no-layout-check", action="store_true",
                         help="upload another tree as it is (the trainer reads train/<class>/ only)")
+    upload.add_argument("--add", action="store_true",
+                        help="upload into a `data` container that holds other classes already: a job trains on "
+                             "both (without it, such an upload is refused before a byte moves)")
     upload.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
     upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     upload.set_defaults(run=lambda a: _job_verb_errors(a, _upload))

@@ -34,6 +34,22 @@ def _files(src: Path):
             yield path, path.relative_to(src).as_posix()
 
 
+def container_classes(client) -> list[str] | None:
+    """The class folders (train/<class>/) a container holds already, or None when the sign-in may not list it.
+    One listing with a delimiter, which returns each train/<class>/ prefix once instead of every blob
+    (https://learn.microsoft.com/rest/api/storageservices/list-blobs#uri-parameters: delimiter, BlobPrefix)."""
+    from azure.core.exceptions import HttpResponseError
+
+    try:
+        return sorted(item.name[len("train/"):].rstrip("/")
+                      for item in client.walk_blobs(name_starts_with="train/", delimiter="/")
+                      if item.name.endswith("/"))
+    except HttpResponseError as err:
+        if err.status_code == 403:  # a create+write-only SAS cannot list
+            return None
+        raise
+
+
 class Uploader:
     def __init__(self, client, prefix: str, stats: transfer.Stats):
         self.client, self.prefix, self.stats = client, prefix, stats

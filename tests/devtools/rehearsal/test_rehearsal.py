@@ -102,7 +102,11 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
                                   env=member_env, capture_output=True, text=True, timeout=600)
 
         folder = pets(tmp_path / "pets")
-        upload = as_member("upload", str(folder))
+        # The stack's one `data` container holds the rehearsal's own 4 classes already, and staging adds files,
+        # never removes any (training/data/staged.py): refused before a byte moves, then merged on purpose.
+        refused = as_member("upload", str(folder))
+        assert refused.returncode == 1 and "already holds 4 class(es) that it lacks" in refused.stderr, refused
+        upload = as_member("upload", str(folder), "--add")
         assert upload.returncode == 0 and "3 classes, 24 training images, 6 validation images" in upload.stderr, upload
         restage = as_member("restage", "--follow", "--poll-seconds", "1")  # the NFS server stages the upload now
         assert restage.returncode == 0, restage
@@ -118,8 +122,7 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
         rehearsal.send_signal(signal.SIGINT)
         out, err = rehearsal.communicate(timeout=900)
     member_run = member_results / member_job / "run"
-    # The stack's one `data` container held the rehearsal's own 4 classes already, and staging adds, never removes
-    # (training/data/staged.py): the member's job trains on both, and its model names every class in label order.
+    # Uploaded with --add: the member's job trains on both datasets, and its model names every class in label order.
     classes = json.loads((member_run / "classes.json").read_text())
     assert classes == ["cat", "dog", "n00000000", "n00000001", "n00000002", "n00000003", "ship"], classes
     assert check_model(member_run / "model.onnx", "pytorch") == "(2, 7)"

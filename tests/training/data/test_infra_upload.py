@@ -66,3 +66,24 @@ def test_the_generic_upload_still_copies_any_tree(azurite, container, tmp_path):
     result = cli("upload", src, azurite.container_url(container, "racwl"))
     assert result.returncode == 0 and "upload: note: " in result.stderr and "uploading it as it is" in result.stderr
     assert names(azurite.container_url(container, "rl")) == ["1.jpg"]
+
+
+def test_an_upload_into_a_container_with_other_classes_is_refused_unless_added(azurite, container, tmp_path, capsys):
+    """A member's 3 classes into a container that holds the stack's earlier dataset would train a model on both:
+    refused before a byte moves, with the fix; --add merges on purpose."""
+    url = azurite.container_url(container, "racwl")
+    outputs = outputs_for(tmp_path, url)
+    earlier = image_tree(tmp_path / "earlier", "train/n01/1.jpg", "train/n02/2.jpg", "train/cat/3.jpg")
+    assert main(["upload", "--outputs", str(outputs), str(earlier)]) == 0
+    # The same classes again (a rerun, or more images of them) need no --add.
+    assert main(["upload", "--outputs", str(outputs), str(earlier)]) == 0
+    capsys.readouterr()
+    pets = image_tree(tmp_path / "pets", "train/cat/1.jpg", "train/dog/2.jpg", "train/ship/3.jpg")
+    assert main(["upload", "--outputs", str(outputs), str(pets)]) == 1
+    err = capsys.readouterr().err
+    line = err.splitlines()[-1]
+    assert "already holds 2 class(es) that it lacks (n01, n02)" in line and "--add" in line, err
+    assert names(url) == ["train/cat/3.jpg", "train/n01/1.jpg", "train/n02/2.jpg"]  # nothing moved
+    assert main(["upload", "--outputs", str(outputs), str(pets), "--add"]) == 0
+    assert names(url) == ["train/cat/1.jpg", "train/cat/3.jpg", "train/dog/2.jpg", "train/n01/1.jpg",
+                          "train/n02/2.jpg", "train/ship/3.jpg"]
