@@ -131,7 +131,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     from infra.backends.batch import operate
     from infra.preview import offline
     from infra.backends.batch import spec as batch_spec
-    from infra.core import config
+    from infra.core.config_sections import parse_training_args
 
     cfg = rehearsed_config(stack)
     if cfg.backend != "batch":
@@ -139,8 +139,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                                   f"is {cfg.backend} (its job is checked by azure-ai-ml's own schema in the tests)")
     ev = offline.evaluate(cfg)
     framework = framework or cfg.training.framework
-    args = config.parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS,
-                                      key="--args")
+    args = parse_training_args(framework, train_args if train_args is not None else DEFAULT_ARGS, key="--args")
     inputs = batch_spec.job_inputs(cfg, StackOutputs.from_json(ev.outputs), framework, nodes, args,
                                   processes_per_node)
     pool_spec = ev.one("azure-native:batch:Pool").inputs
@@ -569,7 +568,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
-    from infra.core import config
+    from infra.core.config_schema import ConfigError
 
     def go(work: Path) -> Rehearsal:
         train_args = args.args if args.args is not None else DEFAULT_ARGS
@@ -589,7 +588,7 @@ def main(argv: list[str]) -> int:
             return 0
         prepare_work(work)
         result = go(work)
-    except (config.ConfigError, JobError, RehearsalUnavailable, RehearsalRefused) as err:
+    except (ConfigError, JobError, RehearsalUnavailable, RehearsalRefused) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except StagingFailed as err:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from infra.core import config
+from infra.core.config_sections import parse_training_args
 
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
@@ -32,7 +32,7 @@ class Submit:
         command line's own parser (None: the stack's trainingArgs)."""
         if self.args is None:
             return None
-        return config.parse_training_args(self.framework or cfg.training.framework, self.args, key="--args")
+        return parse_training_args(self.framework or cfg.training.framework, self.args, key="--args")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from infra import REPO_ROOT
 from infra.core import budget, config, cost
+from infra.core.backend_facts import BACKEND_ONLY_KEYS
 from infra.core.config import PROJECT, StackConfig
 from infra.core.config_schema import ConfigError
 from infra.core.engine_config import EngineConfig
@@ -233,8 +234,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
     if chosen != source.backend:
         values["backend"] = chosen
-        # The keys of the other backends would be refused (config.BACKEND_ONLY_KEYS).
-        drop |= {key for other, keys in config.BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
+        # The keys of the other backends would be refused (backend_facts.BACKEND_ONLY_KEYS).
+        drop |= {key for other, keys in BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
     header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
               "# differs (docs/deploying.md, step 1); reservedAddressSpaces lists the other\n"
               "# stacks' spaces and the ranges they reserve.")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,6 @@ from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
 
 PROJECT = "azure-dl-training"
-JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
 # Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.
 PROVIDER_NAMESPACES = ("azure-native", "docker-build", "pulumi")
 
@@ -149,33 +147,12 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     storage, monitoring = StorageConfig.parse(merged), MonitoringConfig.parse(merged)
     registry = RegistryConfig.parse(merged)
     nfs = NfsConfig.parse(merged)
-    training = TrainingConfig.parse(merged, registry, parse_training_args)
+    training = TrainingConfig.parse(merged, registry)
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
                        tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),
                        placeholders=placeholders)
-
-
-def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
-    """The job's extra train flags from `text`, refused (naming `key`) where the job sets the flag itself or
-    where `python -m training train` would refuse it on the node, with its own parser."""
-    from training.config import check_args
-    from training.errors import UsageError
-
-    try:
-        args = tuple(shlex.split(text))
-    except ValueError as err:
-        raise ConfigError(key, f"cannot be split like a shell command line ({err})") from None
-    for arg in args:
-        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
-            raise ConfigError(key, f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
-                                   "(trainingFramework picks the framework)")
-    try:
-        check_args(["--framework", framework, "--data", "x", "--output-dir", "x", *args])
-    except UsageError as err:
-        raise ConfigError(key, f"{err} (the flags of `python -m training train --help`)") from None
-    return args
 
 
 def stack_names(root: Path = REPO_ROOT) -> list[str]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,11 +248,7 @@ class TrainingConfig:
         return IMAGE_OF_LOOP[self.framework]
 
     @classmethod
-    def parse(cls, values: Mapping[str, Any], registry: RegistryConfig,
-              parse_args: Callable[[str, str], tuple[str, ...]]) -> TrainingConfig:
-        """`parse_args(framework, text)`: the loader's `config.parse_training_args`, handed in rather than imported
-        (config.py is the floor above this module). It stays there, beside the loading, because it is also what the
-        job verbs' `--args` and the rehearsal call as `config.parse_training_args`."""
+    def parse(cls, values: Mapping[str, Any], registry: RegistryConfig) -> TrainingConfig:
         retries = check_range("trainingRetries", values["trainingRetries"])
         max_hours = check_range("trainingMaxHours", values["trainingMaxHours"])
         data_wait = check_range("trainingDataWaitMinutes", values["trainingDataWaitMinutes"])
@@ -261,8 +258,32 @@ class TrainingConfig:
                                                    f"which frameworks {list(registry.frameworks)} does not build; "
                                                    "add it there")
         return cls(launch_on_up=values["trainingLaunchOnUp"], framework=framework,
-                   args=parse_args(framework, values["trainingArgs"]), retries=retries, max_hours=max_hours,
+                   args=parse_training_args(framework, values["trainingArgs"]), retries=retries, max_hours=max_hours,
                    data_wait_minutes=data_wait)
+
+
+JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself
+
+
+def parse_training_args(framework: str, text: str, key: str = "trainingArgs") -> tuple[str, ...]:
+    """The job's extra train flags from `text`, refused (naming `key`) where the job sets the flag itself or
+    where `python -m training train` would refuse it on the node, with its own parser."""
+    from training.config import check_args
+    from training.errors import UsageError
+
+    try:
+        args = tuple(shlex.split(text))
+    except ValueError as err:
+        raise ConfigError(key, f"cannot be split like a shell command line ({err})") from None
+    for arg in args:
+        if arg.split("=", 1)[0] in JOB_OWNED_FLAGS:
+            raise ConfigError(key, f"{arg.split('=', 1)[0]} is set by the job itself; remove it "
+                                   "(trainingFramework picks the framework)")
+    try:
+        check_args(["--framework", framework, "--data", "x", "--output-dir", "x", *args])
+    except UsageError as err:
+        raise ConfigError(key, f"{err} (the flags of `python -m training train --help`)") from None
+    return args
 
 
 @dataclass(frozen=True, kw_only=True)

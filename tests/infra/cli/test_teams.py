@@ -12,6 +12,7 @@ from infra import REPO_ROOT
 from infra.cli import teams
 from infra.cli.main import main
 from infra.core import config, config_schema, cost
+from infra.core.backend_facts import BACKEND_ONLY_KEYS
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_new_team_from_another_backend_drops_the_keys_it_would_refuse(project, c
     cfg = config.from_stack_file("speech", project)
     assert cfg.backend == "batch" and cfg.team == "speech"
     text = (project / "Pulumi.speech.yaml").read_text()
-    for key in config.BACKEND_ONLY_KEYS["azureml"]:
+    for key in BACKEND_ONLY_KEYS["azureml"]:
         assert f":{key}:" not in text, key
 
 

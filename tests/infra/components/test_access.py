@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from infra import REPO_ROOT
 from infra.backends import backend
 from infra.cli import plan
 from infra.components import access, roles
@@ -208,7 +209,7 @@ def test_the_restage_condition_lets_writes_reach_one_blob_only():
 
 def test_a_stack_file_gives_groups_and_tags_through_the_engines_merge(tmp_path):
     """As `pulumi up` would receive them: YAML list and map, turned into JSON text by the CLI's merge."""
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t1.yaml").write_text(
         "config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
         f"  azure-dl-training:teamMembers: [{MEMBERS}]\n"

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from infra import REPO_ROOT
 from infra.core import budget, config, config_schema, config_sections
 from infra.core.budget import Spend
 
@@ -31,7 +32,7 @@ def test_bad_budgets_are_refused_naming_the_key_and_the_fix(values, key, message
 
 def test_a_budget_of_the_stack_file_reaches_the_program_as_the_engine_passes_it(tmp_path):
     """A YAML number in the stack file (1500, 1500.5) is text for the program, as for every string key."""
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
                                             "  azure-dl-training:monthlyBudgetUsd: 1500.5\n"
                                             "  azure-dl-training:budgetContacts: [ml-platform@example.com]\n")
@@ -84,7 +85,7 @@ def test_hours_bought_at_a_price():
 def test_plan_stops_a_bad_budget_in_one_line_naming_the_key(tmp_path, capsys):
     from infra.cli.main import main
 
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7]\n"
                                             "  azure-dl-training:monthlyBudgetUsd: 0\n"
                                             "  azure-dl-training:budgetContacts: [ml-platform@example.com]\n")

@@ -165,14 +165,14 @@ def test_bad_config_is_refused_naming_its_key_and_fix(values, key, fix):
 
 
 def test_missing_stack_file_names_the_stacks_there(tmp_path):
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.a.yaml").write_text("config: {}\n")
     with pytest.raises(ConfigError, match="no Pulumi.b.yaml .*stacks here: a"):
         config.from_stack_file("b", tmp_path)
 
 
 def test_invalid_yaml_stack_file_is_one_line(tmp_path):
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.a.yaml").write_text("config:\n  x: [\n")
     with pytest.raises(ConfigError, match="not valid YAML") as raised:
         config.from_stack_file("a", tmp_path)
@@ -194,7 +194,7 @@ def test_example_stacks_name_their_placeholder(stack):
 
 
 def _stack_file(tmp_path, body):
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.a.yaml").write_text(body)
 
 

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import pulumi
+from infra import REPO_ROOT
 from infra.preview import offline
 from infra.core import backend_facts, config, config_schema, engine_config
 from infra.core.engine_config import EngineConfig, EngineConfigError
@@ -150,7 +151,7 @@ def test_pulumi_up_refuses_the_example_placeholder_in_one_line():
 
 def _minimal_stack(tmp_path, backend: str, framework: str) -> EngineConfig:
     """A stack file with nothing but what a stack must say: where the deployers come from, and its choices."""
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.min.yaml").write_text(yaml.safe_dump({"config": {
         f"{config.PROJECT}:allowedIpRanges": [DEPLOYER_IP], f"{config.PROJECT}:backend": backend,
         f"{config.PROJECT}:trainingFramework": framework}}))
@@ -174,7 +175,7 @@ def test_every_default_is_valid_for_every_backend_and_framework(tmp_path, backen
 def test_another_backends_key_is_refused_only_when_it_differs_from_the_default(tmp_path, key, value, refused):
     stack = {f"{config.PROJECT}:allowedIpRanges": [DEPLOYER_IP], f"{config.PROJECT}:{key}": value,
              f"{config.PROJECT}:backend": "azureml" if key.startswith("nfs") else "batch"}
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": stack}))
     if refused:
         with pytest.raises(config_schema.ConfigError, match=f"config key '{key}': applies to backend"):
@@ -185,7 +186,7 @@ def test_another_backends_key_is_refused_only_when_it_differs_from_the_default(t
 
 def test_plan_stops_where_the_engine_would(tmp_path):
     """A value of the wrong type stops at plan with the engine's own words, before the program runs."""
-    (tmp_path / "Pulumi.yaml").write_text((config.REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
     (tmp_path / "Pulumi.t.yaml").write_text(f"config:\n  {config.PROJECT}:maxNodes: two\n")
     with pytest.raises(config_schema.ConfigError, match="^Stack 't' with configuration key 'maxNodes' must be of type "
                                                  "'integer'$"):

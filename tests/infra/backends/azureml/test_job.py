@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from infra import REPO_ROOT
 from infra.backends.shared import JobError, StackOutputs
 from infra.core import config
 from infra.core.containers import AML_DATASTORES, runtime_files
@@ -74,7 +75,7 @@ def test_native_tensorflow_is_a_tensorflow_distribution_with_one_worker_per_node
 
 
 def test_mount_mode_reads_the_data_in_place(tmp_path):
-    cfg = config.parse("nlp", {**config.read_stack_file("nlp", config.REPO_ROOT), "amlDataMode": "mount"},
+    cfg = config.parse("nlp", {**config.read_stack_file("nlp", REPO_ROOT), "amlDataMode": "mount"},
                        placeholders_ok=True)
     inputs = aml_job.aml_job_inputs(cfg, StackOutputs.from_json(evaluation_for("nlp").outputs))
     _, loaded, _ = built(tmp_path, inputs)
