@@ -42,3 +42,16 @@ class TrainingEnv:
         self.devtools("synth-data", "--out", root, "--classes", "4", "--per-class", "16", "--val-per-class", "4",
                       "--size", "40")
         return root
+
+
+def train_without_first_val_class(root):
+    """A folder whose val/ lacks train/'s first class (cat): train/ cat, dog, ship and val/ dog, ship, 2 JPEGs
+    each. Labelled by train/'s classes, val/ is dog 1, ship 2 (numbered by its own folders it was dog 0, ship 1)."""
+    from PIL import Image
+
+    for split, classes in (("train", ("cat", "dog", "ship")), ("val", ("dog", "ship"))):
+        for shade, cls in enumerate(classes):
+            (root / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (40, 40), (80 * shade, 40 * i, 0)).save(root / split / cls / f"{i}.jpg")
+    return root

@@ -1,7 +1,6 @@
 """TensorFlow's and Keras's folder data labels val/ by train/'s classes: a val/ that lacks train/'s first class
 (cat) keeps dog 1 and ship 2, as the model's head numbers them (training/data/folder.py: scan)."""
-from PIL import Image
-
+from tests.training.training_env import train_without_first_val_class
 from training.config import TrainConfig
 from training.tensorflow.data import Data
 
@@ -9,11 +8,7 @@ from training.tensorflow.data import Data
 def test_a_val_without_the_first_class_is_evaluated_under_train_labels(tmp_path):
     import tensorflow as tf
 
-    for split, classes in (("train", ("cat", "dog", "ship")), ("val", ("dog", "ship"))):
-        for shade, cls in enumerate(classes):
-            (tmp_path / split / cls).mkdir(parents=True)
-            for i in range(2):
-                Image.new("RGB", (40, 40), (80 * shade, 40 * i, 0)).save(tmp_path / split / cls / f"{i}.jpg")
+    train_without_first_val_class(tmp_path)
     cfg = TrainConfig(data=str(tmp_path), image_size=32, batch_size=2, workers=0, num_classes=3)
     files, labels = Data(tf, cfg, 0, 1).val
     assert [name.split("/")[-2] for name in files] == ["dog", "dog", "ship", "ship"]
