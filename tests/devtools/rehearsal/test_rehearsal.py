@@ -1,79 +1,21 @@
 """The rehearsal: the dev stack's own job, run as Azure Batch runs it, on two local nodes (network namespaces with
 their own addresses), with the job's real sshd between them and Azurite as the storage account."""
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from infra import REPO_ROOT
 from infra.backends.shared import REHEARSAL_FILE
-from tests.infra.backends.batch import job_nodes
+from tests.devtools.rehearsal.rehearsal_runs import (FAST, MEMBER_ARGS, WHY_NOT, pets, rehearse, served,
+                                                     start_rehearsal, verb)
 
-WHY_NOT = job_nodes.unavailable()  # why this machine cannot host the rehearsal's nodes, or ''
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
-FAST = "--num-classes 4 --image-size 32 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 --workers 1"
-# A member's job: --num-classes left out (the folder's), a few steps on one node.
-MEMBER_ARGS = "--image-size 32 --batch-size 8 --steps 4 --log-every 2 --checkpoint-every 100 --workers 1"
-
-
-def rehearse(*args, timeout=900):
-    result = subprocess.run([sys.executable, "-m", "infra", "rehearse", "--stack", "dev", *args], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=timeout)
-    return result
-
-
-def verb(*args, timeout=600):
-    """A job verb in its own process, as a user runs it from another shell."""
-    return subprocess.run([sys.executable, "-m", "infra", *args, "--stack", "dev"], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-@contextlib.contextmanager
-def served(work):
-    """`python -m devtools rehearse --serve`: an ended rehearsal's local Azure again, for the verbs."""
-    process = subprocess.Popen([sys.executable, "-m", "devtools", "rehearse", "--stack", "dev", "--serve", "--work",
-                                str(work)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while json.loads((work / REHEARSAL_FILE).read_text())["pid"] != process.pid:
-            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-            time.sleep(0.5)
-        yield
-    finally:
-        process.terminate()
-        process.communicate(timeout=60)
-
-
-def start_rehearsal(work, train_args, *flags):
-    process = subprocess.Popen([sys.executable, "-m", "infra", "rehearse", "--stack", "dev", "--nodes", "2",
-                                "--framework", "pytorch", f"--args={train_args}", "--work", str(work), *flags],
-                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (work / "batch-state.json").exists():  # written when the job is submitted
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.5)
-    return process
-
-
-def pets(root):
-    """A team member's own folder: real JPEGs of 3 classes, train/ and val/."""
-    from PIL import Image
-
-    for split, per_class in (("train", 8), ("val", 2)):
-        for shade, cls in enumerate(("cat", "dog", "ship")):
-            (root / split / cls).mkdir(parents=True)
-            for i in range(per_class):
-                image = Image.new("RGB", (48, 48), (100 * shade, 25 * i, 200 - 100 * shade))
-                image.save(root / split / cls / f"{i}.jpg")
-    return root
 
 
 def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
@@ -205,31 +147,11 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     assert (fetched / job / "logs" / "stdout.txt").is_file()
     assert check_model(run / "model.onnx", "pytorch") == "(2, 4)"
 
-
-def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
-    work = tmp_path / "work"
-    rehearsal = start_rehearsal(work, FAST.replace("--steps 30", "--steps 3000"))
-    deadline = time.monotonic() + 300
-    while "step 5/" not in verb("logs", "--rehearsal", str(work)).stdout:
-        assert rehearsal.poll() is None and time.monotonic() < deadline, rehearsal.communicate()
-        time.sleep(1)
-    asked = time.monotonic()
-    cancel = verb("cancel", "--rehearsal", str(work))  # returns once Batch's job has left `terminating`
-    assert cancel.returncode == 0 and "cancelled train-dev-" in cancel.stdout, cancel.stderr
-    out, err = rehearsal.communicate(timeout=300)
-    assert time.monotonic() - asked < 60, "the task did not stop within a minute"
-    assert rehearsal.returncode == 1, out[-2000:] + err[-2000:]
-    with served(work):
-        status = verb("status", "--rehearsal", str(work)).stdout
-    assert "completed" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
-
-
 def test_verbs_without_a_rehearsal_say_how_to_start_one(tmp_path):
     result = verb("logs", "--rehearsal", str(tmp_path))
     assert result.returncode == 1 and result.stderr.strip() == (
         f"error: no rehearsal in {tmp_path}: run `python -m infra rehearse --stack dev` (as root) first, or name "
         "the folder it used: --rehearsal WORK")
-
 
 def test_keras_on_two_nodes(tmp_path):
     if not (REPO_ROOT / ".venv-tf" / "bin" / "python").exists():
@@ -238,105 +160,6 @@ def test_keras_on_two_nodes(tmp_path):
                       f"--args={FAST.replace('--steps 30', '--steps 10')} --no-export", "--work", str(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert re.search(r"world size 2 on hosts \S+, \S+ ", result.stdout), result.stdout[-2000:]
-
-
-def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_checkpoint(tmp_path, capsys):
-    """One run, two faults. First a Spot eviction of node 1 after the first checkpoint: Batch requeues the task,
-    not counted as a retry (RehearsalBatch.preempt, docs cited there), and the run resumes from its newest
-    checkpoint. Then, after a checkpoint of the resumed run, node 1 is lost (its processes die, no requeue): the
-    task fails and Batch's retry resumes it. The run reaches the same final step."""
-    from devtools.rehearsal.run import rehearse as run_rehearsal
-    from tests.devtools.rehearsal import batch_rest_spec
-
-    faults = {}
-
-    def evict_then_lose_node_one(service, pool, job):
-        checkpoints = pool.export / "runs" / job / "checkpoints"
-
-        def watch():
-            deadline = time.monotonic() + 600
-            while not (checkpoints / "ckpt-00000010.pt").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            faults["evicted"] = (time.monotonic(), service.preempt(job, pool.nodes[1]))
-            while not service.requeued_at and time.monotonic() < deadline:
-                time.sleep(0.1)
-            before = set(checkpoints.glob("ckpt-*.pt"))
-            while not set(checkpoints.glob("ckpt-*.pt")) - before and time.monotonic() < deadline:
-                time.sleep(0.2)  # a checkpoint the resumed run wrote
-            time.sleep(1)
-            faults["lost"] = (time.monotonic(), pool.kill(pool.nodes[1]), service, job)
-        threading.Thread(target=watch, daemon=True).start()
-
-    result = run_rehearsal("dev", 2, "pytorch", FAST.replace("--steps 30", "--steps 40") + " --no-export", tmp_path,
-                           fault=evict_then_lose_node_one)
-    out = capsys.readouterr().out
-    evicted_at, evicted_processes = faults["evicted"]
-    lost_at, lost_processes, service, job = faults["lost"]
-    assert evicted_processes > 0 and lost_processes > 0
-    assert "Spot node node1 was preempted; Batch requeues the task (not a retry: retried 0 time(s))" in out, out[-3000:]
-    assert len(service.requeued_at) == 1 and service.requeued_at[0] - evicted_at < 60
-    assert result.retries == 1 and result.exit_code == 0, out[-3000:]  # the loss is the one retry
-    assert service.retried_at[0] - lost_at < 60  # the task failed within a minute of losing the node
-    summary = json.loads((result.downloaded / "run" / "summary.json").read_text())
-    assert summary["steps"] == 40 and summary["resumed_from_step"] >= 20
-    assert (result.downloaded / "logs" / "stdout.txt").read_text().count("resumed from") == 2
-    # What the endpoint answered for this task and job, as the REST spec has them.
-    answers = [("GET", f"/jobs/{job}", 200, json.dumps(service.jobs[job]).encode()),
-               ("GET", f"/jobs/{job}/tasks/train", 200, json.dumps(service.tasks[job]).encode())]
-    assert batch_rest_spec.violations(answers) == []
-
-
-def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or_the_application(tmp_path):
-    """Cancel arrives while the coordination command runs on the nodes (Batch's job terminate, through the real
-    azure-batch client and the endpoint): the task ends, is not retried though retries are allowed, and the
-    application command never starts (https://learn.microsoft.com/rest/api/batchservice/job/terminate: running
-    tasks are terminated; https://learn.microsoft.com/azure/batch/batch-mpi: the application command runs only
-    once every coordination command has finished). Batch's own part on two nodes, with no training: seconds."""
-    from azure.batch import BatchClient
-
-    from devtools.emulator import Azurite
-    from devtools.rehearsal.batch import RehearsalBatch
-    from devtools.rehearsal.batch_endpoint import BatchEndpoint
-    from devtools.rehearsal.nodes import Pool
-    from devtools.rehearsal.storage import Account
-    from infra.backends.batch.service import AzureBatch
-    from infra.core import config
-    from infra.preview import offline
-    from tests.devtools.rehearsal import batch_rest_spec
-    from tests.infra.backends.batch.fake_batch import _Token
-
-    ev = offline.evaluate(config.from_stack_file("dev"))
-    job = {"id": "cancel-in-coordination", "poolInfo": {"poolId": "gpu"}, "onAllTasksComplete": "noaction"}
-    task = {"id": "train", "commandLine": "/bin/sh -c 'echo started > application-started'",
-            "constraints": {"maxTaskRetryCount": 2},
-            "multiInstanceSettings": {"numberOfInstances": 2,
-                                      "coordinationCommandLine": "/bin/sh -c 'touch coordinating; sleep 120'"}}
-    export = tmp_path / "export"
-    export.mkdir()
-    with Azurite(location=tmp_path / "azurite") as azurite, Pool(tmp_path / "nodes", 2, export, "nfs") as pool:
-        batch = RehearsalBatch(pool, Account(azurite, ev), {"PATH": "/usr/bin:/bin"}, {}, {}, tmp_path, log=print)
-        with BatchEndpoint(batch) as endpoint, BatchClient(endpoint.url, _Token(),
-                                                           connection_verify=endpoint.ca_file) as client:
-            service = AzureBatch(endpoint.url, client=client)
-            service.submit(job, task)
-            wd = [batch._task_dir(node, job["id"], "train") / "wd" for node in pool.nodes]
-            deadline = time.monotonic() + 60
-            while not all((folder / "coordinating").exists() for folder in wd):
-                assert time.monotonic() < deadline, "the coordination command did not start on both nodes"
-                time.sleep(0.1)
-            asked = time.monotonic()
-            service.terminate(job["id"])  # returns once the job has left `terminating`
-            batch.wait(job["id"], timeout=60)
-            took = time.monotonic() - asked
-            ended = service.get_task(job["id"], "train")
-            assert batch_rest_spec.violations(endpoint.responses) == []
-    assert took < 10, f"the task took {took:.1f}s to stop"
-    info = ended["executionInfo"]
-    assert ended["state"] == "completed" and info["retryCount"] == 0 and info["exitCode"] != 0, ended
-    assert batch.jobs[job["id"]]["state"] == "completed"
-    assert len(batch.processes[job["id"]]) == 2  # the two coordination commands, no application command
-    assert not (wd[0] / "application-started").exists() and batch.retried_at == []
-
 
 def test_a_nodes_temporary_files_are_its_own_and_go_with_it(tmp_path):
     """A node's processes (training ranks: PyTorch's DataLoader workers make multiprocessing's pymp-* folders)
@@ -358,70 +181,6 @@ def test_a_nodes_temporary_files_are_its_own_and_go_with_it(tmp_path):
         assert other.stdout == ""  # node 1 has its own
     assert not Path(folder).exists()  # nor is it on the host
 
-
-def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
-    """Storage access is what the program's role assignments grant: the NFS server's identity may read `data`
-    and write `status`, never write `outputs`; the nodes may read `scripts` but not write there."""
-    from azure.core.exceptions import HttpResponseError
-    from azure.storage.blob import ContainerClient
-
-    from devtools.emulator import Azurite
-    from devtools.rehearsal.storage import Account, principal_of
-    from infra.preview import offline
-    from infra.core import config
-
-    ev = offline.evaluate(config.from_stack_file("dev"))
-    nodes = principal_of(ev, ev.outputs["pullIdentityId"])
-    nfs = next(r.state["principalId"] for r in ev.of_type("azure-native:managedidentity:UserAssignedIdentity")
-               if "nfs" in r.name)
-    urls = ev.outputs["containerUrls"]
-    with Azurite() as azurite:
-        account = Account(azurite, ev)
-        account.create_containers()
-        assert account.upload_scripts() > 20
-        ContainerClient.from_container_url(account.as_identity(nodes, urls["outputs"])).upload_blob("ok", b"1")
-        assert list(ContainerClient.from_container_url(account.as_identity(nodes, urls["scripts"])).list_blobs())
-        for principal, container in ((nfs, "outputs"), (nodes, "scripts"), (nodes, "status")):
-            client = ContainerClient.from_container_url(account.as_identity(principal, urls[container]))
-            with pytest.raises(HttpResponseError) as refused:
-                client.upload_blob("x", b"1")
-            assert refused.value.status_code == 403, (principal, container)
-
-
-def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_path, capsys):
-    """The task's common resource files come from `scripts` with the nodes' identity: without its Reader role
-    the download is refused and the task fails without running, as Batch fails it."""
-    from devtools.rehearsal.run import rehearse as run_rehearsal
-
-    def revoke_the_nodes_scripts_reader(account):
-        account.grants = [g for g in account.grants if not (g.container == "scripts" and "rl" == g.permissions
-                                                              and "pull" in g.principal_id)]
-
-    result = run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, tamper_storage=revoke_the_nodes_scripts_reader)
-    out = capsys.readouterr().out
-    assert result.failure and result.failure["code"] == "ResourceFileDownloadFailed", out[-2000:]
-    assert "AuthorizationPermissionMismatch" in result.failure["message"] or "403" in result.failure["message"]
-    assert result.uploaded == [] or all("/logs/" in name for name in result.uploaded)
-    assert "job train-dev" in out and "completed" in out
-
-
-def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path):
-    """The staging unit, written by cloud-init's code from the VM's user data and run as systemd starts it, signs
-    in as the VM's identity: without Storage Blob Data Reader on `data` it is refused, and no job is submitted."""
-    from devtools.rehearsal.nfs_server import StagingFailed
-    from devtools.rehearsal.run import rehearse as run_rehearsal
-
-    def revoke_the_nfs_servers_data_reader(account):
-        account.grants = [g for g in account.grants if not (g.container == "data" and "nfs" in g.principal_id)]
-
-    with pytest.raises(StagingFailed) as failed:
-        run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, tamper_storage=revoke_the_nfs_servers_data_reader)
-    message = str(failed.value)
-    assert message.startswith("dltrain-stage.service exited with 2"), message  # the stager's usage/refusal code
-    assert "not allowed: listing the container" in message and "Storage Blob Data Contributor" in message, message
-    assert not (tmp_path / "batch-state.json").exists()  # nothing was submitted
-
-
 @pytest.mark.parametrize("args,message", [
     (["--nodes", "3"], "error: --nodes 3: give 1 to 2 (the pool grows to maxNodes=2 at most)"),
     (["--args=--precision fp8"], "error: --args: argument --precision: invalid choice: 'fp8'"),
@@ -432,7 +191,6 @@ def test_bad_input_is_one_line_before_any_node_exists(args, message):
     result = rehearse(*args, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "rehearsal of stack" not in result.stdout
-
 
 def test_the_report_gives_img_per_sec_per_worker_its_expectation_and_bound(tmp_path):
     from devtools.rehearsal.run import Rehearsal, report
