@@ -200,9 +200,9 @@ class Upload:
     add: bool = False  # into a container that holds other classes already: a job trains on both
 
 
-def check_upload(inputs: Upload) -> str | None:
+def check_upload(inputs: Upload) -> layout.Layout | None:
     """Refuse a folder that is missing, or whose layout the trainer cannot read (before the outputs, the sign-in or
-    a byte: a wrong tree never leaves here); the layout's summary, or None unchecked."""
+    a byte: a wrong tree never leaves here); the folder's layout, or None unchecked."""
     src = inputs.dir
     if not src.is_dir():
         raise UsageError(f"DIR {src}: no such folder; give the dataset's folder (with train/<class>/ in it)")
@@ -215,7 +215,7 @@ def check_upload(inputs: Upload) -> str | None:
     if problem:
         raise UsageError(f"DIR {src}: {problem}; {layout.EXPECTED}, e.g. {src}/train/cat/1.jpg (another tree: "
                          "--no-layout-check)")
-    return found.summary()
+    return found
 
 
 def data_target(stack: Stack) -> transfer.ContainerTarget:
@@ -227,16 +227,17 @@ def data_target(stack: Stack) -> transfer.ContainerTarget:
     return transfer.ContainerTarget.parse(url, "the stack's `data` container", verb="upload")
 
 
-def check_destination(inputs: Upload, target: transfer.ContainerTarget) -> None:
+def check_destination(inputs: Upload, found: layout.Layout | None, target: transfer.ContainerTarget) -> None:
     """Refuse, before a byte moves, to upload a dataset into a container that holds classes the folder lacks:
     the job would train on both, and its model would name classes the user never gave. Uploads and the NFS
     server's staging add files and never remove any (training/data/staged.py), so a new dataset cannot replace
-    an old one in place. --add merges on purpose; --no-layout-check uploads another tree and checks nothing."""
-    if inputs.add or not inputs.layout_check:
+    an old one in place. --add merges on purpose; `found` is check_upload's layout of the folder (None: unchecked,
+    another tree, and nothing is checked here either)."""
+    if inputs.add or found is None:
         return
     target.check_reachable()
     held = container_classes(target.client(inputs.workers))
-    mine = set(layout.of_folder(inputs.dir).images["train"])
+    mine = set(found.images["train"])
     others = sorted(set(held or ()) - mine)
     if others:
         named = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")

@@ -336,11 +336,11 @@ def _upload(args: argparse.Namespace) -> int:
 
     inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add)
     try:
-        summary = jobs.check_upload(inputs)
-        if summary is not None:
-            print(f"upload: {args.dir}: {summary}", file=sys.stderr)
+        found = jobs.check_upload(inputs)
+        if found is not None:
+            print(f"upload: {args.dir}: {found.summary()}", file=sys.stderr)
         target = jobs.data_target(_stack(args))
-        jobs.check_destination(inputs, target)
+        jobs.check_destination(inputs, found, target)
         print(f"upload: {args.dir} -> {target.display}", file=sys.stderr)
         stats = jobs.upload(inputs, target)
     except (JobError, UsageError) as err:
