@@ -68,6 +68,10 @@ class StackConfig:
     tagging: TaggingConfig = TaggingConfig()
     budget: BudgetConfig = BudgetConfig()
     placeholders: tuple[str, ...] = ()  # values `plan` accepts but `pulumi up` refuses, each with its fix
+    # The subscription the stack deploys to: the provider's own key `azure-native:subscriptionId` in the stack file
+    # (None when unset: the provider then takes the CLI's or the environment's default subscription, which `plan`
+    # cannot know offline). Globally unique names hash it when set (naming.py); fleet groups teams by it.
+    subscription_id: str | None = None
 
     @property
     def tags(self) -> dict[str, str]:
@@ -102,11 +106,31 @@ def check_team(team: str) -> str:
     return team
 
 
+# A subscription ID is "a GUID-formatted string (e.g. 00000000-0000-0000-0000-000000000000)" (the Az modules' own
+# description: https://learn.microsoft.com/dotnet/api/microsoft.azure.powershell.cmdlets.websites.models.
+# iwebsitesidentity.subscriptionid); the provider would send anything else to ARM and fail at its first request.
+_GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+SUBSCRIPTION_KEY = "azure-native:subscriptionId"
+
+
+def check_subscription_id(value: Any) -> str | None:
+    """The stack's `azure-native:subscriptionId`, lowercased (ARM compares it case-insensitively, and a name hashed
+    from it must not change with its spelling), or None when unset or empty."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if not _GUID.fullmatch(text):
+        raise ConfigError(SUBSCRIPTION_KEY, f"{text!r} is not a subscription ID (a GUID such as "
+                                            "00000000-0000-0000-0000-000000000000; `az account show --query id -o tsv` "
+                                            "prints yours)")
+    return text.lower()
+
+
 def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
-          placeholders_ok: bool = False) -> StackConfig:
+          placeholders_ok: bool = False, subscription_id: Any = None) -> StackConfig:
     """Defaults from the schema, overridden by `values` (unqualified keys), then validated section by section.
     With `placeholders_ok` (offline: plan, job verbs) the example stacks' placeholders pass, listed in
-    `placeholders`."""
+    `placeholders`. `subscription_id`: the provider's `azure-native:subscriptionId` (not a key of this project)."""
     schema = schema if schema is not None else load_schema()
     for name in values:
         if name in RENAMED_KEYS and name not in schema:
@@ -152,7 +176,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
                        tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),
-                       placeholders=placeholders)
+                       placeholders=placeholders, subscription_id=check_subscription_id(subscription_id))
 
 
 def stack_names(root: Path = REPO_ROOT) -> list[str]:
@@ -248,7 +272,8 @@ def engine_config(stack: str, root: Path = REPO_ROOT, project: Mapping[str, Any]
 
 def from_engine_config(stack: str, engine_values: EngineConfig, project: Mapping[str, Any]) -> StackConfig:
     """A stack's merged config (engine_config) validated as the program validates it; placeholders allowed."""
-    return parse(stack, engine_values.of_project(PROJECT), schema_of(project), placeholders_ok=True)
+    return parse(stack, engine_values.of_project(PROJECT), schema_of(project), placeholders_ok=True,
+                 subscription_id=engine_values.values.get(SUBSCRIPTION_KEY))
 
 
 def from_stack_file(stack: str, root: Path = REPO_ROOT, project: Mapping[str, Any] | None = None) -> StackConfig:
@@ -272,4 +297,5 @@ def from_pulumi() -> StackConfig:
     for key, text in pulumi.runtime.get_config_env().items():
         if key.startswith(prefix) and key[len(prefix):] not in schema:
             values[key[len(prefix):]] = text
-    return parse(pulumi.get_stack(), {k: v for k, v in values.items() if v is not None}, schema)
+    return parse(pulumi.get_stack(), {k: v for k, v in values.items() if v is not None}, schema,
+                 subscription_id=pulumi.Config("azure-native").get("subscriptionId"))

@@ -259,3 +259,17 @@ def test_nfs_encryption_at_host_is_off_unless_the_stack_says_its_subscription_ha
     assert parse("x", BASE).nfs.encryption_at_host is False
     assert parse("x", {**BASE, "nfsEncryptionAtHost": True}).nfs.encryption_at_host is True
     assert parse("x", {**BASE, "nfsEncryptionAtHost": "true"}).nfs.encryption_at_host is True  # as Pulumi passes it
+
+
+def test_the_subscription_is_the_providers_own_key_from_the_stack_file(tmp_path):
+    """`azure-native:subscriptionId` (the provider's key) is StackConfig.subscription_id, lowercased; None unset."""
+    body = "config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n"
+    _stack_file(tmp_path, body)
+    assert config.from_stack_file("a", tmp_path).subscription_id is None
+    _stack_file(tmp_path, body + "  azure-native:subscriptionId: 0A1B2C3D-0000-4000-8000-00000000ABCD\n")
+    assert config.from_stack_file("a", tmp_path).subscription_id == "0a1b2c3d-0000-4000-8000-00000000abcd"
+    _stack_file(tmp_path, body + "  azure-native:subscriptionId: my-sub\n")
+    with pytest.raises(ConfigError) as raised:
+        config.from_stack_file("a", tmp_path)
+    assert "azure-native:subscriptionId" in str(raised.value) and "az account show" in str(raised.value)
+    assert parse("x", BASE).subscription_id is None
