@@ -13,7 +13,11 @@ key, never inside a container, so the job brings its own:
   Batch starts the application command only after every node's coordination command has finished
   (https://learn.microsoft.com/azure/batch/batch-mpi#multi-instance-tasks).
 - The primary writes the ssh client config mpirun uses: the port, the job's key, and host keys accepted for the
-  job's hosts only, into a known_hosts file of this task.
+  job's hosts only, into a known_hosts file of this task. It goes to ~/.ssh/config of the home in the user's passwd
+  entry, not $HOME: OpenSSH's ssh reads its per-user file ~/.ssh/config (ssh_config(5),
+  https://man.openbsd.org/ssh_config) from `getpwuid(getuid())->pw_dir` and ignores $HOME (ssh.c's
+  process_config_files, https://github.com/openssh/openssh-portable/blob/V_9_2_P1/ssh.c), so a task whose HOME
+  is another folder would write a config that no ssh of horovodrun/mpirun reads ("SSH was not successful").
 
 Batch variables used (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables):
 AZ_BATCH_HOST_LIST (comma-separated IPs of the task's nodes), AZ_BATCH_IS_CURRENT_NODE_MASTER,
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -180,6 +185,12 @@ def sshd_failure(stderr: str, code: int) -> str:
     return f"sshd did not start (exit {code}): {lines[-1] if lines else 'no message'}"
 
 
+def ssh_home() -> Path:
+    """The home OpenSSH's ssh takes ~/.ssh/config from: this user's passwd entry's, whatever $HOME says
+    (see the module's docstring)."""
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
 def prepare(node: NodeSsh, home: Path) -> None:
     """Write every file this node needs; the primary also makes and publishes the job's key."""
     node.ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -228,12 +239,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, required=True, help="port of the job's sshd on every node")
     parser.add_argument("--keys-dir", type=Path, required=True,
                         help="folder on the shared NFS where the primary publishes the job's public key")
-    parser.add_argument("--home", type=Path, default=Path.home(), help="home of the user mpirun runs as (ssh config)")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="home whose .ssh/config the job's ssh reads (default: this user's home in its passwd "
+                             "entry, where OpenSSH reads it; not $HOME, which OpenSSH ignores)")
     parser.add_argument("--sshd", default=SSHD, help=f"the sshd binary (default: {SSHD})")
     parser.add_argument("--no-start", action="store_true", help="write the files, do not start sshd")
     args = parser.parse_args(argv)
     node = node_from_env(os.environ, args.port, args.keys_dir)
-    prepare(node, args.home)
+    prepare(node, args.home or ssh_home())
     if not args.no_start:
         start(node, args.sshd)
     role = "primary" if node.primary else "node"
