@@ -16,6 +16,7 @@ Errors a user causes are raised, never printed: config_schema.ConfigError (the s
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from infra import REPO_ROOT
 from infra.backends import RegistersModels, Restages, RunsJobs, backend, spend as spend_query, staging
 from infra.backends.azureml.service import AzureMlJobs
 from infra.backends.batch.service import AzureBatch
-from infra.backends.shared import JobError, StackOutputs, load_outputs, rehearsal_endpoints
+from infra.backends.shared import JobError, StackOutputs, load_outputs, outputs_file_stack, rehearsal_endpoints
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
 from infra.core import budget, config
@@ -46,6 +47,27 @@ class Stack:
     outputs: Path | None = None  # its member file, or the JSON of `pulumi stack output` (default: run that command)
     project_dir: Path = REPO_ROOT  # the folder with Pulumi.yaml and the stack files
     rehearsal: Path | None = None  # its rehearsal's folder (`python -m infra rehearse`): outputs and sign-in there
+
+
+def stack_flags(stack: Stack) -> str:
+    """How the commands a verb prints next name the stack: as the user named it. A member who gave their member
+    file gives it again (`--outputs FILE`: it names the stack, and without it the verbs would run `pulumi stack
+    output`, which a member cannot); the plain JSON of `pulumi stack output` names no stack, so --stack stays."""
+    if stack.outputs is None:
+        return f"--stack {stack.name}"
+    if outputs_file_stack(stack.outputs) == stack.name:
+        return f"--outputs {stack.outputs}"
+    return f"--stack {stack.name} --outputs {stack.outputs}"
+
+
+def as_named(err: JobError, stack: Stack) -> JobError:
+    """`err` with each command it suggests (`python -m infra VERB --stack NAME`) naming the stack as the user did
+    (stack_flags); its other words, `pulumi up --stack NAME` included, as they are."""
+    flags = stack_flags(stack)
+    if flags != f"--stack {stack.name}":
+        pattern = re.compile(rf"(python -m infra [a-z-]+) --stack {re.escape(stack.name)}\b")
+        err.args = (pattern.sub(lambda m: f"{m.group(1)} {flags}", str(err)),)
+    return err
 
 
 def azure_batch(endpoint: str) -> Any:
@@ -103,7 +125,12 @@ def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
         if not verdict.allowed:  # before anything reaches the job service
             raise JobError(f"--stack {stack.name}: budget: {verdict.line}")
         print(f"budget: {verdict.line}")
-    _call(chosen, JobContext(cfg, outputs, services.connect(chosen.name), services.staged), verb)
+    try:
+        _call(chosen, JobContext(cfg, outputs, services.connect(chosen.name), services.staged, stack_flags(stack)),
+              verb)
+    except JobError as err:
+        as_named(err, stack)
+        raise
     if verdict and isinstance(verb, Status):
         print(f"budget: {verdict.line}")
 

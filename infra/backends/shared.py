@@ -369,10 +369,12 @@ def resolve_job(service: Any, stack: str, job: str | None, key: str = "id") -> s
     return jobs[0][key]
 
 
-def submitted_lines(job: str, stack: str, verb_flags: str = "") -> list[str]:
-    """What to run next after a submit, on either backend."""
-    return [f"  follow:   python -m infra logs --stack {stack} --job {job} --follow{verb_flags}",
-            f"  results:  python -m infra download --stack {stack} --job {job}{verb_flags}"]
+def submitted_lines(job: str, stack: str, verb_flags: str = "", stack_flags: str = "") -> list[str]:
+    """What to run next after a submit, on either backend. `stack_flags`: how the user named the stack (a member's
+    `--outputs FILE`, infra/jobs.py: stack_flags), default `--stack STACK`."""
+    flags = stack_flags or f"--stack {stack}"
+    return [f"  follow:   python -m infra logs {flags} --job {job} --follow{verb_flags}",
+            f"  results:  python -m infra download {flags} --job {job}{verb_flags}"]
 
 
 def now_utc() -> datetime:

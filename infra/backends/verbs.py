@@ -85,3 +85,4 @@ class JobContext:
     outputs: StackOutputs
     connect: Callable[[StackOutputs], Any]
     staged: Callable[[str, str], Any]
+    stack_flags: str = ""  # how the user named the stack, for the commands a verb prints next (default --stack NAME)

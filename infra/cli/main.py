@@ -271,7 +271,8 @@ def _restage(args: argparse.Namespace) -> int:
         _error(args, err)
         return 1
     if not args.follow:
-        print(f"  follow it: python -m infra restage --stack {args.stack} --follow (asks again, harmlessly)")
+        print(f"  follow it: python -m infra restage {jobs.stack_flags(_stack(args))} --follow (asks again, "
+              "harmlessly)")
     return 0
 
 
@@ -347,7 +348,7 @@ def _upload(args: argparse.Namespace) -> int:
         _error(args, err)
         return 1
     print(stats.line("upload"))
-    flags = f" --outputs {args.outputs}" if args.outputs else f" --stack {args.stack}"
+    flags = f" {jobs.stack_flags(_stack(args))}"
     print(f"  next: python -m infra submit{flags}   (it refuses until the data is staged; nfsKind vm: `python -m "
           f"infra restage{flags} --follow` stages it now)")
     return 0
@@ -551,6 +552,11 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])
     args = parser.parse_args(argv)
+    if getattr(args, "outputs", None) is not None and not args.outputs.is_file():  # before it is taken for no file
+        print(f"error: --outputs {args.outputs}: no such file; give the stack's member file (your platform engineer "
+              "writes it with `python -m infra member-file`) or the JSON of `pulumi stack output --json`",
+              file=sys.stderr)
+        return 2
     if hasattr(args, "outputs") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
         from infra.backends.shared import JobError, outputs_file_stack, selected_stack
 

@@ -57,3 +57,80 @@ def test_every_verb_has_a_name_and_a_face_on_each_backend():
 def test_inputs_are_frozen():
     with pytest.raises(AttributeError):
         Submit().nodes = 3
+
+
+# The member's path (issue 47): each rough edge a member met, as it is said now.
+
+@pytest.fixture
+def member(tmp_path):
+    """The member file of stack dev, as `python -m infra member-file` writes it."""
+    from infra.backends.shared import MEMBER_STACK_KEY
+
+    path = tmp_path / "member-dev.json"
+    path.write_text(json.dumps({**OUTPUTS, "backend": "batch", MEMBER_STACK_KEY: "dev"}))
+    return path
+
+
+def test_a_missing_member_file_is_named_as_missing(tmp_path, capsys, monkeypatch):
+    from infra.cli.main import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Pulumi CLI: before, "no --stack given, and without the Pulumi CLI"
+    for verb in (["status"], ["submit"], ["logs", "--follow"], ["upload", str(tmp_path)], ["restage"]):
+        assert main([*verb, "--outputs", str(tmp_path / "member-x.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--outputs {tmp_path / 'member-x.json'}: no such file" in err, err
+
+
+def test_follow_up_commands_repeat_the_members_own_file(member, batch, capsys):  # noqa: F811
+    stack = jobs.Stack("dev", outputs=member)
+    jobs.submit(stack, Submit(nodes=1), services(batch))
+    [job] = batch.jobs
+    out = capsys.readouterr().out
+    assert f"python -m infra logs --outputs {member} --job {job} --follow" in out
+    assert f"python -m infra download --outputs {member} --job {job}" in out and "--stack" not in out
+    with pytest.raises(JobError, match=f"`python -m infra restage --outputs {member}` asks"):
+        jobs.submit(stack, Submit(), services(batch, not_staged))
+    plain = jobs.Stack("dev", outputs=member.with_name("outputs.json"))  # `pulumi stack output` names no stack
+    plain.outputs.write_text(json.dumps(OUTPUTS))
+    assert jobs.stack_flags(plain) == f"--stack dev --outputs {plain.outputs}"
+    assert jobs.stack_flags(jobs.Stack("dev")) == "--stack dev"
+
+
+def test_logs_says_what_it_waits_for_before_the_first_output(dev, batch, capsys):  # noqa: F811
+    jobs.submit(dev, Submit(nodes=1), services(batch))
+    [job] = batch.jobs
+    capsys.readouterr()
+    jobs.logs(dev, Logs(), services(batch))
+    out, err = capsys.readouterr()
+    assert out == "" and f"logs: job {job}: no stdout.txt yet; its task is queued: waiting for the pool's nodes" in err
+    batch.tasks[job]["state"] = "running"
+    batch.files[(job, "stdout.txt")] = b"step 1\n"
+    jobs.logs(dev, Logs(), services(batch))
+    out, err = capsys.readouterr()
+    assert out == "step 1\n" and err == ""
+
+
+def test_status_after_cancel_says_cancelled(dev, batch, capsys):  # noqa: F811
+    jobs.submit(dev, Submit(nodes=1), services(batch))
+    [job] = batch.jobs
+    jobs.cancel(dev, Cancel(), services(batch))
+    batch.tasks[job].update(state="completed", executionInfo={**batch.tasks[job].get("executionInfo", {}),
+                                                              "exitCode": -9})  # as Batch ends the killed task
+    capsys.readouterr()
+    jobs.status(dev, Status(), services(batch))
+    out = capsys.readouterr().out
+    assert f"job {job}: cancelled" in out and "task: stopped by the cancel, exit code -9" in out
+    assert "completed" not in out
+
+
+def test_azure_ml_status_after_cancel_says_cancelled_and_logs_what_it_waits_for(capsys):
+    from infra.backends.azureml import operate as operate_aml
+    from tests.infra.backends.azureml.fake_aml import FakeAmlJobs
+
+    aml = FakeAmlJobs()
+    aml.jobs["train-nlp-1"] = {"name": "train-nlp-1", "status": "Queued", "created": "2026-11-26", "studio_url": ""}
+    aml.stream = lambda name: None
+    operate_aml.logs(aml, "train-nlp-1", True, __import__("sys").stdout)
+    assert "logs: job train-nlp-1 is Queued: Azure ML streams its output once its nodes run it" in capsys.readouterr().err
+    aml.cancel("train-nlp-1")
+    assert operate_aml.status(aml, "train-nlp-1")[0].startswith("job train-nlp-1: cancelled")

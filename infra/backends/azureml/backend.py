@@ -112,7 +112,7 @@ class AzureMlBackend:
         job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
         if not inputs.skip_data_check:  # the job's `data` input is the whole `data` container
             require_staged(outputs, ctx.staged, False, cfg.stack)
-        operate_aml.submit(service, job_inputs, now_utc(), sys.stdout)
+        operate_aml.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)
 
     def _job(self, ctx: JobContext, job: str | None) -> tuple[Any, str]:
         """The workspace's jobs and the job named, or the stack's newest."""

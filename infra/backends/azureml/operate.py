@@ -3,6 +3,7 @@ through the `AmlJobs` seam (infra/backends/azureml/service.py). The job itself i
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +28,8 @@ def budget_stop_line(max_nodes: int | None, compute: str, stack: str) -> str | N
             "options.refresh: always) and puts maxNodes back, then submit again")
 
 
-def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: TextIO) -> str:
+def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: TextIO, stack_flags: str = "") -> str:
+    """`stack_flags`: how the follow-up commands printed name the stack (default `--stack STACK`)."""
     stopped = budget_stop_line(service.max_nodes(inputs.compute), inputs.compute, inputs.stack)
     if stopped:
         raise JobError(f"--stack {inputs.stack}: {stopped}")
@@ -36,7 +38,7 @@ def submit(service: AmlJobs, inputs: aml_job.AmlJobInputs, now: datetime, out: T
         service.submit(aml_job.build_job(inputs, name, aml_job.code_snapshot(Path(tmp) / "code")))
     print(f"submitted {name}: {inputs.framework} ({inputs.distribution}) on {inputs.nodes} node(s) x {inputs.gpus} "
           "GPUs", file=out)
-    print("\n".join(submitted_lines(name, inputs.stack)), file=out)
+    print("\n".join(submitted_lines(name, inputs.stack, stack_flags=stack_flags)), file=out)
     return name
 
 
@@ -47,15 +49,24 @@ def _get(service: AmlJobs, name: str) -> dict:
         raise JobError(f"job {name} not found (see `python -m infra status` for the newest)") from None
 
 
+# Azure ML's JobStatus values for a cancel (https://learn.microsoft.com/javascript/api/@azure/arm-machinelearning/knownjobstatus:
+# status; CancelRequested while it stops), said as the Batch backend says it (batch/operate.py Status).
+CANCEL_WORDS = {"Canceled": "cancelled (`python -m infra cancel`; Azure ML: Canceled)",
+                "CancelRequested": "cancelling (Azure ML: CancelRequested)"}
+
+
 def status(service: AmlJobs, name: str) -> list[str]:
     job = _get(service, name)
-    return [f"job {name}: {job['status']}", f"  created: {job['created'] or '-'}",
+    return [f"job {name}: {CANCEL_WORDS.get(job['status'], job['status'])}", f"  created: {job['created'] or '-'}",
             f"  studio: {job['studio_url'] or '-'}"]
 
 
 def logs(service: AmlJobs, name: str, follow: bool, out: TextIO) -> None:
     job = _get(service, name)
     if follow:
+        if job["status"] not in TERMINAL:  # Azure ML's streaming says nothing until the job's nodes run it
+            print(f"logs: job {name} is {job['status']}: Azure ML streams its output once its nodes run it (a "
+                  "cluster at 0 nodes takes minutes to start them)", file=sys.stderr, flush=True)
         service.stream(name)  # Azure ML's own streaming prints until the job ends
         return
     print(f"job {name}: {job['status']}. Azure ML streams a job's output with --follow; a finished job's logs "

@@ -124,7 +124,7 @@ class BatchBackend:
         job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
         if not inputs.skip_data_check:
             require_staged(outputs, ctx.staged, cfg.nfs.kind == "vm", cfg.stack)
-        operate.submit(service, job_inputs, now_utc(), sys.stdout)
+        operate.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)
 
     def status(self, ctx: JobContext, inputs: Status) -> None:
         from infra.backends.batch import operate

@@ -8,6 +8,7 @@ SAS: the nodes reach storage with the pool's identity.
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,19 @@ from infra.backends.shared import JobError, JobNotFound, submitted_lines
 
 FOLLOW_INTERVAL_S = 5.0
 DONE = "completed"
+# What `logs` waits for while the task has written nothing yet, by its state (BatchTaskState:
+# https://learn.microsoft.com/rest/api/batchservice/task/get: active = queued or being retried, not yet on a node;
+# preparing = assigned to a node, waiting for a job preparation task there; running; completed).
+WAITING_FOR = {
+    "active": "queued: waiting for the pool's nodes (from 0 nodes, Batch takes minutes to start them)",
+    "preparing": "assigned to a node, waiting for the job's preparation there",
+    "running": "running: waiting for its first output (the data check, the ranks' start)",
+    DONE: "ended without writing any",
+}
+# Terminate Job's default reason (https://learn.microsoft.com/rest/api/batchservice/job/terminate:
+# terminateReason, "The default is 'UserTerminate'"; BatchService.terminate sends it): the job ended by `cancel`,
+# not by its task (Batch sets AllTasksComplete then: BatchJobExecutionInfo.terminationReason).
+CANCELLED_REASON = "UserTerminate"
 
 
 def budget_stop_line(pool: dict[str, Any] | None, stack: str) -> str | None:
@@ -41,9 +55,11 @@ def budget_stop_line(pool: dict[str, Any] | None, stack: str) -> str | None:
             "options.refresh: always) and puts the autoscale formula back, then submit again")
 
 
-def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "") -> str:
-    """`verb_flags`: added to the follow-up commands printed (the rehearsal's `--rehearsal`). Refused while the pool
-    cannot get a node (budget_stop_line)."""
+def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, out: TextIO, verb_flags: str = "",
+           stack_flags: str = "") -> str:
+    """`verb_flags`: added to the follow-up commands printed (the rehearsal's `--rehearsal`); `stack_flags`: how they
+    name the stack (a member's `--outputs FILE`; default `--stack STACK`). Refused while the pool cannot get a node
+    (budget_stop_line)."""
     stopped = budget_stop_line(service.pool_scale(inputs.pool_id), inputs.stack)
     if stopped:
         raise JobError(f"--stack {inputs.stack}: {stopped}")
@@ -52,7 +68,7 @@ def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, o
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
     per_node = f"{inputs.slots} process(es)" if inputs.processes_per_node else f"{inputs.sku.gpus} GPUs"
     print(f"submitted {job}: {inputs.framework} on {inputs.nodes} node(s) x {per_node}", file=out)
-    print("\n".join(submitted_lines(job, inputs.stack, verb_flags)), file=out)
+    print("\n".join(submitted_lines(job, inputs.stack, verb_flags, stack_flags)), file=out)
     return job
 
 
@@ -68,9 +84,15 @@ class Status:
     ended: str
     efficiency: str = ""  # the run's last img/s per GPU, its bound and the shortfall's cost (training/efficiency.py)
     unhealthy: tuple[str, ...] = ()  # one line per pool node whose start task (node health checks) failed
+    cancelled: bool = False  # ended by `cancel` (CANCELLED_REASON), not by its task
 
     def lines(self) -> list[str]:
         exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
+        if self.cancelled:  # the exit code is the kill's (-9), not the training's
+            return [f"job {self.job}: cancelled (`python -m infra cancel`; outputs written before it stay)",
+                    f"  task: stopped by the cancel{exit_text}, retried {self.retries} time(s)",
+                    f"  primary node: {self.node or '-'}",
+                    f"  started: {self.started or '-'}   ended: {self.ended or '-'}"]
         return [f"job {self.job}: {self.job_state}",
                 f"  task: {self.task_state}{exit_text}, retried {self.retries} time(s)",
                 f"  primary node: {self.node or '-'}",
@@ -110,7 +132,8 @@ def status(service: BatchService, job: str, node_price_per_hour: float | None = 
     return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
                   str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
-                  _efficiency(service, job, task, node_price_per_hour), unhealthy)
+                  _efficiency(service, job, task, node_price_per_hour), unhealthy,
+                  (job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON)
 
 
 def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_price_per_hour: float | None) -> str:
@@ -127,14 +150,20 @@ def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_pric
 
 def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO,
          sleep: Callable[[float], None] = time.sleep) -> None:
-    """Print the task's stdout or stderr; with follow, keep printing what it appends until the task ends."""
-    path, offset = f"{stream}.txt", 0
+    """Print the task's stdout or stderr; with follow, keep printing what it appends until the task ends. Until the
+    task has written anything, what it waits for goes to stderr, once per state (WAITING_FOR)."""
+    path, offset, said = f"{stream}.txt", 0, None
     while True:
         try:  # the state first: text written before completion is then all there
             state = service.get_task(job, batch_spec.TASK_ID).get("state")
         except JobNotFound:
             raise _not_found(job) from None
         data = service.read_task_file(job, batch_spec.TASK_ID, path, offset)
+        if not data and not offset and state != said:
+            print(f"logs: job {job}: no {path} yet; its task is {WAITING_FOR.get(state, state)}"
+                  + (" (following: its output appears here)" if follow and state != DONE else ""), file=sys.stderr,
+                  flush=True)
+            said = state
         if data:
             out.write(data.decode("utf-8", errors="replace"))
             out.flush()
