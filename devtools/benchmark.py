@@ -214,6 +214,8 @@ def counted_windows(metrics_jsonl: str, skip_steps: int) -> tuple[list[tuple[int
     rates, start, started_at, ended_at = [], 0, None, None
     for line in metrics_jsonl.splitlines():
         record = json.loads(line)
+        if "img_per_sec" not in record:  # a validation's record (val_loss, val_top1): no window
+            continue
         if start >= skip_steps:
             rates.append((record["step"] - start, record["img_per_sec"]))
             ended_at = record["time"]

@@ -27,6 +27,11 @@ OPTIMIZERS = ("auto", "sgd", "lars")
 # ResNet reference (mlcommons/training image_classification, `--optimizer=LARS`) and its submissions train with.
 LARS_ABOVE_GLOBAL_BATCH = 8192
 LOADERS = ("auto", "dali", "nvjpeg", "pil")
+# Without a GPU, the flags sized for one take these values unless given (resolve_for_device). Measured on 2 shared
+# cores (README's local quickstart): ResNet50 at 224 px and batch 32 ran at 0.5 img/s, 10 minutes for 5 epochs of
+# 90 images; at 64 px and batch 16 about 10 img/s, so a small folder's 10 epochs take minutes. One loader process:
+# decoding small JPEGs is cheap, and each process takes a core from the model's threads.
+CPU_SIZED = {"image_size": 64, "batch_size": 16, "epochs": 10.0, "workers": 1}
 
 
 def _opt(default: Any, help: str, choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None):
@@ -107,6 +112,12 @@ class TrainConfig:
     epochs: float = _opt(1.0, "passes over the training data (ignored when --steps is set)")
     steps: int = _opt(0, "optimizer steps to run in total (0: use --epochs)")
     log_every: int = _opt(10, "steps between metrics.jsonl records and progress lines")
+    progress_seconds: float = _opt(30.0, "also a progress line (step, img/s, elapsed, ETA) whenever this many "
+                                         "seconds passed without one, during long steps, start-up and validation "
+                                         "too; on a terminal a progress bar redrawn every second instead "
+                                         "(training/progress.py)")
+    val_every: int = _opt(1, "epochs between validations (val loss and top-1 over val/), and one at the end; 0: at "
+                             "the end only")
     checkpoint_every: int = _opt(500, "steps between checkpoints (one is always written at the end)")
     checkpoint_minutes: float = _opt(30.0, "also checkpoint once this many minutes of training have passed since "
                                            "the last one (0: by steps only): bounds what a Spot eviction or a lost "
@@ -121,8 +132,13 @@ class TrainConfig:
                                "(Azure ML sets it in every job, which logs there even without this flag), else to a "
                                "local store in OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns`)")
 
+    # Which of CPU_SIZED the user gave (flags or --config): the others take CPU-sized values on a machine without a
+    # GPU (resolve_for_device). None (a TrainConfig built in code): all given, nothing resized. Not a flag.
+    given: tuple[str, ...] | None = field(default=None, metadata={"internal": True})
+
     def validate(self) -> None:
-        positive = ("image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints")
+        positive = ("image_size", "batch_size", "log_every", "checkpoint_every", "keep_checkpoints",
+                    "progress_seconds")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -143,6 +159,8 @@ class TrainConfig:
         if self.interconnect_check and self.dist == "native":
             raise UsageError("--interconnect-check measures horovod and ddp runs; --dist native's collectives are "
                              "not measured yet (leave the flag out)")
+        if self.val_every < 0:
+            raise UsageError(f"--val-every must be >= 0 (0: at the end only), got {self.val_every}")
         if self.workers < 0:
             raise UsageError(f"--workers must be >= 0, got {self.workers}")
         if not 0 <= self.max_bad_images < 1:
@@ -210,7 +228,24 @@ def resolve_for_device(cfg: TrainConfig, gpu: bool, bf16: bool | None = None) ->
         loader = ("dali" if dali_installed() else "nvjpeg") if gpu and "nvjpeg" in fw.loaders else "pil"
     else:
         loader = cfg.loader
-    return replace(cfg, precision=precision, channels_last=channels_last, loader=loader)
+    return replace(cfg, precision=precision, channels_last=channels_last, loader=loader,
+                   **({} if gpu else {name: CPU_SIZED[name] for name in cpu_sized(cfg)}))
+
+
+def cpu_sized(cfg: TrainConfig) -> list[str]:
+    """The GPU-sized settings `cfg` leaves to their defaults, which a machine without a GPU replaces by CPU_SIZED's."""
+    if cfg.given is None:
+        return []
+    return [name for name in CPU_SIZED if name not in cfg.given and not (name == "epochs" and cfg.steps)]
+
+
+def cpu_sized_text(cfg: TrainConfig) -> str:
+    """The CPU-sized values in effect, for the run's first line, or ""."""
+    names = cpu_sized(cfg)
+    if not names:
+        return ""
+    shown = ", ".join(f"{_flag(name)} {getattr(cfg, name):g}" for name in names)
+    return f"no GPU, so CPU-sized defaults: {shown} (give the flag to change one)"
 
 
 def resolve_optimizer(cfg: TrainConfig, global_batch: int) -> TrainConfig:
@@ -245,6 +280,8 @@ def build_parser(prog: str = "python -m training train", description: str = "",
     parser.add_argument("--config", type=Path, help="YAML file of defaults (keys: the flag names with _ or -); "
                                                     "flags given on the command line win")
     for f in fields(TrainConfig):
+        if f.metadata.get("internal"):
+            continue
         help_text = f.metadata["help"] + ("" if f.default is None else f" (default: {f.default})")
         if f.type in ("bool", "bool | None"):
             parser.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=f.default, help=help_text)
@@ -285,9 +322,21 @@ def parse_args(argv: list[str], description: str = "") -> TrainConfig:
                 raise UsageError(f"--config {known.config}: {action.dest} must be one of {', '.join(action.choices)}")
     args = vars(parser.parse_args(argv))
     args.pop("config")
-    cfg = TrainConfig(**args)
+    given = set(defaults) if known.config else set()
+    cfg = TrainConfig(**args, given=tuple(sorted(given | _given_flags(argv))))
     cfg.validate()
     return cfg
+
+
+def _given_flags(argv: list[str]) -> set[str]:
+    """The options `argv` names (their dest), whatever their values."""
+    parser = build_parser(parser_class=_CheckingParser)
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    try:
+        return set(vars(parser.parse_known_args(argv)[0]))
+    except UsageError:
+        return set()  # the real parser has reported it by now
 
 
 def check_args(argv: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""report.png: a run's loss, LR and img/s against step, with its summary in the title; several runs side by side.
+"""report.png: a run's loss, LR, img/s and validation against step, with its summary in the title; several runs
+side by side.
 
 Every run writes its own (rank 0, after summary.json); `python -m training report RUN_DIR... --out FILE` draws
 runs on shared axes to compare them (a framework against another, a setting against another, a resumed run).
@@ -13,24 +14,34 @@ from pathlib import Path
 
 from training.errors import UsageError
 
-PANELS = (("loss", "loss"), ("lr", "learning rate"), ("img_per_sec", "images/s (global)"))
+PANELS = (("loss", "loss"), ("lr", "learning rate"), ("img_per_sec", "images/s (global)"),
+          ("val_top1", "validation top-1"))
 
 
 def read_run(run_dir: Path) -> tuple[list[dict], dict]:
-    """(metrics records by step, summary or {}); a record cut short by a crash is skipped."""
+    """(training records by step, summary or {}); a record cut short by a crash is skipped."""
+    records, _, summary = read_records(run_dir)
+    return records, summary
+
+
+def read_records(run_dir: Path) -> tuple[list[dict], list[dict], dict]:
+    """(training records by step, validation records by step, summary or {}): metrics.jsonl holds both, a
+    validation's record by its val_loss and val_top1."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         raise UsageError(f"{run_dir}: no metrics.jsonl (not a run folder of `python -m training train`)")
-    records = {}
+    records, validations = {}, {}
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        records[record["step"]] = record  # a resumed run may log a step again: the latest wins
+        # a resumed run may log a step again: the latest wins
+        (validations if "val_top1" in record else records)[record["step"]] = record
     summary_path = run_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    return [records[step] for step in sorted(records)], summary
+    return ([records[step] for step in sorted(records)], [validations[step] for step in sorted(validations)],
+            summary)
 
 
 def title_of(run_dir: Path, summary: dict) -> str:
@@ -50,11 +61,12 @@ def draw(runs: list[Path], out: Path) -> Path:
     figure, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
     titles = []
     for run_dir in runs:
-        records, summary = read_run(run_dir)
+        records, validations, summary = read_records(run_dir)
         titles.append(title_of(run_dir, summary))
-        steps = [r["step"] for r in records]
         for ax, (key, _) in zip(axes, PANELS):
-            ax.plot(steps, [r[key] for r in records], marker="." if len(steps) < 50 else None, label=run_dir.name)
+            shown = validations if key.startswith("val_") else records
+            ax.plot([r["step"] for r in shown], [r[key] for r in shown], marker="." if len(shown) < 50 else None,
+                    label=run_dir.name)
     for ax, (_, label) in zip(axes, PANELS):
         ax.set_xlabel("step")
         ax.set_ylabel(label)

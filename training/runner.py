@@ -9,17 +9,20 @@ Pure apart from file writes: no framework is imported here.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, efficiency, frameworks, interconnect, metrics, model_card, tracking
-from training.config import TrainConfig, resolve_optimizer
+from training import checkpoint, efficiency, frameworks, interconnect, metrics, model_card, progress, tracking
+from training.config import TrainConfig, cpu_sized_text, resolve_optimizer
 from training.data import folder
 from training.errors import RunStopped
+from training import watchdog
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what one synthetic epoch counts
@@ -90,8 +93,9 @@ class Loop(Protocol):
             after_step: Callable[[int, Callable[[], float]], None]) -> int:
         """Train from step `start` to `stop_at`, setting lr_for(step) before each step and calling
         after_step(steps done, loss averaged over ranks) after it; returns the last step done."""
-    def evaluate(self) -> float | None:
-        """Top-1 on the validation split over all ranks, or None without one."""
+    def evaluate(self) -> tuple[float, float] | None:
+        """(Mean cross-entropy, top-1) on the validation split over all ranks, or None without one. Every rank
+        calls it at the same step (a collective); it leaves the model training."""
     def tensorboard(self, directory: Path) -> ScalarWriter: ...
     def export(self, out: Path, card: model_card.ModelCard) -> dict[str, str]:
         """Rank 0 only: the model files written (name -> path), the ONNX file stamped with `card`."""
@@ -121,6 +125,32 @@ class Reporter:
     world_size: int = 1
     window_times: efficiency.StepTimes | None = None
     steady_times: efficiency.StepTimes | None = None
+    heartbeat: progress.Heartbeat | None = None  # rank 0's lines (training/progress.py)
+    validation: tuple[float, float] | None = None  # the latest (val loss, top-1)
+
+    def say(self, text: str) -> None:
+        if self.heartbeat:
+            self.heartbeat.line(text)
+        else:
+            print(text, flush=True)
+
+    def record_validation(self, step: int, loss: float, top1: float) -> None:
+        """Rank 0's validation at `step`: metrics.jsonl, TensorBoard, MLflow and a line."""
+        self.validation = (loss, top1)
+        if not self.rank0:
+            return
+        epoch = step / self.plan.steps_per_epoch
+        self.log.write({"step": step, "epoch": round(epoch, 4), "val_loss": loss, "val_top1": top1,
+                        "time": round(time.time(), 3)})
+        self.writer.scalar("val/loss", loss, step)
+        self.writer.scalar("val/top1", top1, step)
+        if self.tracker:
+            self.tracker.log_step(step, {"val_loss": loss, "val_top1": top1})
+        if self.heartbeat:
+            self.heartbeat.progress.last_validation = f"val top-1 {top1:.3f}"
+        epochs = self.plan.stop_at / self.plan.steps_per_epoch
+        self.say(f"epoch {epoch:.4g}/{epochs:.4g}  step {step}/{self.plan.total_steps}  val loss {loss:.4f}  "
+                 f"val top-1 {top1:.3f}")
 
     def record(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
@@ -142,8 +172,12 @@ class Reporter:
             self.writer.scalar(tag, value, step)
         if self.tracker:
             self.tracker.log_step(step, {"loss": loss, "lr": lr, "img_per_sec": rate})
-        print(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s  "
-              f"{efficiency.progress_text(rate / self.world_size, self.expected, bound)}", flush=True)
+        eta = ""
+        if self.heartbeat:
+            left = self.heartbeat.progress.eta(self.heartbeat.clock())
+            eta = "" if left is None else f"  ETA {progress.duration(left)}"
+        self.say(f"step {step}/{self.plan.total_steps}  epoch {epoch:.2f}  loss {loss:.4f}  lr {lr:.4g}  {rate:.1f} img/s"
+                 f"{eta}  {efficiency.progress_text(rate / self.world_size, self.expected, bound)}")
 
     def steady_rates(self) -> list[float]:
         # The first window includes start-up (tracing, compilation): leave it out when there are others.
@@ -156,6 +190,8 @@ class Reporter:
         return efficiency.classify(self.times.since(self.steady_times if len(self.rates) > 1 else start))
 
     def close(self) -> None:
+        if self.heartbeat:
+            self.heartbeat.stop()
         if self.rank0:
             self.writer.close()
             self.log.close()
@@ -183,9 +219,25 @@ class CheckpointCadence:
 def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str, Any]:
     """Train as `cfg` says with the framework `make_loop` builds; returns the summary (every rank)."""
     out = Path(cfg.output_dir)
+    started_setup = time.monotonic()
     cfg, classes = with_classes(cfg)  # before any file is written or model built: a folder that disagrees stops here
     metrics.prepare_output_dir(out)
-    loop = make_loop(cfg)
+    # Rank 0's lines start now, before the framework sets up (distribution, model, the folder's scan): a line
+    # within seconds, and the heartbeat's through a long start-up (training/progress.py).
+    heartbeat = None
+    if launched_as_rank0(os.environ):
+        print(first_line(cfg, classes), flush=True)
+        heartbeat = progress.Heartbeat(progress.Progress(total=0, global_batch=0, start_step=0, started=started_setup),
+                                       cfg.progress_seconds).start()
+    try:
+        loop = make_loop(cfg)
+    except BaseException:
+        if heartbeat:
+            heartbeat.stop()
+        raise
+    if heartbeat and loop.rank != 0:  # a launcher this process could not read: the loop's rank decides
+        heartbeat.stop()
+        heartbeat = None
     # with the hardware-dependent defaults decided (config.resolve_for_device), and the batch-dependent ones
     cfg = resolve_optimizer(loop.cfg, loop.cfg.batch_size * loop.size)
     rank0 = loop.rank == 0  # only rank 0 writes files and prints progress
@@ -210,10 +262,18 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         if rank0:
             print(f"resumed from {resume_from} at step {step}", flush=True)
     if rank0:
-        print(f"training ResNet50 ({cfg.framework}, {loop.distribution}, {loop.size} worker(s), {loop.device}): "
-              f"{the_plan.total_steps} steps, global batch {the_plan.global_batch}, {cfg.optimizer}, "
-              f"peak LR {the_plan.peak_lr:.4g}, "
-              f"{speed_settings(cfg)}", flush=True)
+        epochs = the_plan.total_steps / the_plan.steps_per_epoch
+        line = (f"training ResNet50 ({cfg.framework}, {loop.distribution}, {loop.size} worker(s), {loop.device}): "
+                f"{the_plan.total_steps} steps ({epochs:.3g} epochs of {the_plan.steps_per_epoch}), image "
+                f"{cfg.image_size} px, batch {cfg.batch_size} per worker (global {the_plan.global_batch}), "
+                f"{cfg.workers} loader process(es), {cfg.optimizer}, peak LR {the_plan.peak_lr:.4g}, "
+                f"{speed_settings(cfg)}")
+        sized = cpu_sized_text(cfg) if loop.device == "cpu" else ""
+        print(line + (f"; {sized}" if sized else ""), flush=True)
+    if heartbeat:  # the run's size is known now
+        heartbeat.progress = progress.Progress(total=the_plan.stop_at, global_batch=the_plan.global_batch,
+                                               start_step=step, started=started_setup,
+                                               steps_per_epoch=the_plan.steps_per_epoch)
 
     uri = tracking.tracking_uri(cfg.mlflow, cfg.output_dir) if rank0 else None
     tracker = tracking.Tracker(uri, {**dataclasses.asdict(cfg), "world_size": loop.size,
@@ -226,23 +286,43 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     reporter = Reporter(the_plan, rank0, metrics.MetricsLog(out / "metrics.jsonl", append=bool(resume_from)) if rank0
                         else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [],
                         tracker=tracker, times=times, expected=expected, world_size=loop.size,
-                        window_times=start_times)
+                        window_times=start_times, heartbeat=heartbeat)
     start_step = step
     # Rank 0 alone decides and writes (checkpoint_state and save are rank 0's own: no collective to agree on).
     cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_minutes, the_plan.stop_at, time.monotonic())
 
+    val_steps = cfg.val_every * the_plan.steps_per_epoch  # 0: at the end only
+    validated_at = [-1]
+
+    def validate(done: int) -> None:
+        validated_at.append(done)
+        if heartbeat:
+            heartbeat.progress.phase = f"validating after step {done}"
+        found = loop.evaluate()  # every rank, at the same step: a collective
+        if found is not None:
+            reporter.record_validation(done, *found)
+
     def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
+        if heartbeat:
+            heartbeat.progress.advance(done, heartbeat.clock())
         if done % cfg.log_every == 0 or done == the_plan.stop_at:
             reporter.record(done, averaged_loss(), the_plan.lr(done - 1))  # every rank joins the average
+        if val_steps and done % val_steps == 0 and done < the_plan.total_steps:  # the last step's is below
+            validate(done)
         if rank0 and cadence.due(done, time.monotonic()):
             checkpoint.save(ckpt_dir, done, loop.checkpoint_state(done), loop.save_checkpoint, cfg.keep_checkpoints,
                             loop.checkpoint_suffix)
             cadence.saved(time.monotonic())
 
+    dog = watchdog.start(loop.rank, loop.size, out)  # a run whose steps stop ends (training/watchdog.py)
     if step < the_plan.stop_at:
-        step = loop.fit(step, the_plan.stop_at, the_plan.lr, after_step)
+        step = loop.fit(step, the_plan.stop_at, the_plan.lr, dog.wrap(after_step) if dog else after_step)
+    if dog:
+        dog.busy("validation and the summary")
     wall = time.perf_counter() - started
-    top1 = loop.evaluate()
+    if validated_at[-1] != step:
+        validate(step)  # the end's, unless this step's ran (a --stop-at-step at an epoch's end)
+    val_loss, top1 = reporter.validation or (None, None)
     result = metrics.summary(world_size=loop.size, global_rates=reporter.steady_rates(),
                              images_seen=(step - start_step) * the_plan.global_batch, wall_time_s=wall,
                              final_loss=reporter.loss, top1=top1, framework=cfg.framework,
@@ -251,6 +331,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                                     "global_batch": the_plan.global_batch, "optimizer": cfg.optimizer,
                                     "lr_schedule": cfg.lr_schedule, "precision": cfg.precision,
                                     "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
+                                    "val_loss": val_loss, "image_size": cfg.image_size,
+                                    "batch_size": cfg.batch_size,
                                     "data_path": data_path(cfg), **peak_memory(loop), **interconnect_figure(out)})
     bound = reporter.run_bound(start_times)
     result.update(efficiency.summary_fields(result["img_per_sec_per_worker"], expected, bound))
@@ -272,6 +354,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         print(metrics.done_line(result, cfg.output_dir), flush=True)
         print(f"efficiency: {efficiency.progress_text(result['img_per_sec_per_worker'], expected, bound)}; "
               f"expected: {expected.basis}", flush=True)
+    if dog:
+        dog.stop()
     loop.shutdown()
     return result
 
@@ -293,6 +377,28 @@ def export(loop: Loop, out: Path, card: model_card.ModelCard) -> dict[str, str]:
         print(f"error: the model export failed ({files['export_error']}); the checkpoints in "
               f"{out / 'checkpoints'} hold the trained weights", file=sys.stderr, flush=True)
     return files
+
+
+def launched_as_rank0(env: Mapping[str, str]) -> bool:
+    """Whether the launcher made this process rank 0 (or none launched it: one process), from its variables:
+    torchrun's, mpirun's, Horovod's Gloo launcher's, or TF_CONFIG's task (--dist native), before any framework
+    is set up. Rank 0 alone prints; the loop's own rank checks it once built."""
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"):
+        if name in env:
+            return env[name] == "0"
+    if env.get("TF_CONFIG"):
+        try:
+            return int(json.loads(env["TF_CONFIG"]).get("task", {}).get("index", 0)) == 0
+        except (ValueError, TypeError, AttributeError):
+            return True
+    return True
+
+
+def first_line(cfg: TrainConfig, classes: tuple[str, ...] | None) -> str:
+    """Rank 0's first line, before the framework sets up: what runs, on what data, where it writes."""
+    data = "synthetic data" if cfg.data == "synthetic" else f"{cfg.data} ({len(classes or ())} classes)"
+    return (f"python -m training train: ResNet50 with {cfg.framework} on {data}, outputs in {cfg.output_dir}; "
+            "setting up (the device, steps and sizes follow)")
 
 
 def with_classes(cfg: TrainConfig) -> tuple[TrainConfig, tuple[str, ...] | None]:
@@ -322,8 +428,6 @@ def data_path(cfg: TrainConfig) -> str:
 def interconnect_figure(out: Path) -> dict[str, Any]:
     """The figure `python -m training interconnect-check --output OUT/interconnect.json` measured before this run
     (multi-node jobs run it first), or nothing."""
-    import json
-
     path = out / "interconnect.json"
     return json.loads(path.read_text()) if path.is_file() else {}
 

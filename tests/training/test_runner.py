@@ -148,3 +148,16 @@ def test_checkpoint_minutes_zero_checkpoints_by_steps_only_and_a_negative_one_is
     assert cfg().checkpoint_minutes == 30.0  # bounded by default
     with pytest.raises(UsageError, match="--checkpoint-minutes must be >= 0"):
         cfg("--checkpoint-minutes", "-1").validate()
+
+
+def test_without_a_gpu_the_sizes_left_to_their_defaults_are_cpu_sized_and_given_ones_stay(tmp_path):
+    from training.config import CPU_SIZED, TrainConfig, cpu_sized_text
+
+    cpu = resolve_for_device(cfg(), gpu=False)
+    assert {name: getattr(cpu, name) for name in CPU_SIZED} == CPU_SIZED
+    assert resolve_for_device(cfg(), gpu=True).image_size == 224  # a GPU keeps the GPU-sized defaults
+    (tmp_path / "c.yaml").write_text("image-size: 128\n")
+    mine = resolve_for_device(cfg("--config", str(tmp_path / "c.yaml"), "--batch-size", "8", "--steps", "5"), False)
+    assert (mine.image_size, mine.batch_size, mine.workers) == (128, 8, 1)
+    assert cpu_sized_text(mine) == "no GPU, so CPU-sized defaults: --workers 1 (give the flag to change one)"
+    assert resolve_for_device(TrainConfig(), gpu=False).image_size == 224  # built in code: nothing resized

@@ -138,22 +138,26 @@ class TorchLoop:
                 fetching = time.perf_counter()  # after logging and checkpoints, which are none of the three parts
         return step
 
-    def evaluate(self) -> float | None:
+    def evaluate(self) -> tuple[float, float] | None:
+        """(Mean cross-entropy without label smoothing, top-1) over every rank's share of val/."""
         if self.data.val is None:
             return None
         model, device = self.model, self.torch_device
         model.eval()
         correct = total = 0
+        loss_sum = 0.0
         with torch.no_grad():
             for images, labels in self.data.val:
                 images, labels = images.to(device), labels.to(device)
                 if self.cfg.channels_last:
                     images = images.contiguous(memory_format=torch.channels_last)
-                correct += (model(images).argmax(1) == labels).sum().item()
+                logits = model(images).float()
+                loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+                correct += (logits.argmax(1) == labels).sum().item()
                 total += labels.numel()
         model.train()
-        correct, total = self.dist.sum(correct), self.dist.sum(total)
-        return correct / total if total else 0.0
+        correct, total, loss_sum = self.dist.sum(correct), self.dist.sum(total), self.dist.sum(loss_sum)
+        return (loss_sum / total, correct / total) if total else None
 
     def tensorboard(self, directory: Path) -> TorchWriter:
         return TorchWriter(directory)

@@ -150,19 +150,15 @@ class HorovodRuntime:
     def allreduce_seconds(self, count: int, iters: int) -> float:
         return interconnect.tf_allreduce_seconds(self.tf, self.hvd, count, iters)
 
-    def evaluate(self) -> float | None:
+    def evaluate(self) -> tuple[float, float] | None:
+        """(Mean cross-entropy without label smoothing, top-1) over every rank's share of val/."""
         validation = self.data.validation()
         if validation is None:
             return None
         tf, hvd = self.tf, self.hvd
-        correct = total = 0
-        for images, labels in validation:
-            logits = self.model(images, training=False)
-            correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == tf.argmax(labels, 1), tf.int32)))
-            total += int(labels.shape[0])
-        correct = float(hvd.allreduce(tf.constant(float(correct)), op=hvd.Sum))
-        total = float(hvd.allreduce(tf.constant(float(total)), op=hvd.Sum))
-        return correct / total if total else 0.0
+        counts = validation_counts(tf, self.model, validation)
+        loss_sum, correct, total = (float(hvd.allreduce(tf.constant(value), op=hvd.Sum)) for value in counts)
+        return (loss_sum / total, correct / total) if total else None
 
     def tensorboard(self, directory: Path) -> TfWriter:
         return TfWriter(self.tf, directory)
@@ -179,6 +175,17 @@ class HorovodRuntime:
 
     def shutdown(self) -> None:
         pass  # Horovod shuts down at exit; Keras callbacks may still hold collectives until then
+
+
+def validation_counts(tf, model, validation) -> tuple[float, float, float]:
+    """(Summed cross-entropy, correct, images) of `model` on this worker's share of val/ (one-hot labels)."""
+    loss_sum = correct = total = 0.0
+    for images, labels in validation:
+        logits = tf.cast(model(images, training=False), tf.float32)
+        loss_sum += float(tf.reduce_sum(tf.keras.losses.categorical_crossentropy(labels, logits, from_logits=True)))
+        correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == tf.argmax(labels, 1), tf.int32)))
+        total += int(labels.shape[0])
+    return loss_sum, correct, total
 
 
 class NativeRuntime(HorovodRuntime):
@@ -256,18 +263,14 @@ class NativeRuntime(HorovodRuntime):
             self._plain.set_weights(self._local(self.model.weights))
         return self._plain
 
-    def evaluate(self) -> float | None:
+    def evaluate(self) -> tuple[float, float] | None:
         validation = self.data.validation()
         if validation is None:
             return None
-        tf, model = self.tf, self._plain_model()
-        correct = total = 0
-        for images, labels in validation:
-            logits = model(images, training=False)
-            correct += int(tf.reduce_sum(tf.cast(tf.argmax(logits, 1) == tf.argmax(labels, 1), tf.int32)))
-            total += int(labels.shape[0])
-        correct, total = self._summed(float(correct)), self._summed(float(total))
-        return correct / total if total else 0.0
+        self._plain = None  # evaluated every epoch: a copy of the weights as they are now, not the last epoch's
+        counts = validation_counts(self.tf, self._plain_model(), validation)
+        loss_sum, correct, total = (self._summed(value) for value in counts)
+        return (loss_sum / total, correct / total) if total else None
 
     def export(self, out: Path, card) -> dict[str, str]:
         from training.tensorflow.export import export_checked
