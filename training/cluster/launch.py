@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.errors import UsageError
+from training.watchdog import collective_env
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 # Environment the remote ranks need too: mpirun forwards these by name (-x), values never on the command line.
-FORWARDED_PREFIXES = ("NCCL_", "UCX_", "HOROVOD_", "PYTHON", "OMP_", "TF_", "CUDA_", "MASTER_")
+FORWARDED_PREFIXES = ("NCCL_", "UCX_", "HOROVOD_", "PYTHON", "OMP_", "TF_", "CUDA_", "MASTER_", "TORCH_NCCL_",
+                      "TRAINING_WATCHDOG")
 # --dist ddp under this launcher: torch.distributed's rendezvous on the first host (rank 0's: mpirun and Horovod's
 # Gloo launcher place ranks in -H order, by slot), at torchrun's default port.
 DDP_MASTER_PORT = 29500
@@ -247,6 +249,8 @@ def main(argv: list[str]) -> int:
     if not train_flags:
         raise UsageError("no training flags after `--`; e.g. -- --data synthetic --steps 20 --output-dir OUT")
     hosts = parse_hosts(args.hosts) if args.hosts else hosts_from_batch(os.environ, args.slots)
+    # The frameworks' own collective timeouts, for every rank (forwarded to the other nodes by name)
+    os.environ.update(collective_env(os.environ))
     if dist_of(train_flags) == "native" and args.run == "train":
         # One worker per node (it drives all the node's GPUs); this node is Batch's primary, where launch runs:
         # AZ_BATCH_MASTER_NODE is its IP:PORT (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
@@ -273,5 +277,49 @@ def main(argv: list[str]) -> int:
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:
         return 0
-    os.execvp(command[0], command)  # a path with a slash is used as is, a bare name is looked up on PATH
-    return 0  # not reached: exec replaces this process, so signals reach horovodrun directly
+    return run_attempt(command, hosts, Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR)))
+
+
+DEFAULT_OUTPUT_DIR = "out"  # training/config.py's default --output-dir
+
+
+def flag_value(train_flags: list[str], flag: str, default: str) -> str:
+    """The value of `flag` in the training flags (the last one wins, as argparse does), or `default`."""
+    value = default
+    for i, arg in enumerate(train_flags):
+        if arg == flag and i + 1 < len(train_flags):
+            value = train_flags[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
+    """Run the ranks' launcher (horovodrun) as a child, passing on the signals Batch or a person send, then say
+    what the attempt ended as: one line (`fault: node HOST: ...` or `fault: code: ...`), its record in
+    OUTPUT_DIR/attempts.jsonl, the blamed nodes taken out of scheduling (training/cluster/keep_out.py) and the
+    exit code of its kind (training/errors.py), which the job's exitConditions read."""
+    import signal
+    import subprocess
+
+    from training.cluster import attempts, keep_out
+
+    attempts.clear(output_dir)  # this attempt's records only
+    started = attempts.now()
+    proc = subprocess.Popen(command)
+    forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - horovodrun ends its ranks itself
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    rc = proc.wait()
+    verdict = attempts.classify(attempts.read_records(output_dir), rc)
+    record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
+                                     [h.name for h in hosts], verdict)
+    if verdict.kind != "ok":
+        print(verdict.line, file=sys.stderr, flush=True)
+        if verdict.kind == "node" and verdict.blamed_hosts:
+            record.blamed_nodes, record.kept_out = keep_out.keep_out(verdict.blamed_hosts, os.environ)
+            print(f"launch: {record.kept_out}", file=sys.stderr, flush=True)
+        print(f"launch: attempt {record.attempt} cost {record.node_hours:.3f} node-hours "
+              f"({len(hosts)} node(s)); exit {verdict.exit_code}", file=sys.stderr, flush=True)
+    attempts.append(output_dir, record)
+    return verdict.exit_code

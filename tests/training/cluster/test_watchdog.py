@@ -1,0 +1,158 @@
+"""The progress watchdog's pure parts (training/watchdog.py: the deadline, who stopped, how an exception is
+classified) and the launcher's verdict on an attempt (training/cluster/attempts.py), without a framework."""
+import json
+import sys
+import threading
+
+import pytest
+
+from training.cluster import attempts
+from training.cluster.launch import flag_value, run_attempt, Host
+from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT, EXIT_USAGE, kind_of
+from training.watchdog import (Bounds, Deadline, Watchdog, collective_env, exception_record, is_collective_failure,
+                               read_alive, record_fault, stalled, write_alive)
+
+BOUNDS = Bounds(first_s=100, floor_s=10, factor=5, busy_s=50, poll_s=0.01)
+
+
+def test_the_first_steps_get_the_start_up_floor_then_the_bound_follows_the_measured_step_time():
+    d = Deadline(BOUNDS, now=0)
+    assert d.bound() == 100 and d.overdue(99) is None and d.overdue(101) == 101
+    for step, t in enumerate((30, 31, 32, 33, 34), start=1):  # the first took 30 s (start-up), then 1 s each
+        d.stepped(step, t)
+    assert d.bound() == 10  # 5 x the median (1 s) is under the floor
+    for step in range(6, 30):
+        d.stepped(step, 34 + (step - 5) * 4)  # 4 s steps: the bound follows, 5 x 4 s
+    assert d.bound() == 20
+    assert d.overdue(d.last + 19) is None and d.overdue(d.last + 21) == 21
+
+
+def test_a_checkpoint_or_validation_runs_under_the_busy_floor_and_is_not_a_step_time():
+    d = Deadline(BOUNDS, now=0)
+    for step in range(1, 6):
+        d.stepped(step, step)
+    d.busy("a checkpoint", now=5)
+    assert d.bound() == 50 and d.overdue(5 + 49) is None
+    d.stepped(5, 5 + 45)  # the same step: back to the step bound, the 45 s not counted as a step
+    assert d.bound() == 10 and max(d.times) == 1
+
+
+def test_steps_reported_in_jumps_are_timed_per_step():
+    d = Deadline(BOUNDS, now=0)
+    for i in range(1, 6):
+        d.stepped(i * 10, i * 20.0)  # every 10 steps, 20 s: 2 s a step
+    assert d.bound() == 10 and d.times[-1] == 2
+
+
+def test_the_rank_whose_sign_of_life_does_not_move_is_the_one_that_stopped(tmp_path):
+    for rank, host in enumerate(("10.0.0.4", "10.0.0.5", "10.0.0.6")):
+        write_alive(tmp_path, rank, host, beats=3, step=7)
+    before = read_alive(tmp_path)
+    write_alive(tmp_path, 0, "10.0.0.4", beats=4, step=7)
+    write_alive(tmp_path, 2, "10.0.0.6", beats=4, step=7)
+    assert [(s["rank"], s["host"]) for s in stalled(before, read_alive(tmp_path), world=4)] == [
+        (1, "10.0.0.5"), (3, "unknown")]  # rank 3 never wrote one
+
+
+def test_the_thread_names_the_peer_that_stopped_and_ends_with_the_hang_exit_code(tmp_path):
+    clock = [0.0]
+    ended = threading.Event()
+    got = {}
+
+    def on_expire(line, record):
+        got.update(line=line, record=record)
+        ended.set()
+
+    write_alive(tmp_path / ".watchdog", 1, "node-b", beats=1, step=4)  # rank 1: alive once, then silent
+    dog = Watchdog(0, 2, tmp_path, BOUNDS, clock=lambda: clock[0], host="node-a", on_expire=on_expire).start()
+    for step in range(1, 6):
+        clock[0] = step
+        dog.stepped(step)
+    assert not ended.wait(0.1)  # within the bound: nothing
+    clock[0] = 5 + 11  # past 10 s
+    assert ended.wait(5)
+    dog.stop()
+    assert got["record"] == {"rank": 0, "host": "node-a", "kind": "node", "exit_code": EXIT_HANG, "step": 5,
+                             "reason": "hang", "blamed_hosts": ["node-b"], "line": got["line"]}
+    assert got["line"].startswith("error: node fault: no training step for 11 s after step 5 (bound 10 s); "
+                                  "rank 1 on host node-b stopped (no sign of life); rank 0 on node-a ends the run "
+                                  f"(exit {EXIT_HANG})")
+
+
+class HorovodInternalError(RuntimeError):
+    """Named as horovod.common.exceptions' is: the classification goes by the name (no framework imported)."""
+
+
+def test_a_failed_collective_is_a_node_fault_and_any_other_exception_the_codes():
+    lost = HorovodInternalError("Horovod has been shut down. This was caused by an exception on one of the ranks")
+    assert is_collective_failure(lost) and not is_collective_failure(ValueError("bad label 7"))
+    try:
+        try:
+            raise ConnectionError("Connection closed by peer [10.0.0.5]:4000")
+        except ConnectionError as inner:
+            raise RuntimeError("allreduce failed") from inner
+    except RuntimeError as chained:
+        assert is_collective_failure(chained)
+    record = exception_record(lost, 0, "10.0.0.4", [{"rank": 1, "host": "10.0.0.5"}], world=2)
+    assert (record["kind"], record["exit_code"], record["blamed_hosts"]) == ("node", EXIT_NODE_FAULT, ["10.0.0.5"])
+    record = exception_record(ValueError("bad label 7"), 1, "10.0.0.5", [], world=2)
+    assert (record["kind"], record["exit_code"]) == ("code", EXIT_CODE_FAULT)
+    assert record["line"] == ("error: code fault: rank 1 (10.0.0.5) raised ValueError: bad label 7: not retried "
+                              "(it fails the same on any node)")
+
+
+def _rec(rank, kind, blamed=(), reason="hang", code=None):
+    return {"rank": rank, "host": f"h{rank}", "kind": kind, "blamed_hosts": list(blamed), "reason": reason,
+            "exit_code": code or (EXIT_HANG if kind == "node" else EXIT_CODE_FAULT), "line": f"error: {kind} {rank}"}
+
+
+@pytest.mark.parametrize("records,rc,expected", [
+    ([], 0, ("ok", 0, ())),
+    ([_rec(0, "node", ["h1"]), _rec(2, "node", ["h1"])], 1, ("node", EXIT_HANG, ("h1",))),
+    # rank 1's exception, then rank 0 lost its peer: the code's fault, not the node's
+    ([_rec(0, "node", reason="peer lost", code=EXIT_NODE_FAULT), _rec(1, "code", reason="exception")], 1,
+     ("code", EXIT_CODE_FAULT, ())),
+    ([_rec(0, "node")], 1, ("node", EXIT_HANG, ())),  # a hung collective, every rank alive
+    ([], 1, ("node", EXIT_NODE_FAULT, ())),  # a rank killed without a word
+    ([], EXIT_USAGE, ("code", EXIT_USAGE, ())),
+])
+def test_an_attempt_is_classified_from_its_ranks_records(records, rc, expected):
+    verdict = attempts.classify(records, rc)
+    assert (verdict.kind, verdict.exit_code, verdict.blamed_hosts) == expected
+    assert kind_of(verdict.exit_code) == expected[0]
+    if verdict.kind != "ok":
+        assert verdict.line.startswith(f"fault: {verdict.kind}")
+
+
+def test_the_frameworks_timeouts_are_set_unless_the_user_set_them():
+    env = collective_env({"HOROVOD_GLOO_TIMEOUT_SECONDS": "120", "TRAINING_WATCHDOG_FIRST_S": "300"})
+    assert env == {"HOROVOD_STALL_CHECK_TIME_SECONDS": "60", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
+                   "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def test_a_bad_bound_is_named():
+    with pytest.raises(ValueError, match="TRAINING_WATCHDOG_FLOOR_S='x' is not a number"):
+        Bounds.from_env({"TRAINING_WATCHDOG_FLOOR_S": "x"})
+
+
+def test_the_launcher_says_the_verdict_first_and_records_each_attempt(tmp_path, capfd):
+    """run_attempt with a stand-in for horovodrun: a process that leaves rank 1's code-fault record and fails."""
+    out = tmp_path / "run"
+    record_fault(out, {**_rec(9, "code"), "rank": 9})  # a previous attempt's record: cleared, not counted
+    fail = [sys.executable, "-c", "import json, pathlib, sys; d = pathlib.Path(sys.argv[1]) / '.faults'; "
+            "d.mkdir(parents=True, exist_ok=True); (d / 'rank-1.json').write_text(json.dumps(json.loads(sys.argv[2])));"
+            " sys.exit(1)", str(out), json.dumps(_rec(1, "code", reason="exception"))]
+    hosts = [Host("10.0.0.4", 1), Host("10.0.0.5", 1)]
+    assert run_attempt(fail, hosts, out) == EXIT_CODE_FAULT
+    err = capfd.readouterr().err.splitlines()
+    assert err[0] == "fault: code: code 1"
+    assert run_attempt([sys.executable, "-c", "pass"], hosts, out) == 0
+    lines = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["attempt"], a["kind"], a["exit_code"], a["hosts"]) for a in lines] == [
+        (1, "code", EXIT_CODE_FAULT, ["10.0.0.4", "10.0.0.5"]), (2, "ok", 0, ["10.0.0.4", "10.0.0.5"])]
+    assert lines[0]["node_hours"] >= 0 and lines[1]["node_hours"] == 0
+
+
+def test_the_output_dir_is_read_from_the_training_flags():
+    assert flag_value(["--steps", "3", "--output-dir", "/a", "--output-dir=/b"], "--output-dir", "out") == "/b"
+    assert flag_value(["--steps", "3"], "--output-dir", "out") == "out"

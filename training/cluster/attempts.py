@@ -1,0 +1,118 @@
+"""What one attempt of a job ended as (pure apart from reading and appending files): the ranks' fault records
+(training/watchdog.py) and horovodrun's exit status classified as a node fault or a code/data fault, with the
+host it blames, and the attempt's line in OUTPUT_DIR/attempts.jsonl (each attempt of a Batch task appends one:
+its start, end, nodes, verdict and the node-hours a failure cost), which `python -m infra status` shows.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from training.errors import EXIT_CODE_FAULT, EXIT_NODE_FAULT, kind_of
+from training.watchdog import ALIVE_DIR, FAULTS_DIR
+
+ATTEMPTS_FILE = "attempts.jsonl"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str  # ok | node | code
+    exit_code: int  # the task's: 0, EXIT_NODE_FAULT or EXIT_HANG (node), EXIT_USAGE or EXIT_CODE_FAULT (code)
+    reason: str  # hang, peer lost, exception, usage, rank lost, health check, ...
+    blamed_hosts: tuple[str, ...] = ()
+    line: str = ""  # the one line the launcher prints first about it
+
+
+def classify(records: list[dict], rc: int) -> Verdict:
+    """The attempt's verdict from every rank's fault record and the ranks' launcher's exit status (pure).
+
+    A rank that named a host that stopped (the watchdog, a failed collective) makes it a node fault on that host;
+    else a rank's own exception or bad input makes it a code fault (the ranks that then lost their peer only echo
+    it); else a hang or a lost peer nobody could name is a node fault on no host in particular; a non-zero status
+    with no record at all (a rank killed by a signal or its host gone before it could write) is a node fault too."""
+    if rc == 0 and not records:
+        return Verdict("ok", 0, "done")
+    named = [r for r in records if r.get("kind") == "node" and r.get("blamed_hosts")]
+    if named:
+        hosts = tuple(sorted({h for r in named for h in r["blamed_hosts"]}))
+        first = min(named, key=lambda r: r["rank"])
+        return Verdict("node", first["exit_code"], first["reason"], hosts,
+                       f"fault: node {','.join(hosts)}: {first['reason']} ({first['line'].removeprefix('error: ')})")
+    code = [r for r in records if r.get("kind") == "code"]
+    if code:
+        first = min(code, key=lambda r: r["rank"])
+        return Verdict("code", first["exit_code"], first["reason"], (),
+                       f"fault: code: {first['line'].removeprefix('error: ')}")
+    node = [r for r in records if r.get("kind") == "node"]
+    if node:
+        first = min(node, key=lambda r: r["rank"])
+        return Verdict("node", first["exit_code"], first["reason"], (),
+                       f"fault: node (none named): {first['line'].removeprefix('error: ')}")
+    if kind_of(rc) == "code":
+        return Verdict("code", rc, "usage", (), f"fault: code: a rank refused its input (exit {rc}); see its error line")
+    return Verdict("node", EXIT_NODE_FAULT, "rank lost", (),
+                   f"fault: node (none named): the ranks ended with exit {rc} and no rank said why (a rank killed, "
+                   "or its host gone)")
+
+
+def read_records(output_dir: Path) -> list[dict]:
+    records = []
+    directory = output_dir / FAULTS_DIR
+    for path in sorted(directory.glob("rank-*.json")) if directory.is_dir() else ():
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def clear(output_dir: Path) -> None:
+    """Forget the previous attempt's fault records and signs of life (an attempt classifies only its own)."""
+    for name in (FAULTS_DIR, ALIVE_DIR):
+        directory = output_dir / name
+        for path in directory.glob("*") if directory.is_dir() else ():
+            path.unlink(missing_ok=True)
+
+
+@dataclass
+class Attempt:
+    attempt: int
+    started: float  # Unix seconds
+    ended: float
+    hosts: list[str]
+    kind: str
+    exit_code: int
+    reason: str
+    blamed_hosts: list[str] = field(default_factory=list)
+    blamed_nodes: list[str] = field(default_factory=list)  # Batch node IDs taken out of scheduling
+    kept_out: str = ""  # what taking them out did (or why it did not)
+    node_hours: float = 0.0  # what the attempt cost, all its nodes, when it failed (0 when it succeeded)
+
+
+def attempt_record(previous: int, started: float, ended: float, hosts: list[str], verdict: Verdict) -> Attempt:
+    """This attempt's line (pure): a failed attempt costs every node it held for its whole time."""
+    cost = 0.0 if verdict.kind == "ok" else round(len(hosts) * (ended - started) / 3600, 4)
+    return Attempt(previous + 1, round(started, 3), round(ended, 3), list(hosts), verdict.kind, verdict.exit_code,
+                   verdict.reason, list(verdict.blamed_hosts), node_hours=cost)
+
+
+def previous_attempts(output_dir: Path) -> list[dict]:
+    path = output_dir / ATTEMPTS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def append(output_dir: Path, attempt: Attempt) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with open(output_dir / ATTEMPTS_FILE, "a") as f:
+        f.write(json.dumps(asdict(attempt)) + "\n")
+
+
+def now() -> float:
+    return time.time()
+
+
+EXIT_CODES = {"node": EXIT_NODE_FAULT, "code": EXIT_CODE_FAULT}
