@@ -105,10 +105,13 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     """(verdict, check name, detail) for every security check; verdict is PASS, FAIL or n/a."""
     results = _check_verdicts(evaluation, [*security.RESOURCE_CHECKS, security.TAG_CHECK])
     sas_requests = [i.args for i in evaluation.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
-    sas_failures = [message for args in sas_requests if (message := security.check_sas_request(args))]
+    period = evaluation.config.storage.sas_expiry_hours  # the account's sasPolicy period, which Block enforces
+    sas_failures = [message for args in sas_requests
+                    if (message := security.check_sas_request(args, period_hours=period))]
     results.append(("FAIL" if sas_failures else "PASS", "sas-least-privilege",
                     "; ".join(sas_failures) or f"{len(sas_requests)} SAS: container-scoped, https only, least permission, "
-                                              f"expiry within {security.SAS_EXPIRY_HOURS[1]} h"))
+                                              f"signed start, valid {period} h: within the account's SAS "
+                                              "expiration period (Block)"))
     key_calls = sorted({i.token for i in evaluation.invocations if i.token in security.KEY_RETURNING_FUNCTIONS})
     exposed = sorted(k for k in ("sas",) if k in evaluation.outputs and k not in evaluation.secret_outputs)
     results.append(("FAIL" if key_calls or exposed else "PASS", "no-keys-in-outputs",
@@ -122,9 +125,8 @@ def before_up(cfg, today: date | None = None) -> list[str]:
     from infra.core.skus import retirement_warning
 
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
-    sas = security.sas_policy_warning(cfg.storage.sas_expiry_hours)
     at_host = security.encryption_at_host_line(cfg.nfs)
-    return [*cfg.placeholders, *([warning] if warning else []), *([sas] if sas else []), *([at_host] if at_host else []),
+    return [*cfg.placeholders, *([warning] if warning else []), *([at_host] if at_host else []),
             *_describing(cfg).before_up(cfg)]
 
 

@@ -58,9 +58,10 @@ class Storage(pulumi.ComponentResource):
             enable_https_traffic_only=True,
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
             allow_blob_public_access=False,
-            # The SAS lifetime the stack issues, as the account's SAS expiration policy (security.py says why Log).
+            # The SAS lifetime the stack issues as the account's SAS expiration policy, Block: the stack's own SAS
+            # fit it by construction (signed start, sasExpiryHours long); security.ORG_SAS_POLICY_HOURS says why.
             sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(cfg.sas_expiry_hours),
-                                             expiration_action=storage.ExpirationAction.LOG),
+                                             expiration_action=storage.ExpirationAction.BLOCK),
             # Deny by default: only the VNet subnets and the deployers' listed IPs get through; trusted Azure
             # services (Batch output upload, diagnostics) bypass the firewall.
             network_rule_set=storage.NetworkRuleSetArgs(
@@ -116,9 +117,12 @@ class Storage(pulumi.ComponentResource):
             container: pulumi.Output.concat(self.account.primary_endpoints.blob, c.name)
             for container, c in self.containers.items()
         }
-        expiry = sas_expiry(args.now or datetime.now(timezone.utc), cfg.sas_expiry_hours)
+        # Signed start and expiry: the hour of `up` and sasExpiryHours after it. Under Block a SAS without a signed
+        # start is out of policy (security.py), and its validity (expiry - start) is exactly the account's period.
+        now = args.now or datetime.now(timezone.utc)
+        start, expiry = sas_expiry(now, 0), sas_expiry(now, cfg.sas_expiry_hours)
         self.sas = {
-            container: self._container_sas(args.resource_group_name, container, permissions, expiry)
+            container: self._container_sas(args.resource_group_name, container, permissions, start, expiry)
             for container, permissions in SAS_PERMISSIONS.items()
         }
         self.register_outputs({
@@ -137,7 +141,8 @@ class Storage(pulumi.ComponentResource):
                             principal_type=principal_type, description=description, condition=condition,
                             definition=self.writer_role_id if role == roles.BLOB_DATA_WRITER else None)
 
-    def _container_sas(self, resource_group_name, container: str, permissions: str, expiry: str) -> pulumi.Output[str]:
+    def _container_sas(self, resource_group_name, container: str, permissions: str, start: str,
+                       expiry: str) -> pulumi.Output[str]:
         token = storage.list_storage_account_service_sas_output(
             account_name=self.account.name,
             resource_group_name=resource_group_name,
@@ -145,6 +150,7 @@ class Storage(pulumi.ComponentResource):
             resource=storage.SignedResource.C,
             permissions=permissions,
             protocols=storage.HttpProtocol.HTTPS,
+            shared_access_start_time=start,
             shared_access_expiry_time=expiry,
             opts=pulumi.InvokeOutputOptions(parent=self, depends_on=[self.containers[container]]),
         ).service_sas_token

@@ -32,6 +32,7 @@ from infra.core.config_sections import (AccessConfig, AmlConfig, BudgetConfig, M
                                         TrainingConfig)
 from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
+from infra.core.security import sas_expiry_hours_problem
 
 PROJECT = "azure-dl-training"
 # Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.
@@ -168,6 +169,9 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     # Section by section, in the order the keys were always checked (the first bad key is the one named).
     network, placeholders = NetworkConfig.parse(merged, placeholders_ok)
     nodes = NodesConfig.parse(merged, network)
+    # Over the 7 days the storage accounts' SAS expiration policy allows: said with its reason, not as a bare range.
+    if isinstance(merged["sasExpiryHours"], int) and (problem := sas_expiry_hours_problem(merged["sasExpiryHours"])):
+        raise ConfigError("sasExpiryHours", problem)
     storage, monitoring = StorageConfig.parse(merged), MonitoringConfig.parse(merged)
     registry = RegistryConfig.parse(merged)
     nfs = NfsConfig.parse(merged)

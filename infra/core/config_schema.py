@@ -50,7 +50,9 @@ class Range(NamedTuple):
 RANGES = {
     "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
     "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan
-    "sasExpiryHours": Range(1, 720, " hours"),  # bounded: a leaked SAS must die on its own within 30 days at most
+    # Bounded: a leaked SAS dies on its own within 7 days, the most Azure Policy's SAS built-in lets the storage
+    # accounts' expiration policy (Block) allow (security.ORG_SAS_POLICY_HOURS says why).
+    "sasExpiryHours": Range(1, 168, " hours"),
     "logRetentionDays": Range(30, 730, " days"),  # what Log Analytics accepts on the PerGB2018 tier
     "nfsDiskCount": Range(1, 16),
     "trainingRetries": Range(0, 10),

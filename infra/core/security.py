@@ -70,14 +70,20 @@ def _storage_tls(props: Props) -> str | None:
 
 
 # An account's SAS expiration policy (sasPolicy: sasExpirationPeriod "DD.HH:MM:SS", expirationAction Log or Block:
-# SasPolicy in the Storage REST spec, https://learn.microsoft.com/rest/api/storagerp/storage-accounts/create;
-# https://learn.microsoft.com/azure/storage/common/sas-expiration-policy). Log records a SAS that outlives the
-# period, Block refuses it. The stack's own SAS (listServiceSas, expiring sasExpiryHours after `up`) keep to the
-# period by construction, so Log: Block would also refuse longer SAS someone else minted, an organisation's call.
-# Azure Policy's built-in "Storage account SAS tokens should adhere to 7 day maximum validity" (Deny by default)
-# refuses an account without sasPolicy or with a longer period.
+# SasPolicy in the Storage REST spec, https://learn.microsoft.com/rest/api/storagerp/storage-accounts/create).
+# https://learn.microsoft.com/azure/storage/common/sas-expiration-policy ("Define the SAS Expiration Action"): it
+# covers user delegation, service and account SAS; "Out-of-policy SAS are those which do not have a signed start or
+# have a validity interval larger than the upper limit" (interval = signed expiry - signed start); Block denies
+# requests made with them, Log only records them. So every SAS the stack issues carries a signed start (the hour of
+# `up`) and lives exactly sasExpiryHours, the account's period: inside it by construction, and Block is safe.
+# Azure Policy's built-in "Storage SAS tokens should adhere to 7 day maximum validity" (Deny by default; github:
+# Azure/azure-policy built-in-policies/policyDefinitions/Storage/EnforceStorageSasMaxExpiration7Days_Deny.json,
+# /providers/Microsoft.Authorization/policyDefinitions/7aa1c9d5-3d7e-4579-8117-d85e99211757) refuses an account
+# whose sasPolicy is missing, whose period is over 7.00:00:00, or whose expirationAction is not Block; the check
+# below is that rule, so a stack that passes it is compliant, and sasExpiryHours is bounded by the same 7 days.
 ORG_SAS_POLICY_HOURS = 7 * 24
 SAS_PERIOD = re.compile(r"(\d+)\.(\d\d):(\d\d):(\d\d)")
+SAS_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def sas_expiration_period(hours: int) -> str:
@@ -85,14 +91,24 @@ def sas_expiration_period(hours: int) -> str:
     return f"{hours // 24}.{hours % 24:02d}:00:00"
 
 
-def sas_policy_warning(hours: int) -> str | None:
-    """Plan's line when sasExpiryHours would break the common 7-day SAS policy."""
+def sas_period_hours(period: str) -> float | None:
+    """A sasExpirationPeriod (DD.HH:MM:SS) in hours, or None when it is not one."""
+    match = SAS_PERIOD.fullmatch(str(period or ""))
+    if not match:
+        return None
+    days, hours, minutes, seconds = (int(g) for g in match.groups())
+    return days * 24 + hours + minutes / 60 + seconds / 3600
+
+
+def sas_expiry_hours_problem(hours: int) -> str | None:
+    """Why a sasExpiryHours cannot be the stack's SAS lifetime (None when it can): the account's period, with Block,
+    must stay within the built-in's 7 days, and a longer-lived SAS would be blocked by it."""
     if hours <= ORG_SAS_POLICY_HOURS:
         return None
-    return (f"sasExpiryHours {hours} sets the storage account's sasPolicy to {sas_expiration_period(hours)}: an "
-            "organisation that assigns Azure Policy's \"Storage account SAS tokens should adhere to 7 day maximum "
-            f"validity\" (Deny by default) refuses the account at `pulumi up`; set sasExpiryHours to "
-            f"{ORG_SAS_POLICY_HOURS} or less there")
+    return (f"{hours} hours is longer than the storage accounts' SAS expiration policy allows: Azure Policy's "
+            "built-in \"Storage SAS tokens should adhere to 7 day maximum validity\" (Deny) requires a period of "
+            f"7 days or less with expirationAction Block, which blocks any longer SAS; set {ORG_SAS_POLICY_HOURS} or "
+            "less (`pulumi up` renews the SAS)")
 
 
 # Encryption at host (a VM's securityProfile.encryptionAtHost) needs the subscription feature
@@ -113,13 +129,18 @@ def encryption_at_host_line(nfs: NfsConfig) -> str | None:
 
 
 def _storage_sas_policy(props: Props) -> str | None:
+    """The built-in 7-day SAS rule (see ORG_SAS_POLICY_HOURS), clause by clause."""
     policy = props.get("sasPolicy") or {}
-    period = SAS_PERIOD.fullmatch(str(policy.get("sasExpirationPeriod") or ""))
-    if not period:
+    period = sas_period_hours(policy.get("sasExpirationPeriod"))
+    if period is None:
         return (f"sasPolicy.sasExpirationPeriod is {policy.get('sasExpirationPeriod')!r}: set it (DD.HH:MM:SS), or "
-                "SAS of any lifetime go unrecorded and policies that require it refuse the account")
-    if policy.get("expirationAction") not in ("Log", "Block"):
-        return f"sasPolicy.expirationAction is {policy.get('expirationAction')!r}; it must be Log or Block"
+                "SAS of any lifetime are accepted and Azure Policy's 7-day SAS built-in denies the account")
+    if period > ORG_SAS_POLICY_HOURS:
+        return (f"sasPolicy.sasExpirationPeriod is {policy['sasExpirationPeriod']}, over the 7.00:00:00 Azure "
+                "Policy's SAS built-in allows")
+    if policy.get("expirationAction") != "Block":
+        return (f"sasPolicy.expirationAction is {policy.get('expirationAction')!r}; it must be Block (Log lets an "
+                "out-of-policy SAS through, and Azure Policy's 7-day SAS built-in denies the account)")
     return None
 
 
@@ -518,7 +539,8 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
                                    "networkRuleSet.defaultAction"), "accountName", checks=(
         Check("storage-https-only", "Storage accounts accept HTTPS only.", _storage_https),
         Check("storage-min-tls-1-2", "Storage accounts refuse TLS below 1.2.", _storage_tls),
-        Check("storage-sas-policy", "Storage accounts carry a SAS expiration policy (sasPolicy).", _storage_sas_policy),
+        Check("storage-sas-policy", "Storage accounts block SAS beyond their expiration period, 7 days at most.",
+              _storage_sas_policy),
         Check("storage-no-public-blob-access", "No blob can be made public.", _storage_no_public_blob),
         Check("storage-network-default-deny", "Storage firewall denies by default and admits the VNet.",
               _storage_default_deny),
@@ -674,9 +696,11 @@ def apply_checks(subjects: Iterable[Subject],
             for check in checks for subject in subjects if _applies(check, subject)]
 
 
-def check_sas_request(args: Props, now: datetime | None = None) -> str | None:
+def check_sas_request(args: Props, now: datetime | None = None,
+                      period_hours: int = ORG_SAS_POLICY_HOURS) -> str | None:
     """A `listStorageAccountServiceSAS` request: https only, least permission for its container,
-    a container (not account-wide) scope, and an expiry within the allowed lifetime."""
+    a container (not account-wide) scope, a signed start, and a validity (expiry - start) within the account's
+    SAS expiration period `period_hours`, which Block enforces (an SAS without a start is out of policy too)."""
     container = str(args.get("canonicalizedResource", "")).rsplit("/", 1)[-1]
     if container not in SAS_PERMISSIONS:
         return f"SAS for unknown container {container!r}"
@@ -687,11 +711,18 @@ def check_sas_request(args: Props, now: datetime | None = None) -> str | None:
     extra = set(str(args.get("permissions", ""))) - set(SAS_PERMISSIONS[container])
     if extra:
         return f"SAS for {container} grants {''.join(sorted(extra))} beyond {SAS_PERMISSIONS[container]!r}"
-    expiry = args.get("sharedAccessExpiryTime")
+    expiry, start = args.get("sharedAccessExpiryTime"), args.get("sharedAccessStartTime")
     if not expiry:
         return f"SAS for {container} has no expiry"
+    if not start:
+        return (f"SAS for {container} has no signed start: the account's SAS expiration policy (Block) refuses "
+                "every request made with it")
     now = now or datetime.now(timezone.utc)
-    expires = datetime.strptime(expiry, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    expires = datetime.strptime(expiry, SAS_TIME).replace(tzinfo=timezone.utc)
+    starts = datetime.strptime(start, SAS_TIME).replace(tzinfo=timezone.utc)
+    if expires - starts > timedelta(hours=period_hours):
+        return (f"SAS for {container} is valid {start} to {expiry}, longer than the account's SAS expiration "
+                f"period ({period_hours} hours), which blocks it")
     if expires - now > timedelta(hours=SAS_EXPIRY_HOURS[1]):
         return f"SAS for {container} expires {expiry}, more than {SAS_EXPIRY_HOURS[1]} hours away"
     return None

@@ -148,7 +148,8 @@ class AzureMocks(pulumi.runtime.Mocks):
             return {"keys": [{"keyName": "key1", "value": MOCK_ACCOUNT_KEY, "permissions": "FULL"}]}
         if args.token == "azure-native:storage:listStorageAccountServiceSAS":
             a = args.args
-            token = f"sv=2024-01-01&sr={a['resource']}&sp={a['permissions']}&spr={a['protocols']}&se={a['sharedAccessExpiryTime']}&{MOCK_SAS_SIGNATURE}"
+            start = f"&st={a['sharedAccessStartTime']}" if a.get("sharedAccessStartTime") else ""
+            token = f"sv=2024-01-01&sr={a['resource']}&sp={a['permissions']}&spr={a['protocols']}{start}&se={a['sharedAccessExpiryTime']}&{MOCK_SAS_SIGNATURE}"
             return {"serviceSasToken": token}
         if args.token == "azure-native:logic:listWorkflowTriggerCallbackUrl":
             # What Azure returns: the trigger's URL with its signature (sig), which the program keeps secret.

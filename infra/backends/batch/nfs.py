@@ -168,7 +168,7 @@ class NfsServer(pulumi.ComponentResource):
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2, allow_blob_public_access=False,
             # No SAS can be signed here (no shared keys); the policy is for organisations' sasPolicy rules.
             sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(1),
-                                             expiration_action=storage.ExpirationAction.LOG),
+                                             expiration_action=storage.ExpirationAction.BLOCK),
             network_rule_set=storage.NetworkRuleSetArgs(
                 default_action=storage.DefaultAction.DENY, bypass=storage.Bypass.NONE,
                 virtual_network_rules=[storage.VirtualNetworkRuleArgs(

@@ -79,7 +79,7 @@ def test_every_check_passes_on_a_subscription_that_can_run_the_stack(arm):
     assert storage["apiVersion"] == "2024-01-01"
     assert storage["scope"] == f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg-dltrain-dev-dev"
     props = storage["resourceContent"]["properties"]
-    assert props["supportsHttpsTrafficOnly"] is True and props["sasPolicy"]["expirationAction"] == "Log"
+    assert props["supportsHttpsTrafficOnly"] is True and props["sasPolicy"]["expirationAction"] == "Block"
     assert props["networkRuleSet"]["ipRules"][0] == {"value": "203.0.113.0/24", "action": "Allow"}
     assert SUBSCRIPTION in props["networkRuleSet"]["virtualNetworkRules"][0]["virtualNetworkResourceId"]
 

@@ -110,6 +110,8 @@ def test_sas_per_container_least_permission_https_bounded_expiry(ev):
         assert request["canonicalizedResource"] == f"/blob/{ev.outputs['storageAccountName']}/{container}"
         assert request["protocols"] == "https" and request["resource"] == "c"
         assert request["sharedAccessExpiryTime"] == expected_expiry.strftime("%Y-%m-%dT%H:%M:%SZ")
+        # A signed start (the hour of `up`): under the account's Block policy a SAS without one is refused.
+        assert request["sharedAccessStartTime"] == NOW.replace(minute=0, second=0).strftime("%Y-%m-%dT%H:%M:%SZ")
     # Exported, and only as a secret.
     assert set(ev.outputs["sas"]) == {"data", "scripts", "outputs"}
     assert "sas" in ev.secret_outputs

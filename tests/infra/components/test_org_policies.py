@@ -1,12 +1,13 @@
 """What an organisation's common Azure Policy assignments would meet, as ARM receives the stacks' resources:
-a SAS expiration policy on every storage account (Deny: "Storage account SAS tokens should adhere to 7 day maximum
-validity"), and plan's warning when sasExpiryHours would break it."""
+Azure Policy's built-in "Storage SAS tokens should adhere to 7 day maximum validity" (Deny) on every storage account,
+and the SAS the stack issues inside the period the accounts then enforce (Block)."""
 import dataclasses
 
 import pytest
 
 from infra.cli import plan
 from infra.core import config, security
+from infra.core.config_schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 
@@ -14,7 +15,7 @@ STACKS = BATCH_STACKS + AML_STACKS
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_storage_account_carries_the_stacks_sas_lifetime_as_its_sas_policy(stack):
+def test_every_storage_account_blocks_sas_beyond_the_stacks_lifetime(stack):
     ev = evaluation_for(stack)
     accounts = ev.of_type(security.STORAGE_ACCOUNT)
     assert accounts
@@ -22,27 +23,60 @@ def test_every_storage_account_carries_the_stacks_sas_lifetime_as_its_sas_policy
         # The NFS (Azure Files) account signs no SAS (no shared keys): the shortest period.
         hours = 1 if account.inputs["kind"] == "FileStorage" else ev.config.storage.sas_expiry_hours
         assert account.inputs["sasPolicy"] == {"sasExpirationPeriod": security.sas_expiration_period(hours),
-                                               "expirationAction": "Log"}, account.urn
+                                               "expirationAction": "Block"}, account.urn
+        [check] = [c for c in security.RESOURCE_CHECKS if c.name == "storage-sas-policy"]
+        assert check.validate(account.inputs) is None, account.urn
+    # Every SAS the stack asks for has a signed start and lives within the account's period (Block refuses the rest).
+    requests = [i.args for i in ev.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
+    assert requests
+    for args in requests:
+        assert security.check_sas_request(args, NOW, period_hours=ev.config.storage.sas_expiry_hours) is None
 
 
-def test_the_period_is_days_and_hours_as_azure_writes_it_and_the_check_needs_it():
+# The built-in's policyRule (Azure/azure-policy, built-in-policies/policyDefinitions/Storage/
+# EnforceStorageSasMaxExpiration7Days_Deny.json at f4a50bacae07ddb096943c597669bcae494a6e29; definition
+# 7aa1c9d5-3d7e-4579-8117-d85e99211757) denies when sasPolicy or its period is missing, when the period's days
+# (split on ':' and '.') are over 7, or 7 with any hours/minutes/seconds, or when expirationAction is missing or not
+# Block. One case per clause, and the edges that pass.
+@pytest.mark.parametrize("policy,denied", [
+    (None, True),
+    ({"expirationAction": "Block"}, True),
+    ({"sasExpirationPeriod": "8.00:00:00", "expirationAction": "Block"}, True),
+    ({"sasExpirationPeriod": "7.00:00:01", "expirationAction": "Block"}, True),
+    ({"sasExpirationPeriod": "7.01:00:00", "expirationAction": "Block"}, True),
+    ({"sasExpirationPeriod": "1.00:00:00"}, True),
+    ({"sasExpirationPeriod": "1.00:00:00", "expirationAction": "Log"}, True),
+    ({"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Block"}, False),
+    ({"sasExpirationPeriod": "6.23:59:59", "expirationAction": "Block"}, False),
+    ({"sasExpirationPeriod": "0.01:00:00", "expirationAction": "Block"}, False),
+])
+def test_the_check_is_the_builtin_7_day_sas_rule(policy, denied):
+    [check] = [c for c in security.RESOURCE_CHECKS if c.name == "storage-sas-policy"]
+    props = {} if policy is None else {"sasPolicy": policy}
+    assert (check.validate(props) is not None) == denied
+
+
+def test_the_period_is_days_and_hours_as_azure_writes_it():
     assert security.sas_expiration_period(168) == "7.00:00:00"
     assert security.sas_expiration_period(30) == "1.06:00:00"
     assert security.sas_expiration_period(1) == "0.01:00:00"
-    [check] = [c for c in security.RESOURCE_CHECKS if c.name == "storage-sas-policy"]
-    assert check.validate({"sasPolicy": {"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Log"}}) is None
-    assert "sasExpirationPeriod is None" in check.validate({})
-    assert "Log or Block" in check.validate({"sasPolicy": {"sasExpirationPeriod": "7.00:00:00"}})
+    assert security.sas_period_hours("1.06:30:00") == 30.5 and security.sas_period_hours("7 days") is None
 
 
-def test_plan_warns_when_sas_expiry_hours_would_break_the_7_day_policy():
-    base = config.from_stack_file(BATCH_STACKS[0])
-    assert base.storage.sas_expiry_hours <= 168
-    assert not [line for line in plan.before_up(base) if "7 day maximum validity" in line]
-    longer = dataclasses.replace(base, storage=dataclasses.replace(base.storage, sas_expiry_hours=720))
-    [line] = [line for line in plan.before_up(longer) if "7 day maximum validity" in line]
-    assert line.startswith("sasExpiryHours 720 sets the storage account's sasPolicy to 30.00:00:00")
-    assert "set sasExpiryHours to 168 or less" in line
+def test_plan_refuses_a_sas_lifetime_the_period_would_block_in_one_line(tmp_path):
+    """A sasExpiryHours over 7 days: the accounts' period could not hold it under the built-in, so plan (and up)
+    refuse it, naming the key and the fix."""
+    from infra import REPO_ROOT
+
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "Pulumi.a.yaml").write_text("config:\n  azure-dl-training:allowedIpRanges: [20.50.1.7/32]\n"
+                                            "  azure-dl-training:sasExpiryHours: 720\n")
+    with pytest.raises(ConfigError) as raised:
+        config.from_stack_file("a", tmp_path)
+    message = str(raised.value)
+    assert message.startswith("config key 'sasExpiryHours'") and "set 168 or less" in message and "\n" not in message
+    assert config.load_schema()["sasExpiryHours"].description.startswith(
+        "Lifetime of the SAS tokens the stack issues (1-168 hours")
 
 
 @pytest.mark.parametrize("stack", [BATCH_STACKS[0], AML_STACKS[0]])

@@ -14,7 +14,7 @@ GOOD_ACCOUNT = {
     "enableHttpsTrafficOnly": True, "minimumTlsVersion": "TLS1_2", "allowBlobPublicAccess": False,
     "networkRuleSet": {"defaultAction": "Deny", "virtualNetworkRules": [{"virtualNetworkResourceId": "/sub/x"}]},
     "encryption": {"requireInfrastructureEncryption": True}, "tags": {"team": "dev"},
-    "sasPolicy": {"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Log"},
+    "sasPolicy": {"sasExpirationPeriod": "7.00:00:00", "expirationAction": "Block"},
 }
 GOOD_NSG = {"securityRules": [
     {"name": "vnet", "direction": "Inbound", "access": "Allow", "sourceAddressPrefix": "VirtualNetwork"},
@@ -249,7 +249,8 @@ def test_the_policy_pack_finds_a_vault_s_subnets_in_a_preview_and_after_up():
 
 NOW = datetime(2026, 11, 21, tzinfo=timezone.utc)
 GOOD_SAS = {"canonicalizedResource": "/blob/acct/outputs", "protocols": "https", "resource": "c",
-            "permissions": "cw", "sharedAccessExpiryTime": "2026-11-28T00:00:00Z"}
+            "permissions": "cw", "sharedAccessStartTime": "2026-11-21T00:00:00Z",
+            "sharedAccessExpiryTime": "2026-11-28T00:00:00Z"}
 
 
 @pytest.mark.parametrize("change,words", [
@@ -258,12 +259,19 @@ GOOD_SAS = {"canonicalizedResource": "/blob/acct/outputs", "protocols": "https",
     ({"permissions": "cwd"}, "grants d"),
     ({"canonicalizedResource": "/blob/acct/data", "permissions": "rlw"}, "grants w"),
     ({"sharedAccessExpiryTime": None}, "no expiry"),
-    ({"sharedAccessExpiryTime": "2027-11-21T00:00:00Z"}, "720 hours"),
+    ({"sharedAccessExpiryTime": "2027-11-21T00:00:00Z"}, "longer than the account's SAS expiration period (168"),
+    ({"sharedAccessStartTime": None}, "no signed start"),
+    ({"sharedAccessStartTime": "2026-11-20T23:00:00Z"}, "which blocks it"),  # 169 hours
     ({"canonicalizedResource": "/blob/acct/secrets"}, "unknown container"),
 ])
 def test_sas_request_checks(change, words):
     assert security.check_sas_request(GOOD_SAS, NOW) is None
     assert words in security.check_sas_request({**GOOD_SAS, **change}, NOW)
+
+
+def test_a_sas_longer_than_the_stacks_own_period_is_refused():
+    """The account's period is the stack's sasExpiryHours: a 168-hour SAS on a 72-hour account is blocked."""
+    assert "(72 hours)" in security.check_sas_request(GOOD_SAS, NOW, period_hours=72)
 
 
 def test_every_stack_passes_every_check(ev):
