@@ -15,6 +15,7 @@ Errors a user causes are raised, never printed: config_schema.ConfigError (the s
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -31,8 +32,8 @@ from infra.backends.shared import JobError, StackOutputs, load_outputs, outputs_
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
 from infra.core import budget, config
-from training.data import layout, transfer
-from training.data.upload import container_classes, upload as upload_tree
+from training.data import datasets, decode_check, layout, transfer
+from training.data.upload import upload as upload_tree
 from training.errors import UsageError
 
 # The verbs the budget guard speaks in (monthlyBudgetUsd): submit refuses at or over budget, status shows spend.
@@ -90,6 +91,7 @@ class Services:
     aml: Callable[[StackOutputs], Any] = azure_ml
     spend: Callable[[], Any] = cost_management
     staged: Callable[[str, str], Any] = staging.data_ready
+    datasets: Callable[[str], list[str]] = lambda data_url: dataset_names(data_url)  # noqa: E731 - defined below
 
     def connect(self, backend_name: str) -> Callable[[StackOutputs], Any]:
         """How a backend's job service is reached from the stack outputs."""
@@ -109,6 +111,26 @@ def spend(outputs: StackOutputs, services: Services = AZURE) -> tuple[Any, str |
         reader.close()
 
 
+def dataset_names(data_url: str) -> list[str]:
+    """The datasets in the `data` container (training/data/datasets.py), with your Azure AD sign-in."""
+    target = transfer.ContainerTarget.parse(data_url, "the stack's `data` container", verb="submit")
+    target.check_reachable()
+    return datasets.names(target.client(1))
+
+
+def check_dataset(verb: JobVerb, outputs: StackOutputs, services: Services) -> None:
+    """Refuse a submit on a dataset that is not there (before the job service is asked): one line naming those
+    that are. The data check (--skip-data-check) skips it too."""
+    if not isinstance(verb, Submit) or verb.dataset is None or verb.skip_data_check:
+        return
+    datasets.check_name(verb.dataset)
+    found = services.datasets((outputs.container_urls or {}).get("data", ""))
+    if verb.dataset not in found:
+        raise UsageError(f"--dataset {verb.dataset}: the stack's `data` container has no such dataset (it has: "
+                         f"{', '.join(found) or 'none'}); upload it with `python -m infra upload --dataset "
+                         f"{verb.dataset} DIR`")
+
+
 def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
     """One job verb on the stack: on Azure (its outputs, your sign-in, the budget guard), or on its rehearsal."""
     if stack.rehearsal is not None:
@@ -125,6 +147,7 @@ def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
         if not verdict.allowed:  # before anything reaches the job service
             raise JobError(f"--stack {stack.name}: budget: {verdict.line}")
         print(f"budget: {verdict.line}")
+    check_dataset(verb, outputs, services)
     try:
         _call(chosen, JobContext(cfg, outputs, services.connect(chosen.name), services.staged, stack_flags(stack)),
               verb)
@@ -224,7 +247,9 @@ class Upload:
     dir: Path  # DIR/train/<class>/IMAGE, optionally DIR/val/<class>/IMAGE
     layout_check: bool = True  # refuse another tree (the trainer reads train/<class>/ only)
     workers: int = 16  # parallel transfers
-    add: bool = False  # into a container that holds other classes already: a job trains on both
+    add: bool = False  # into a dataset that holds other classes already: a job trains on both
+    dataset: str = datasets.DEFAULT  # which (training/data/datasets.py: the container's root, or datasets/NAME/)
+    replace: bool = False  # the dataset becomes the folder: its blobs the folder lacks are deleted after the upload
 
 
 def check_upload(inputs: Upload) -> layout.Layout | None:
@@ -235,6 +260,7 @@ def check_upload(inputs: Upload) -> layout.Layout | None:
         raise UsageError(f"DIR {src}: no such folder; give the dataset's folder (with train/<class>/ in it)")
     if inputs.workers < 1:
         raise UsageError("--workers must be at least 1")
+    datasets.check_name(inputs.dataset)
     if not inputs.layout_check:
         return None
     found = layout.of_folder(src)
@@ -242,6 +268,9 @@ def check_upload(inputs: Upload) -> layout.Layout | None:
     if problem:
         raise UsageError(f"DIR {src}: {problem}; {layout.EXPECTED}, e.g. {src}/train/cat/1.jpg (another tree: "
                          "--no-layout-check)")
+    bad = decode_check.undecodable(src)  # every image decoded here: the trainer would stop on them on the nodes
+    if bad:
+        raise UsageError(f"DIR {src}: {decode_check.describe(bad)}")
     return found
 
 
@@ -255,27 +284,66 @@ def data_target(stack: Stack) -> transfer.ContainerTarget:
 
 
 def check_destination(inputs: Upload, found: layout.Layout | None, target: transfer.ContainerTarget) -> None:
-    """Refuse, before a byte moves, to upload a dataset into a container that holds classes the folder lacks:
-    the job would train on both, and its model would name classes the user never gave. Uploads and the NFS
-    server's staging add files and never remove any (training/data/staged.py), so a new dataset cannot replace
-    an old one in place. --add merges on purpose; `found` is check_upload's layout of the folder (None: unchecked,
-    another tree, and nothing is checked here either)."""
-    if inputs.add or found is None:
+    """Refuse, before a byte moves, to upload into a dataset that holds classes the folder lacks: a job on it would
+    train on both, and its model would name classes the user never gave. Per dataset (training/data/datasets.py):
+    another dataset's classes never count. --add merges on purpose, --replace makes the dataset the folder; `found`
+    is check_upload's layout of the folder (None: unchecked, another tree, and nothing is checked here either)."""
+    if inputs.add or inputs.replace or found is None:
         return
     target.check_reachable()
-    held = container_classes(target.client(inputs.workers))
-    mine = set(found.images["train"])
-    others = sorted(set(held or ()) - mine)
+    try:
+        held = datasets.classes(target.client(inputs.workers), inputs.dataset)
+    except Exception as err:  # noqa: BLE001 - a sign-in that may not list (a write-only SAS) checks nothing
+        if getattr(err, "status_code", None) != 403:
+            raise
+        return
+    others = sorted(set(held) - set(found.images["train"]))
     if others:
         named = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
         raise UsageError(
-            f"DIR {inputs.dir}: the stack's `data` container already holds {len(others)} class(es) that it lacks "
-            f"({named}), and a job trains on every class there; --add to train on both, or, for this folder's "
-            "classes alone, ask your platform engineer for an empty `data` container (uploads and staging add "
-            "files, they never remove any)")
+            f"DIR {inputs.dir}: dataset {inputs.dataset} in the stack's `data` container already holds {len(others)} "
+            f"class(es) that it lacks ({named}), and a job on it trains on every class there; --dataset NAME for a "
+            "dataset of its own (`python -m infra datasets` lists them), --replace to make the dataset this folder, "
+            "or --add to train on both")
 
 
-def upload(inputs: Upload, target: transfer.ContainerTarget) -> Any:
-    """Upload the folder (training/data/upload.py: verified, resumable); its transfer stats."""
+def upload(inputs: Upload, target: transfer.ContainerTarget) -> tuple[Any, int]:
+    """Upload the folder into its dataset (training/data/upload.py: verified, resumable); with --replace, delete
+    the dataset's blobs the folder lacks, after the upload (never a dataset half gone); then write the dataset's
+    manifest (who, when, content hash). Its transfer stats, and how many blobs --replace deleted."""
+    removed = 0
     with transfer.stopping_cleanly("upload"):
-        return upload_tree(inputs.dir, target, "", inputs.workers)
+        stats = upload_tree(inputs.dir, target, datasets.prefix(inputs.dataset), inputs.workers)
+        client = target.client(1)
+        if inputs.replace:
+            mine = {path.relative_to(inputs.dir).as_posix() for path in inputs.dir.rglob("*") if path.is_file()}
+            removed = datasets.remove(client, inputs.dataset, keep=mine | {datasets.MANIFEST})
+        described = datasets.describe(client, inputs.dataset)
+        if described:
+            datasets.write_manifest(client, dataclasses.replace(
+                described, uploaded_by=datasets.uploader(client), uploaded_at=datasets.now_iso()))
+    return stats, removed
+
+
+def dataset_client(stack: Stack) -> Any:
+    """The stack's `data` container, reachable, for the datasets verb."""
+    target = data_target(stack)
+    target.check_reachable()
+    return target.client(4)
+
+
+def list_datasets(stack: Stack) -> list[datasets.Dataset]:
+    client = dataset_client(stack)
+    return [found for found in (datasets.describe(client, name) for name in datasets.names(client)) if found]
+
+
+def remove_dataset(stack: Stack, name: str) -> int:
+    """Delete a dataset's blobs (the blob service keeps them 7 days, restorable: soft delete, docs/security.md).
+    Who may: whoever the stack grants deletes in `data` (docs/teams.md: its members and admins, of this stack's
+    account only), checked by the storage service on the signed-in identity."""
+    datasets.check_name(name)
+    client = dataset_client(stack)
+    if name not in datasets.names(client):
+        raise UsageError(f"--remove {name}: the stack's `data` container has no dataset {name} (`python -m infra "
+                         "datasets` lists them)")
+    return datasets.remove(client, name)

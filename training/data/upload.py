@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from training.data import layout, transfer
+from training.data import decode_check, layout, transfer
 from training.errors import UsageError
 
 
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
     parser.add_argument("--check-layout", action="store_true",
                         help="refuse a folder the trainer cannot read (train/<class>/IMAGE, optionally val/<class>/ "
-                             "with classes of train/) before anything is uploaded")
+                             "with classes of train/; every image decodes) before anything is uploaded")
     args = parser.parse_args(argv)
     if not args.src.exists():
         raise UsageError(f"SRC {args.src}: no such file or folder")
@@ -125,6 +125,10 @@ def main(argv: list[str]) -> int:
     problem = layout.of_folder(args.src).problem() if args.src.is_dir() else None
     if problem and args.check_layout:
         raise UsageError(f"SRC {args.src}: {problem}; {layout.EXPECTED} (without --check-layout it goes up as it is)")
+    if args.check_layout and args.src.is_dir():
+        bad = decode_check.undecodable(args.src)  # every image decoded here, before a byte is sent
+        if bad:
+            raise UsageError(f"SRC {args.src}: {decode_check.describe(bad)} (without --check-layout it goes up as it is)")
     if problem:
         print(f"upload: note: {args.src} is not in the trainer's layout ({problem}); uploading it as it is",
               file=sys.stderr)

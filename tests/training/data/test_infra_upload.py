@@ -11,10 +11,12 @@ from tests.training.data.conftest import cli
 
 
 def image_tree(root, *names):
-    for name in names:
+    from PIL import Image
+
+    for index, name in enumerate(names):  # real images: upload decodes each before sending (decode_check.py)
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"\xff\xd8 not decoded here " + name.encode())
+        Image.new("RGB", (8, 8), (index * 20 % 256, 0, 0)).save(path, format="PNG" if name.endswith(".png") else "JPEG")
     return root
 
 
