@@ -24,18 +24,34 @@ from training.onnx_check import OnnxMismatch, disagreement
 
 
 
+# The switches of fp32 convolutions and matrix products on a GPU, in the API the pinned torch (2.14) documents as
+# current: `fp32_precision` per backend and operation, "ieee" (exact fp32) or "tf32"
+# (https://docs.pytorch.org/docs/2.14/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices; in the installed
+# torch: torch/backends/cudnn/__init__.py `conv = _FP32Precision("cuda", "conv")`, torch/backends/cuda/__init__.py
+# `matmul.fp32_precision`, ATen/Context.h `Float32Precision`). Not the legacy `cudnn.allow_tf32` /
+# `cuda.matmul.allow_tf32`, which PyTorch said would be deprecated after 2.9: once a process has set the new API
+# (`torch.backends.fp32_precision = "tf32"`, or per operation), torch 2.14 refuses to read the legacy matmul flag
+# ("you have used mix of the legacy and new APIs", a RuntimeError), so an export that used it failed.
+# tests/training/pytorch/test_precision.py reads, from the installed torch, that these switches are what the
+# convolution kernel is told.
+PRECISION_SWITCHES = (("cudnn.conv", torch.backends.cudnn.conv), ("cuda.matmul", torch.backends.cuda.matmul))
+
+
 @contextlib.contextmanager
 def exact_fp32():
     """fp32 convolutions and matrix products computed as fp32. On A100/H100 PyTorch runs fp32 convolutions as TF32
-    by default (a 10-bit mantissa: https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices,
-    `torch.backends.cudnn.allow_tf32` is True by default), which differs from onnxruntime's exact fp32 by far more
-    than the check's tolerance; the reference logits are computed without it, so the check compares like with like."""
-    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    by default (a 10-bit mantissa; `torch.backends.cudnn.conv.fp32_precision` is "tf32" by default, see
+    PRECISION_SWITCHES), which differs from onnxruntime's exact fp32 by far more than the check's tolerance; the
+    reference logits are computed without it, so the check compares like with like. Each switch is set to "ieee"
+    (which wins over a parent's "tf32", e.g. `torch.backends.fp32_precision`) and put back as it was."""
+    before = [switch.fp32_precision for _, switch in PRECISION_SWITCHES]
+    for _, switch in PRECISION_SWITCHES:
+        switch.fp32_precision = "ieee"
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
+        for (_, switch), value in zip(PRECISION_SWITCHES, before):
+            switch.fp32_precision = value
 
 
 def export_checked(model: torch.nn.Module, out: Path, image_size: int, card: ModelCard | None = None) -> Path:

@@ -83,7 +83,8 @@ def test_ddp_under_the_batch_launcher_is_one_world_and_a_failed_export_keeps_the
 
 class _Tf32Convs(torch.nn.Module):
     """Eight convolutions as an A100/H100 runs them in fp32 by default: as TF32 (inputs rounded to a 10-bit
-    mantissa) whenever torch.backends.cudnn.allow_tf32 is on, which is PyTorch's default (its TF32 notes). TF32 is
+    mantissa) whenever torch.backends.cudnn.conv.fp32_precision is "tf32", PyTorch's default (its TF32 notes; that this
+    switch is what the kernel is told: test_precision.py). TF32 is
     how the GPU runs the graph, not part of it: the exporter's trace gets the plain convolutions. Eight layers put
     TF32's error at about 2x the check's tolerance on this seed (ResNet50 on a GPU: 0.5x to 29x)."""
 
@@ -97,7 +98,7 @@ class _Tf32Convs(torch.nn.Module):
 
     def forward(self, images):
         def tf32(t):
-            if torch.jit.is_tracing() or not torch.backends.cudnn.allow_tf32:
+            if torch.jit.is_tracing() or torch.backends.cudnn.conv.fp32_precision != "tf32":
                 return t
             return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)  # 23 - 10 mantissa bits dropped
 
@@ -111,10 +112,10 @@ def test_the_onnx_check_compares_exact_fp32_with_exact_fp32(tmp_path):
     """The reference logits come from the training GPU, where fp32 convolutions are TF32 unless turned off: the check
     must compute them in exact fp32, as onnxruntime does, or every GPU run fails at its export."""
     model = _Tf32Convs()
-    assert torch.backends.cudnn.allow_tf32  # PyTorch's default, which the training run keeps
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # PyTorch's default, which the training run keeps
     path = export_checked(model, tmp_path, image_size=16)
     assert path == tmp_path / "model.onnx" and path.exists()
-    assert torch.backends.cudnn.allow_tf32  # left as it was
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"  # left as it was
 
 
 def _aml_command(train_args: tuple[str, ...], nodes: int, distribution_note: str = "") -> str:
