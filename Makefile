@@ -2,7 +2,7 @@
 # which builds each environment only when it is missing or its requirements changed.
 PYTHON ?= python3
 .DEFAULT_GOAL := help
-.PHONY: help setup demo demo-local test test-images plan clean
+.PHONY: help setup demo demo-local test test-images test-containers plan clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/; s/\{frameworks\}/$(subst $(space),|,$(FRAMEWORKS))/' \
@@ -32,9 +32,12 @@ setup: .venv/.installed $(TRAIN_VENVS:=/.installed) .cache/azurite/.installed-$(
 	done
 	touch $@
 
-# Debian's own cloud-init (its code checks the NFS server's user data) and OpenSSH (the job's sshd, run for real
-# in the tests), unpacked into .cache without installing anything (apt-get download + dpkg -x).
-DEB_PACKAGES := cloud-init openssh-server openssh-client openssh-sftp-server libwrap0
+# Debian's own cloud-init (its code checks the NFS server's user data), OpenSSH (the job's sshd, run for real
+# in the tests), and a Docker engine (docker.io 20.10 with its containerd, runc and tini: devtools/docker_engine.py
+# starts it per run) with debootstrap (the local stand-in base image), unpacked into .cache without installing
+# anything (apt-get download + dpkg -x).
+DEB_PACKAGES := cloud-init openssh-server openssh-client openssh-sftp-server libwrap0 \
+    docker.io containerd runc tini debootstrap
 $(DEBS)/.installed: Makefile
 	rm -rf $(DEBS) && mkdir -p $(DEBS)
 	cd $(DEBS) && (apt-get download $(DEB_PACKAGES) 2>/dev/null || (apt-get update -qq && apt-get download $(DEB_PACKAGES)))
@@ -104,6 +107,12 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 	@echo "make test: $(TEST_SUITES) at once; each suite's output follows when it ends"
 	@$(MAKE) --no-print-directory -k -j3 --output-sync=target $(TEST_SUITES)
 
+# The images' containers on a real Docker engine (devtools/docker_engine.py: Debian's docker.io unpacked by setup,
+# started per run, root only): the engine's own lifecycle, the job's containerRunOptions parsed by Docker, and the
+# Dockerfiles built on the stand-in base (tests/images/test_containers*.py). Minutes: apart from make test.
+test-containers: .venv/.installed $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options and both Dockerfiles built on a local stand-in base (root; not part of make test)
+	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py)
+
 test-images: .venv/.installed  ## pip resolves each training image's pins for the image's own Python (asks PyPI; not part of make test)
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_image_pins_resolve.py)
 
@@ -118,7 +127,7 @@ timed = echo '$(1)' && $(TIMED) $@ $(1)
 # test-venv: two processes, each running a whole test file at a time (a file's tests keep their order and its fixtures),
 # so its rehearsals run beside the other files rather than after them.
 test-venv:  # all of tests/ but tests/training/pytorch and tensorflow (tests/conftest.py leaves them to their environments) and the images' pip resolution (make test-images)
-	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py)
+	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py --ignore-glob='tests/images/test_containers*')
 test-torch:
 	@$(call timed,.venv-torch/bin/python -m pytest tests/training/pytorch)
 test-tf:
