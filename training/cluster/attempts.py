@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from training.errors import EXIT_CODE_FAULT, EXIT_NODE_FAULT, kind_of
+from training.errors import EXIT_NODE_FAULT, kind_of
 from training.watchdog import ALIVE_DIR, FAULTS_DIR
 
 ATTEMPTS_FILE = "attempts.jsonl"
@@ -89,13 +89,32 @@ class Attempt:
     blamed_nodes: list[str] = field(default_factory=list)  # Batch node IDs taken out of scheduling
     kept_out: str = ""  # what taking them out did (or why it did not)
     node_hours: float = 0.0  # what the attempt cost, all its nodes, when it failed (0 when it succeeded)
+    job: str = ""  # the Batch job (AZ_BATCH_JOB_ID) whose task this attempt was, "" outside Batch
 
 
-def attempt_record(previous: int, started: float, ended: float, hosts: list[str], verdict: Verdict) -> Attempt:
+def attempt_record(previous: int, started: float, ended: float, hosts: list[str], verdict: Verdict,
+                   job: str = "") -> Attempt:
     """This attempt's line (pure): a failed attempt costs every node it held for its whole time."""
     cost = 0.0 if verdict.kind == "ok" else round(len(hosts) * (ended - started) / 3600, 4)
     return Attempt(previous + 1, round(started, 3), round(ended, 3), list(hosts), verdict.kind, verdict.exit_code,
-                   verdict.reason, list(verdict.blamed_hosts), node_hours=cost)
+                   verdict.reason, list(verdict.blamed_hosts), node_hours=cost, job=job)
+
+
+def code_fault_before(previous: list[dict], job: str) -> dict | None:
+    """The earlier attempt of this same Batch job that ended on a code/data fault, if any (pure).
+
+    Batch retries a failed task up to maxTaskRetryCount whatever its exit code: the task's exitConditions choose
+    only what happens to the job once the task has failed for good ("A Task is considered to have failed if it
+    completes with a non-zero exit code and has exhausted its retry count": the Job's onTaskFailure, Batch REST
+    spec 2025-06-01; ExitOptions has jobAction and dependencyAction, nothing on retries). So a retry of a code
+    fault is refused here, by the task itself, before any rank starts: it costs the retry's start, not a run
+    that fails the same way. Outside Batch (no job) nothing is refused: a person reruns after fixing the code."""
+    if not job:
+        return None
+    for attempt in reversed(previous):
+        if attempt.get("job") == job and attempt.get("kind") == "code":
+            return attempt
+    return None
 
 
 def previous_attempts(output_dir: Path) -> list[dict]:
@@ -113,6 +132,3 @@ def append(output_dir: Path, attempt: Attempt) -> None:
 
 def now() -> float:
     return time.time()
-
-
-EXIT_CODES = {"node": EXIT_NODE_FAULT, "code": EXIT_CODE_FAULT}

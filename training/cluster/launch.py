@@ -304,6 +304,13 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
 
     from training.cluster import attempts, keep_out
 
+    job = os.environ.get("AZ_BATCH_JOB_ID", "")
+    earlier = attempts.code_fault_before(attempts.previous_attempts(output_dir), job)
+    if earlier:  # Batch's retry of a code/data fault: refused before any rank starts (attempts.code_fault_before)
+        print(f"fault: code: not run again: attempt {earlier['attempt']} of job {job} ended on a code/data fault "
+              f"({earlier['reason']}, exit {earlier['exit_code']}), which fails the same on any node; fix the code "
+              "or the data and submit again", file=sys.stderr, flush=True)
+        return earlier["exit_code"]
     attempts.clear(output_dir)  # this attempt's records only
     started = attempts.now()
     proc = subprocess.Popen(command)
@@ -313,7 +320,7 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
     rc = proc.wait()
     verdict = attempts.classify(attempts.read_records(output_dir), rc)
     record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
-                                     [h.name for h in hosts], verdict)
+                                     [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":
         print(verdict.line, file=sys.stderr, flush=True)
         if verdict.kind == "node" and verdict.blamed_hosts:

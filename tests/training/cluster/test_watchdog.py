@@ -156,3 +156,22 @@ def test_the_launcher_says_the_verdict_first_and_records_each_attempt(tmp_path, 
 def test_the_output_dir_is_read_from_the_training_flags():
     assert flag_value(["--steps", "3", "--output-dir", "/a", "--output-dir=/b"], "--output-dir", "out") == "/b"
     assert flag_value(["--steps", "3"], "--output-dir", "out") == "out"
+
+
+def test_batchs_retry_of_a_code_fault_is_refused_before_any_rank_starts(tmp_path, capfd, monkeypatch):
+    """Batch retries whatever the exit code: the retried task itself refuses to run a code fault again (same job),
+    while a node fault's retry runs, and outside Batch a person's rerun runs."""
+    out = tmp_path / "run"
+    hosts = [Host("10.0.0.4", 1)]
+    started = tmp_path / "started"
+    ranks = [sys.executable, "-c", f"open({str(started)!r}, 'a').write('x')"]
+    attempts.append(out, attempts.attempt_record(0, 0, 36, ["10.0.0.4"], attempts.classify(
+        [_rec(0, "code", reason="exception")], 1), job="team-a-job1"))
+    monkeypatch.setenv("AZ_BATCH_JOB_ID", "team-a-job1")
+    assert run_attempt(ranks, hosts, out) == EXIT_CODE_FAULT and not started.exists()
+    assert capfd.readouterr().err.startswith("fault: code: not run again: attempt 1 of job team-a-job1 ended on a "
+                                             "code/data fault (exception, exit 65)")
+    monkeypatch.setenv("AZ_BATCH_JOB_ID", "team-a-job2")  # another job in the same folder: runs
+    assert run_attempt(ranks, hosts, out) == 0 and started.exists()
+    monkeypatch.delenv("AZ_BATCH_JOB_ID")
+    assert attempts.code_fault_before(attempts.previous_attempts(out), "") is None
