@@ -1,6 +1,8 @@
 """A real Docker engine (devtools/docker_engine.py: Debian's docker.io, unpacked) and the job's containers on it.
 Minutes, not seconds (the stand-in base is made once, then cached): `make test-containers`, not `make test`."""
+import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -8,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from devtools import docker_engine
+from devtools import batch_container, docker_engine
+from devtools.rehearsal.batch import batch_env
+from infra.backends.batch import spec as batch_spec
+from tests.images.test_batch_container import job_inputs
 
 UNAVAILABLE = docker_engine.unavailable()
 pytestmark = pytest.mark.skipif(bool(UNAVAILABLE), reason=UNAVAILABLE or "-")
@@ -61,3 +66,36 @@ def test_sigterm_stops_the_engine_and_removes_its_folders():
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 128 + signal.SIGTERM
     assert leftovers(folder) == []
+
+
+def test_the_jobs_container_runs_with_the_options_the_job_declares(engine, tmp_path):
+    """The task the project builds for ND H100 v5 (every option a job declares: host network and IPC, ulimits,
+    InfiniBand device, IPC_LOCK, the HPC image's topology files), composed as Batch starts container tasks
+    (devtools/batch_container.py), created and run by Docker. What this machine cannot grant is left out by
+    batch_container.SANDBOX_RULE, and only that."""
+    task = batch_spec.task_spec(job_inputs(), "j")
+    root = tmp_path / "batch"
+    env = batch_env(root, ["127.0.0.1", "192.0.2.10"], 0, "j", "train")
+    batch_container.batch_folders_exist(env)
+    kept, left = batch_container.sandbox_options(task["containerSettings"]["containerRunOptions"])
+    print(f"{batch_container.SANDBOX_RULE}; left out here: {shlex.join(left) or 'nothing'}")
+    assert set(left) <= {"--ulimit", "memlock=-1", "--device=/dev/infiniband", "-v", "/opt/microsoft:/opt/microsoft:ro"}
+    local = batch_container.local_task(task, kept)
+    created = engine.docker("create", *batch_container.docker_create_args(local, env, docker_engine.BASE_IMAGE,
+                                                                          "train-created"), timeout=60)
+    inspected = json.loads(engine.docker("inspect", created.stdout.strip()).stdout)[0]
+    host = inspected["HostConfig"]
+    assert host["NetworkMode"] == "host" and host["IpcMode"] == "host"
+    assert {"Name": "stack", "Soft": 67108864, "Hard": 67108864} in host["Ulimits"]
+    assert "IPC_LOCK" in host["CapAdd"] and f"{root}:{root}" in host["Binds"]
+    assert inspected["Config"]["WorkingDir"] == env["AZ_BATCH_TASK_WORKING_DIR"]
+    assert inspected["Path"] == "/bin/bash" and inspected["Args"][0] == "-c"
+    # The same container with a trivial command line: it starts, in the task's folder, with the task's variables
+    # and the node's network, and writes where the host (Batch's file APIs) sees it.
+    probe = {**local, "commandLine": "/bin/bash -c 'pwd; echo $AZURE_CLIENT_ID; readlink /proc/1/ns/net; "
+                                     "ulimit -s; echo ran > $AZ_BATCH_TASK_WORKING_DIR/probe'"}
+    ran = engine.docker("run", "--rm", *batch_container.docker_create_args(probe, env, docker_engine.BASE_IMAGE,
+                                                                           "train-run"), timeout=60)
+    assert ran.stdout.splitlines() == [env["AZ_BATCH_TASK_WORKING_DIR"], "client-pull",
+                                       os.readlink("/proc/self/ns/net"), "65536"], ran.stdout
+    assert (Path(env["AZ_BATCH_TASK_WORKING_DIR"]) / "probe").read_text() == "ran\n"

@@ -1,0 +1,48 @@
+"""devtools/batch_container.py's pure parts (cheap, in `make test`): Batch's docker create composition of the task
+the project builds (infra/backends/batch/spec.py), and the sandbox rule. Docker itself parses them in
+tests/images/test_containers.py (`make test-containers`)."""
+import shlex
+
+from devtools import batch_container
+from infra.backends.batch import spec as batch_spec
+
+ROOT = "/mnt/batch"
+ENV = {"AZ_BATCH_NODE_ROOT_DIR": ROOT, "AZ_BATCH_TASK_WORKING_DIR": f"{ROOT}/workitems/j/job-1/train/wd",
+       "AZ_BATCH_TASK_SHARED_DIR": f"{ROOT}/workitems/j/job-1/train", "AZ_BATCH_HOST_LIST": "10.0.0.4,10.0.0.5"}
+
+
+def job_inputs(gpu_sku="Standard_ND96isr_H100_v5"):
+    return batch_spec.JobInputs(
+        stack="dev", pool_id="gpu", nodes=2, gpu_sku=gpu_sku, framework="pytorch",
+        image="cr.azurecr.io/pytorch:latest@sha256:00", registry_server="cr.azurecr.io",
+        node_identity_id="/subscriptions/s/resourceGroups/rg/providers/Microsoft.ManagedIdentity/"
+                         "userAssignedIdentities/pull", node_identity_client_id="client-pull",
+        train_args=("--epochs", "1"), retries=0, max_hours=1, data_wait_minutes=1, local_cache=False,
+        scripts_url="https://st.blob.core.windows.net/scripts", outputs_url="https://st.blob.core.windows.net/outputs")
+
+
+def test_the_task_is_composed_as_batch_documents_it():
+    task = batch_spec.task_spec(job_inputs(), "j")
+    args = batch_container.docker_create_args(task, ENV, "local:base", "train-0")
+    assert args[:4] == ["--name", "train-0", "-v", f"{ROOT}:{ROOT}"]  # the whole Batch root, at the same path
+    assert f"AZURE_CLIENT_ID=client-pull" in args and f"AZ_BATCH_HOST_LIST=10.0.0.4,10.0.0.5" in args
+    assert args[args.index("-w") + 1] == ENV["AZ_BATCH_TASK_WORKING_DIR"]
+    options = shlex.split(task["containerSettings"]["containerRunOptions"])
+    image = args.index("local:base")
+    assert args[image - len(options):image] == options  # appended after Batch's own, as declared
+    assert args[image + 1:] == shlex.split(task["commandLine"]) and args[image + 1] == "/bin/bash"
+
+
+def test_the_sandbox_rule_leaves_out_only_what_this_machine_lacks():
+    options = batch_spec.container_run_options(job_inputs().sku)
+    kept, left = batch_container.sandbox_options(options, exists=lambda path: False, memlock_hard=8192 * 1024)
+    assert left == ["--ulimit", "memlock=-1", "--device=/dev/infiniband", "-v", "/opt/microsoft:/opt/microsoft:ro"]
+    assert kept == ["--network=host", "--ipc=host", "--ulimit", "stack=67108864", "--cap-add=IPC_LOCK"]
+    # A machine that has all of it keeps everything, in order.
+    kept, left = batch_container.sandbox_options(options, exists=lambda path: True, memlock_hard=-1)
+    assert left == [] and kept == shlex.split(options)
+
+
+def test_a_size_without_infiniband_asks_for_no_device():
+    options = batch_spec.container_run_options(job_inputs("Standard_NC24ads_A100_v4").sku)
+    assert "--device" not in options and "/opt/microsoft" not in options
