@@ -93,6 +93,10 @@ class BatchAccount(Protocol):
     def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
         """The pool's compute nodes (BatchNode JSON: id, state, isDedicated...); pool_not_found() without it."""
 
+    def disable_node_scheduling(self, pool_id: str, node_id: str, option: str) -> None:
+        """Compute Node - Disable Scheduling (option: requeue, terminate or taskcompletion); an account that does
+        not take node operations need not have it (the endpoint then answers 500, as for any fault of its own)."""
+
 
 class JobsInDicts:
     """The lookups every account answers the same way, over `jobs[id]` and `tasks[job id]` (one task per job, as
@@ -248,6 +252,11 @@ class BatchEndpoint:
             return 200, {}, account.pool(parts[1])
         if len(parts) == 3 and parts[0] == "pools" and parts[2] == "nodes" and method == "GET":  # Nodes - List
             return 200, {}, {"value": account.pool_nodes(parts[1])}
+        if method == "POST" and len(parts) == 5 and parts[0] == "pools" and parts[2] == "nodes" \
+                and parts[4] == "disablescheduling":  # Compute Node - Disable Scheduling: 200, requeue by default
+            account.disable_node_scheduling(parts[1], parts[3], (body or {}).get("nodeDisableSchedulingOption")
+                                            or "requeue")
+            return 200, {"DataServiceId": f"{self.url}/pools/{parts[1]}/nodes/{parts[3]}/disablescheduling"}, b""
         if len(parts) == 2 and parts[0] == "jobs":
             if method == "GET":
                 job = account.job(parts[1])

@@ -132,3 +132,46 @@ def append(output_dir: Path, attempt: Attempt) -> None:
 
 def now() -> float:
     return time.time()
+
+
+RECORD_PREFIX = "attempt-record: "  # the launcher's stdout lines that `status` reads back (record_line)
+
+
+def record_line(attempt: dict) -> str:
+    """One attempt as a line of the task's stdout (pure). Each attempt prints the earlier ones first (they are on
+    the share, while a retry's stdout.txt starts empty, possibly on another node) and its own last, so the task's
+    current stdout.txt holds the whole history for `python -m infra status`."""
+    return RECORD_PREFIX + json.dumps(attempt, sort_keys=True)
+
+
+def read_lines(stdout: str) -> list[dict]:
+    """The attempts the launcher's stdout recorded, each once (by number), in order (pure)."""
+    found: dict[int, dict] = {}
+    for line in stdout.splitlines():
+        if line.startswith(RECORD_PREFIX):
+            try:
+                record = json.loads(line.removeprefix(RECORD_PREFIX))
+                found[int(record["attempt"])] = record
+            except (ValueError, KeyError, TypeError):
+                continue
+    return [found[n] for n in sorted(found)]
+
+
+def status_lines(stdout: str) -> list[str]:
+    """What `status` says of each attempt: how it ended, the node it blamed and whether that node was taken out,
+    why, and the node-hours a failure cost; with the total when any failed (pure)."""
+    records = read_lines(stdout)
+    lines = []
+    for a in records:
+        if a.get("kind") == "ok":
+            lines.append(f"attempt {a['attempt']}: finished on {len(a.get('hosts') or [])} node(s)")
+            continue
+        blamed = ", ".join(a.get("blamed_hosts") or []) or "no node named"
+        nodes = f" (node {', '.join(a['blamed_nodes'])} taken out of scheduling)" if a.get("blamed_nodes") else ""
+        lines.append(f"attempt {a['attempt']}: {a.get('kind')} fault ({a.get('reason')}, exit {a.get('exit_code')}); "
+                     f"blamed: {blamed}{nodes}; cost {a.get('node_hours', 0):.3f} node-hours")
+    lost = sum(a.get("node_hours", 0) for a in records if a.get("kind") != "ok")
+    if lost:
+        lines.append(f"failures cost {lost:.3f} node-hours in all")
+    return lines
+

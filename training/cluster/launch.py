@@ -15,6 +15,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -305,14 +306,22 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
     from training.cluster import attempts, keep_out
 
     job = os.environ.get("AZ_BATCH_JOB_ID", "")
-    earlier = attempts.code_fault_before(attempts.previous_attempts(output_dir), job)
-    if earlier:  # Batch's retry of a code/data fault: refused before any rank starts (attempts.code_fault_before)
-        print(f"fault: code: not run again: attempt {earlier['attempt']} of job {job} ended on a code/data fault "
-              f"({earlier['reason']}, exit {earlier['exit_code']}), which fails the same on any node; fix the code "
-              "or the data and submit again", file=sys.stderr, flush=True)
-        return earlier["exit_code"]
-    attempts.clear(output_dir)  # this attempt's records only
+    previous = attempts.previous_attempts(output_dir)
+    for earlier in previous:  # for `status`: this attempt's stdout.txt holds them all
+        print(attempts.record_line(earlier), flush=True)
     started = attempts.now()
+    refused = attempts.code_fault_before(previous, job)
+    if refused:  # Batch's retry of a code/data fault: refused before any rank starts (attempts.code_fault_before)
+        line = (f"fault: code: not run again: attempt {refused['attempt']} of job {job} ended on a code/data fault "
+                f"({refused['reason']}, exit {refused['exit_code']}), which fails the same on any node; fix the code "
+                "or the data and submit again")
+        print(line, file=sys.stderr, flush=True)
+        verdict = attempts.Verdict("code", refused["exit_code"], "retry refused", (), line)
+        record = attempts.attempt_record(len(previous), started, attempts.now(), [h.name for h in hosts], verdict, job)
+        attempts.append(output_dir, record)
+        print(attempts.record_line(dataclasses.asdict(record)), flush=True)
+        return verdict.exit_code
+    attempts.clear(output_dir)  # this attempt's records only
     proc = subprocess.Popen(command)
     forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - horovodrun ends its ranks itself
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -329,4 +338,5 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
         print(f"launch: attempt {record.attempt} cost {record.node_hours:.3f} node-hours "
               f"({len(hosts)} node(s)); exit {verdict.exit_code}", file=sys.stderr, flush=True)
     attempts.append(output_dir, record)
+    print(attempts.record_line(dataclasses.asdict(record)), flush=True)
     return verdict.exit_code

@@ -175,3 +175,20 @@ def test_batchs_retry_of_a_code_fault_is_refused_before_any_rank_starts(tmp_path
     assert run_attempt(ranks, hosts, out) == 0 and started.exists()
     monkeypatch.delenv("AZ_BATCH_JOB_ID")
     assert attempts.code_fault_before(attempts.previous_attempts(out), "") is None
+
+
+def test_each_attempt_prints_the_history_that_status_reads_back(tmp_path, capfd, monkeypatch):
+    out = tmp_path / "run"
+    monkeypatch.setenv("AZ_BATCH_JOB_ID", "team-a-job1")
+    hosts = [Host("10.0.0.4", 1), Host("10.0.0.5", 1)]
+    hang = attempts.attempt_record(0, 0, 1800, ["10.0.0.4", "10.0.0.5"], attempts.classify(
+        [_rec(0, "node", ["10.0.0.5"])], 1), job="team-a-job1")
+    hang.blamed_nodes = ["tvmps_5"]
+    attempts.append(out, hang)
+    assert run_attempt([sys.executable, "-c", "pass"], hosts, out) == 0
+    stdout = capfd.readouterr().out
+    assert attempts.status_lines(stdout) == [
+        f"attempt 1: node fault (hang, exit {EXIT_HANG}); blamed: 10.0.0.5 (node tvmps_5 taken out of scheduling); "
+        "cost 1.000 node-hours",
+        "attempt 2: finished on 2 node(s)",
+        "failures cost 1.000 node-hours in all"]
