@@ -28,7 +28,7 @@ import torch
 from training.config import dali_installed
 from training.data.folder import MEAN, STD
 from training.errors import UsageError
-from training.pytorch.sampling import first_readable, training_crop, training_sampler
+from training.pytorch.sampling import batches_per_epoch, first_readable, training_crop, training_sampler
 
 OUTPUTS = ("images", "labels")
 
@@ -48,7 +48,9 @@ class SampleSource:
         # pickle at a fraction of Path objects' size and time.
         self.samples, self.seed = [(str(path), label) for path, label in samples], cfg.seed
         self.sampler = training_sampler(len(samples), cfg, rank, size)
-        self.per_epoch = len(self.sampler)  # whole batches only
+        # The loop's epoch, not the sampler's shard (up to a batch longer): the count runs on across epochs, so
+        # an epoch of another length would start every later epoch at another sample than a resumed run does.
+        self.per_epoch = batches_per_epoch(len(samples), size, cfg.batch_size) * cfg.batch_size
         self.first = epoch * self.per_epoch + start_batch * cfg.batch_size
         self._epoch, self._order = None, []
 

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training.errors import UsageError
 from training.data.folder import MEAN, STD, num_classes, scan, verify_images
-from training.pytorch.sampling import first_readable, training_crop, training_sampler
+from training.pytorch.sampling import batches_per_epoch, first_readable, training_crop, training_sampler
 from training.runner import synthetic_steps_per_epoch
 
 
@@ -73,7 +73,7 @@ class FolderData:
         classes, samples = scan(root, "train")
         num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
-        self.steps_per_epoch = len(samples) // size // cfg.batch_size
+        self.steps_per_epoch = batches_per_epoch(len(samples), size, cfg.batch_size)  # every loader's epoch
         if self.steps_per_epoch == 0:
             raise UsageError(f"--data {root}: {len(samples)} images are fewer than one global batch "
                              f"({cfg.batch_size} x {size} workers); lower --batch-size")

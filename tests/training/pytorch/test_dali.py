@@ -176,3 +176,28 @@ def test_the_benchmark_counts_only_the_windows_after_what_the_loader_read_ahead(
     sampler = UtilisationSampler(enabled=False)
     sampler.samples = [(1001.0, 0.0), (1010.0, 5.0), (1018.5, 90.0), (1025.0, 94.0), (1031.0, 10.0)]
     assert sampler.mean((1018.0, 1030.0)) == 92.0 and sampler.mean((2000.0, 2001.0)) is None
+
+
+def test_the_dali_epoch_is_the_loops_epoch_when_sizes_do_not_divide():
+    """103 samples over 3 ranks at batch 4: each rank's shard is 34 samples, the loop's epoch 8 batches (32). The
+    source counts one running sample number across epochs, so an epoch of 34 would shift every later epoch by 2
+    samples per epoch against a run resumed there. Each rank, run on from epoch 0 and resumed in epoch 2 at
+    batch 3, reads what the loop's sampler puts at each step (the PIL loader's order)."""
+    from training.pytorch.sampling import batches_per_epoch, training_sampler
+
+    samples, cfg, size = [(f"{i}.JPEG", 0) for i in range(103)], TrainConfig(batch_size=4), 3
+    steps = batches_per_epoch(len(samples), size, cfg.batch_size)
+    assert steps == 8
+    for rank in range(size):
+        sampler = training_sampler(len(samples), cfg, rank, size)
+        loop_order = []  # epoch by epoch, the loop's steps x batch samples
+        for epoch_number in range(3):
+            sampler.set_epoch(epoch_number)
+            loop_order += list(sampler)[:steps * cfg.batch_size]
+        uninterrupted = dali.SampleSource(samples, cfg, rank, size, 0, 0)
+        assert [uninterrupted.position(k)[1] for k in range(len(loop_order))] == loop_order
+        resumed = dali.SampleSource(samples, cfg, rank, size, 2, 3)
+        skipped = (2 * steps + 3) * cfg.batch_size
+        tail = [resumed.position(k) for k in range(len(loop_order) - skipped)]
+        assert [index for _, index in tail] == loop_order[skipped:] and {epoch for epoch, _ in tail} == {2}
+
