@@ -100,7 +100,8 @@ def _new_team(args: argparse.Namespace) -> int:
     from infra.core.config_schema import ConfigError
 
     try:
-        result = teams.new_team(args.name, args.template, args.backend, args.project_dir)
+        result = teams.new_team(args.name, args.template, args.backend, args.project_dir, args.subscription,
+                                args.location)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -196,7 +197,7 @@ def _verb_inputs(args: argparse.Namespace):
 
     if args.command == "submit":
         return verbs.Submit(framework=args.framework, nodes=args.nodes, args=args.args,
-                            skip_data_check=args.skip_data_check)
+                            skip_data_check=args.skip_data_check, dataset=args.dataset)
     if args.command == "status":
         return verbs.Status(job=args.job)
     if args.command == "logs":
@@ -335,22 +336,46 @@ def _upload(args: argparse.Namespace) -> int:
     from infra.backends.shared import JobError
     from training.errors import UsageError
 
-    inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add)
+    inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add,
+                         dataset=args.dataset, replace=args.replace)
     try:
         found = jobs.check_upload(inputs)
         if found is not None:
             print(f"upload: {args.dir}: {found.summary()}", file=sys.stderr)
         target = jobs.data_target(_stack(args))
         jobs.check_destination(inputs, found, target)
-        print(f"upload: {args.dir} -> {target.display}", file=sys.stderr)
-        stats = jobs.upload(inputs, target)
+        print(f"upload: {args.dir} -> {target.display}, dataset {args.dataset}", file=sys.stderr)
+        stats, removed = jobs.upload(inputs, target)
     except (JobError, UsageError) as err:
         _error(args, err)
         return 1
-    print(stats.line("upload"))
+    print(stats.line("upload") + (f"; --replace deleted {removed} blob(s) the folder lacks" if args.replace else ""))
     flags = f" {jobs.stack_flags(_stack(args))}"
-    print(f"  next: python -m infra submit{flags}   (it refuses until the data is staged; nfsKind vm: `python -m "
+    dataset = "" if args.dataset == "default" else f" --dataset {args.dataset}"
+    print(f"  next: python -m infra submit{flags}{dataset}   (it refuses until the data is staged; nfsKind vm: `python -m "
           f"infra restage{flags} --follow` stages it now)")
+    return 0
+
+
+def _datasets(args: argparse.Namespace) -> int:
+    """List the datasets in the stack's `data` container, or remove one (infra/jobs.py: list_datasets,
+    remove_dataset)."""
+    from infra import jobs
+    from infra.backends.shared import JobError
+    from training.errors import UsageError
+
+    try:
+        if args.remove:
+            removed = jobs.remove_dataset(_stack(args), args.remove)
+            print(f"removed dataset {args.remove}: {removed} blob(s) deleted (restorable for 7 days: blob soft "
+                  "delete); the NFS server's next staging removes its staged copy")
+            return 0
+        found = jobs.list_datasets(_stack(args))
+    except (JobError, UsageError) as err:
+        _error(args, err)
+        return 1
+    print("\n".join(item.line() for item in found) if found else
+          f"no datasets in stack {args.stack}'s `data` container: python -m infra upload --dataset NAME DIR")
     return 0
 
 
@@ -425,6 +450,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     new_team.add_argument("--from", dest="template", default="trial", metavar="STACK",
                           help="the stack file to start from (default: trial, one small GPU node)")
     new_team.add_argument("--backend", choices=BACKENDS, help="default: the --from stack's backend")
+    new_team.add_argument("--subscription", metavar="ID", help="the subscription the stack deploys to (writes "
+                          "azure-native:subscriptionId; default: the --from stack's); docs/teams.md, layouts")
+    new_team.add_argument("--location", metavar="REGION", help="the Azure region (default: the --from stack's)")
     new_team.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     new_team.set_defaults(run=_new_team)
 
@@ -485,8 +513,27 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
                         help="upload into a `data` container that holds other classes already: a job trains on "
                              "both (without it, such an upload is refused before a byte moves)")
     upload.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    upload.add_argument("--dataset", default="default", metavar="NAME",
+                        help="the dataset to upload into (default: default, the container's root, which stacks "
+                             "held before names); `submit --dataset NAME` trains on it alone")
+    upload.add_argument("--replace", action="store_true",
+                        help="make the dataset this folder: after the upload, delete its blobs the folder lacks")
     upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     upload.set_defaults(run=lambda a: _job_verb_errors(a, _upload))
+
+    data_sets = commands.add_parser(
+        "datasets", help="list the datasets in the stack's `data` container (classes, images, size, uploader), or "
+                         "remove one",
+        description="One line per dataset in the stack's `data` container (docs/data.md, Datasets): its classes, "
+                    "train and val images, size, who uploaded it last and when, and its content hash (what a "
+                    "model trained on it records). --remove NAME deletes its blobs (members and admins may: the "
+                    "stack grants them deletes in `data`; restorable for 7 days).")
+    data_sets.add_argument("--stack", help="stack name (default: the member file's stack, else the one Pulumi has "
+                                           "selected)")
+    data_sets.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
+    data_sets.add_argument("--remove", metavar="NAME", help="delete this dataset's blobs")
+    data_sets.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    data_sets.set_defaults(run=lambda a: _job_verb_errors(a, _datasets))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config); with "
@@ -508,6 +555,8 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
             sub.add_argument("--framework", choices=frameworks.names(),
                              help="default: the stack's trainingFramework")
             sub.add_argument("--nodes", type=int, help="nodes for this job (default: maxNodes)")
+            sub.add_argument("--dataset", metavar="NAME", help="train on this dataset of `data` alone (`python -m "
+                                                               "infra datasets` lists them; default: default)")
             sub.add_argument("--args", help="train flags instead of the stack's trainingArgs, e.g. "
                                             "--args=\"--epochs 1\" (write --args=... when they start with --)")
             sub.add_argument("--skip-data-check", action="store_true",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from infra import REPO_ROOT
-from infra.core import budget, config, cost
+from infra.core import budget, config, cost, fleet_limits
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
 from infra.core.config import PROJECT, StackConfig
 from infra.core.config_schema import ConfigError
@@ -199,11 +199,33 @@ class NewTeam:
     config: StackConfig
     reserved_from: dict[str, str]  # each reserved range -> where it came from
     left_out: tuple[str, ...] = ()  # the template team's own keys it set, not copied (TEAM_OWN_KEYS)
+    quota_lines: tuple[str, ...] = ()  # the group it joins over a default quota (fleet_limits.limit_warnings)
 
 
-def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT) -> NewTeam:
-    """Write Pulumi.NAME.yaml from Pulumi.TEMPLATE.yaml, or refuse (ConfigError) with nothing written."""
+def member(cfg: StackConfig) -> fleet_limits.Member:
+    """A stack's config as the fleet's totals and limits see it (the figures of its `teams` row)."""
+    estimate = cost.estimate(cfg)
+    return fleet_limits.Member(cfg.stack, cfg.subscription_id, cfg.location, cfg.backend, cfg.nodes.gpu_sku,
+                               cfg.nodes.max_nodes, estimate.at(cfg.nodes.min_nodes), estimate.at(cfg.nodes.max_nodes),
+                               cost.monthly(estimate.at(cfg.nodes.min_nodes)), cfg.budget.monthly_usd)
+
+
+_SUBSCRIPTION_LINE = re.compile(rf"^\s+{re.escape(config.SUBSCRIPTION_KEY)}\s*:.*\n", re.MULTILINE)
+
+
+def _with_subscription(text: str, subscription: str) -> str:
+    """The stack file's text with the provider's subscription key set (the template's own line, if any, replaced)."""
+    text = _SUBSCRIPTION_LINE.sub("", text)
+    return re.sub(r"^config:\n", f"config:\n  {config.SUBSCRIPTION_KEY}: {subscription}\n", text, count=1,
+                  flags=re.MULTILINE)
+
+
+def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT,
+             subscription: str | None = None, location: str | None = None) -> NewTeam:
+    """Write Pulumi.NAME.yaml from Pulumi.TEMPLATE.yaml, or refuse (ConfigError) with nothing written. `subscription`
+    and `location` put the new stack in another (subscription, region) group than the template's."""
     config.check_team(name)  # also what keeps NAME a plain file name
+    subscription = config.check_subscription_id(subscription) if subscription else None
     path = root / f"Pulumi.{name}.yaml"
     if path.exists():
         raise ConfigError(None, f"new-team {name}: {path.name} exists already; pick another name, or edit that file "
@@ -231,6 +253,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
               "computeSubnet": str(_moved(source.network.compute_subnet, old, new)),
               "storageSubnet": str(_moved(source.network.storage_subnet, old, new)),
               "reservedAddressSpaces": "[" + ", ".join(map(str, reserved)) + "]"}
+    if location:
+        values["location"] = location  # checked with the rest below, as the written file
     drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
     if chosen != source.backend:
         values["backend"] = chosen
@@ -240,6 +264,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
               "# differs (docs/deploying.md, step 1); reservedAddressSpaces lists the other\n"
               "# stacks' spaces and the ranges they reserve.")
     text = _rewrite((root / f"Pulumi.{template}.yaml").read_text(), values, drop, header)
+    if subscription:
+        text = _with_subscription(text, subscription)
 
     # Validate before writing: the file as written must be what `plan` accepts, with the values chosen above (a
     # value the template wrote over several lines would not have been replaced).
@@ -251,8 +277,10 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
             raise ConfigError(None, f"new-team {name} --from {template}: the file it would write is refused ({err}); "
                                     "nothing written") from None
     got = {"team": written.team, "addressSpace": str(written.network.address_space),
-           "backend": written.backend, "reservedAddressSpaces": sorted(written.network.reserved_address_spaces)}
-    want = {"team": name, "addressSpace": str(new), "backend": chosen, "reservedAddressSpaces": reserved}
+           "backend": written.backend, "reservedAddressSpaces": sorted(written.network.reserved_address_spaces),
+           "location": written.location, "subscriptionId": written.subscription_id}
+    want = {"team": name, "addressSpace": str(new), "backend": chosen, "reservedAddressSpaces": reserved,
+            "location": location or source.location, "subscriptionId": subscription or source.subscription_id}
     if got != want:
         wrong = next(key for key in want if got[key] != want[key])
         raise ConfigError(wrong, f"Pulumi.{template}.yaml writes it in a form new-team cannot rewrite (over several "
@@ -262,7 +290,15 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
         out.write(text)
     template_keys = config.read_stack_file(template, root)  # once, not once per key
     own = tuple(key for key in TEAM_OWN_KEYS if key in template_keys)
-    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own)
+    # The group it joins, from the configs already read (a stack refused by its own plan is left out).
+    members = [member(written)]
+    for stack in fleet.engines:
+        try:
+            members.append(member(config.from_engine_config(stack, fleet.engine(stack), fleet.project)))
+        except ConfigError:
+            continue
+    quota = fleet_limits.limit_warnings(members, only=members[0].group)
+    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own, tuple(quota))
 
 
 def new_team_lines(result: NewTeam, template: str) -> list[str]:
@@ -274,6 +310,9 @@ def new_team_lines(result: NewTeam, template: str) -> list[str]:
             f"  reservedAddressSpaces: {where or 'none'}",
             *([f"  not copied from Pulumi.{template}.yaml (the {template} team's own): {', '.join(result.left_out)}"]
               if result.left_out else []),
+            f"  joins {fleet_limits.group_name((cfg.subscription_id or fleet_limits.UNSET, cfg.location))}: " + (
+                "over a default quota:" if result.quota_lines else "within the documented default quotas"),
+            *(f"    {line}" for line in result.quota_lines),
             "next:",
             f"  1. edit {result.path.name}: allowedIpRanges (your egress IPs; `curl -s https://ifconfig.me`), and what "
             f"differs for this team (location, gpuSku, maxNodes, "
@@ -296,6 +335,7 @@ JSON_KEYS = {
     "team": "the team key",
     "backend": "batch or azureml",
     "location": "the Azure region",
+    "subscription": "the stack file's azure-native:subscriptionId, or null when unset (the deployer's default)",
     "gpuSku": "the GPU VM size",
     "minNodes": "minNodes", "maxNodes": "maxNodes",
     "usdPerHourAtMin": "estimated USD per hour at minNodes",
@@ -335,7 +375,8 @@ def team_rows(root: Path) -> list[dict]:
             failing_of[key] = [name for verdict, name, _ in plan.verdicts(evaluation) + plan.service_verdicts(evaluation)
                                if verdict == "FAIL"]
         estimate = cost.estimate(cfg)
-        row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, gpuSku=cfg.nodes.gpu_sku,
+        row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, subscription=cfg.subscription_id,
+                   gpuSku=cfg.nodes.gpu_sku,
                    minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes,
                    usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
                    usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
@@ -472,4 +513,14 @@ def table(rows: list[dict]) -> str:
     if placeholders:
         lines.append(f"{placeholders} stack(s) still hold the example allowedIpRanges placeholder (plan names it; "
                      "`pulumi up` refuses it).")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + fleet_lines(rows))
+
+
+def fleet_lines(rows: list[dict]) -> list[str]:
+    """The fleet's totals over the stacks not refused, then each (subscription, region) group over a default quota
+    (fleet_limits)."""
+    members = [fleet_limits.member_of_row(r) for r in rows if not r["error"]]
+    warnings = fleet_limits.limit_warnings(members)
+    return [*fleet_limits.totals_lines(fleet_limits.totals(members), cost.HOURS_PER_MONTH),
+            *(["Quotas (offline, the documented defaults):", *(f"  {line}" for line in warnings)] if warnings else
+              ["Quotas (offline): every (subscription, region) group is within the documented defaults"])]
