@@ -55,7 +55,8 @@ class Environment(pulumi.ComponentResource):
         self.network = Network(f"{name}-net", NetworkArgs(
             cfg.network, **place, key_vault_endpoint=facts(cfg.backend).key_vault_endpoint), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
-            cfg.storage, **place, account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location),
+            cfg.storage, **place,
+            account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription),
             subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],
             allowed_ip_ranges=cfg.network.allowed_ip_ranges, now=now), child)
         self.monitoring.watch_storage("storage", self.storage.account.id)
@@ -66,7 +67,8 @@ class Environment(pulumi.ComponentResource):
             previous_parent=pulumi.create_urn(f"{name}-reg", "dltrain:registry:Registry", parent=self)), child)
         nodes = self.node_identity.identity
         self.registry = Registry(f"{name}-reg", RegistryArgs(
-            cfg.registry, **place, registry_name=naming.registry(cfg.team, cfg.stack, cfg.location),
+            cfg.registry, **place,
+            registry_name=naming.registry(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription),
             pull_principal_id=nodes.principal_id, now=now, allowed_ip_ranges=cfg.network.allowed_ip_ranges,
             egress_ip=self.network.egress_ip.ip_address), child)
         self.monitoring.watch_registry("registry", self.registry.registry.id)

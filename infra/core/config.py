@@ -42,7 +42,7 @@ PROVIDER_NAMESPACES = ("azure-native", "docker-build", "pulumi")
 SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageConfig, "monitoring": MonitoringConfig,
             "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig,
             "access": AccessConfig, "tagging": TaggingConfig, "budget": BudgetConfig}
-TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType")  # StackConfig's own fields
+TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType", "namesWithoutSubscription")  # StackConfig's own
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`
 # (config_sections.py).
@@ -57,6 +57,8 @@ class StackConfig:
     location: str
     backend: str  # batch | azureml
     deployer_principal_type: str  # User | ServicePrincipal: who runs `pulumi up`, for its own role assignments
+    # A stack deployed before names hashed the subscription keeps its names when it adds azure-native:subscriptionId.
+    names_without_subscription: bool = False
     network: NetworkConfig
     nodes: NodesConfig
     storage: StorageConfig
@@ -73,6 +75,11 @@ class StackConfig:
     # (None when unset: the provider then takes the CLI's or the environment's default subscription, which `plan`
     # cannot know offline). Globally unique names hash it when set (naming.py); fleet groups teams by it.
     subscription_id: str | None = None
+
+    @property
+    def naming_subscription(self) -> str | None:
+        """The subscription the globally unique names hash (naming.py): the stack's, unless its names are pinned."""
+        return None if self.names_without_subscription else self.subscription_id
 
     @property
     def tags(self) -> dict[str, str]:
@@ -177,6 +184,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     nfs = NfsConfig.parse(merged)
     training = TrainingConfig.parse(merged, registry)
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
+                       names_without_subscription=merged["namesWithoutSubscription"],
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
                        tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),

@@ -1,8 +1,15 @@
 """Names of the Azure resources whose names must be globally unique or predictable (pure functions).
 
-Storage accounts and registries share one global namespace and allow only lowercase letters and digits,
-so their names carry a short hash of (team, stack, location): stable across `pulumi up`, distinct
-between teams and stacks.
+Storage accounts, registries, Batch accounts and Key Vaults share global namespaces (a name taken in any
+subscription of any tenant is taken for all), and storage, registry and Batch names allow only lowercase letters and
+digits, so their names carry a short hash of (team, stack, location), and of the subscription when the stack names
+it (`azure-native:subscriptionId`, StackConfig.subscription_id): stable across `pulumi up`, distinct between teams
+and stacks, and between the same stack file deployed to two subscriptions (a subscription ID is unique across
+tenants, so tenants differ too). All of it is in the stack file, so `plan` computes the names offline.
+
+Stacks deployed before the subscription was hashed keep their names: a stack without `azure-native:subscriptionId`
+hashes what it always did, and one that adds it to a deployed stack sets `namesWithoutSubscription: true` with it
+(docs/naming.md): a storage account, registry or Batch account cannot be renamed, so a new name would replace it.
 
 A Key Vault and an Azure ML workspace keep their names after they are deleted (a purge-protected vault until its
 soft-delete retention ends, 90 days by default; a workspace 14 days), so `pulumi destroy` then `pulumi up` of the
@@ -14,33 +21,36 @@ from __future__ import annotations
 import hashlib
 
 
-def _suffix(*parts: str) -> str:
+def _suffix(*parts: str, subscription: str | None = None) -> str:
+    # The subscription joins the hash only when given, so a stack without it keeps the names it always had.
+    parts = (*parts, subscription) if subscription else parts
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
 
 
 def resource_group(team: str, stack: str) -> str:
-    return f"rg-dltrain-{team}-{stack}"
+    return f"rg-dltrain-{team}-{stack}"  # unique within its subscription only: no hash needed
 
 
-def storage_account(team: str, stack: str, location: str) -> str:
-    return f"st{team}{_suffix('st', team, stack, location)}"  # <= 22 chars of [a-z0-9]
+def storage_account(team: str, stack: str, location: str, subscription: str | None = None) -> str:
+    return f"st{team}{_suffix('st', team, stack, location, subscription=subscription)}"  # <= 22 chars of [a-z0-9]
 
 
-def registry(team: str, stack: str, location: str) -> str:
-    return f"cr{team}{_suffix('cr', team, stack, location)}"
+def registry(team: str, stack: str, location: str, subscription: str | None = None) -> str:
+    return f"cr{team}{_suffix('cr', team, stack, location, subscription=subscription)}"
 
 
-def nfs_storage_account(team: str, stack: str, location: str) -> str:
-    return f"nfs{team}{_suffix('nfs', team, stack, location)}"  # <= 23 chars of [a-z0-9]
+def nfs_storage_account(team: str, stack: str, location: str, subscription: str | None = None) -> str:
+    return f"nfs{team}{_suffix('nfs', team, stack, location, subscription=subscription)}"  # <= 23 chars of [a-z0-9]
 
 
-def batch_account(team: str, stack: str, location: str) -> str:
-    return f"ba{team}{_suffix('ba', team, stack, location)}"  # 3-24 lowercase letters and digits
+def batch_account(team: str, stack: str, location: str, subscription: str | None = None) -> str:
+    # 3-24 lowercase letters and digits
+    return f"ba{team}{_suffix('ba', team, stack, location, subscription=subscription)}"
 
 
-def key_vault(team: str, stack: str, location: str, generation: str) -> str:
+def key_vault(team: str, stack: str, location: str, generation: str, subscription: str | None = None) -> str:
     # 3-24 letters, digits and hyphens, globally unique
-    return f"kv-{team}-{_suffix('kv', team, stack, location, generation)}"
+    return f"kv-{team}-{_suffix('kv', team, stack, location, generation, subscription=subscription)}"
 
 
 def aml_workspace(team: str, stack: str, generation: str) -> str:

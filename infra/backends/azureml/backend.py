@@ -59,7 +59,8 @@ class AzureMlBackend:
                             "workspace's storage (identity-based datastores)"))
         azureml = AzureMl(f"{name}-ml", AzureMlArgs(
             cfg.aml, cfg.nodes, rg, cfg.location, cfg.tags,
-            key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation),
+            key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation,
+                                                              cfg.naming_subscription),
             workspace_name=lambda generation: naming.aml_workspace(cfg.team, cfg.stack, generation),
             allowed_ip_ranges=cfg.network.allowed_ip_ranges, frameworks=cfg.registry.frameworks,
             vnet_id=network.vnet.id, compute_subnet_id=network.compute_subnet.id,

@@ -46,7 +46,8 @@ class BatchBackend:
         nfs = NfsServer(f"{name}-nfs", NfsArgs(
             cfg.nfs, rg, cfg.location, cfg.tags, export_to=str(cfg.network.compute_subnet),
             names=NfsNames(vm=f"nfs-{cfg.team}-{cfg.stack}", host=f"nfs-{cfg.team}",
-                           account=naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location)),
+                           account=naming.nfs_storage_account(cfg.team, cfg.stack, cfg.location,
+                                                              cfg.naming_subscription)),
             storage_subnet_id=foundation.network.storage_subnet.id,
             compute_subnet_id=foundation.network.compute_subnet.id,
             container_urls={c: urls[c] for c in ("data", "scripts", "status")},
@@ -55,7 +56,7 @@ class BatchBackend:
             pulumi.ResourceOptions(parent=foundation.parent, depends_on=storage.scripts))
         cluster = Cluster(f"{name}-cluster", ClusterArgs(
             cfg.nodes, cfg.training, cfg.nfs, rg, cfg.location, cfg.tags,
-            account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location),
+            account_name=naming.batch_account(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription),
             allowed_ip_ranges=cfg.network.allowed_ip_ranges, compute_subnet_id=foundation.network.compute_subnet.id,
             registry_server=registry.registry.login_server, image_names=registry.image_names,
             pull_identity_id=nodes.id, nfs_source=nfs.mount_source,

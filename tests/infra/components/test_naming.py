@@ -1,0 +1,59 @@
+"""Globally unique names hold across subscriptions and tenants, computed offline from the stack file, and a stack
+deployed before keeps its names (infra/core/naming.py, docs/naming.md)."""
+from infra.core import config, naming
+from infra.preview import offline
+from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
+
+SUB_A = "0a1b2c3d-0000-4000-8000-00000000000a"
+SUB_B = "0a1b2c3d-0000-4000-8000-00000000000b"
+GLOBAL = {"storage": naming.storage_account, "registry": naming.registry, "batch": naming.batch_account,
+          "nfs": naming.nfs_storage_account}
+
+
+def _names(subscription):
+    names = {kind: f("dev", "dev", "westeurope", subscription) for kind, f in GLOBAL.items()}
+    return {**names, "vault": naming.key_vault("dev", "dev", "westeurope", "g1", subscription)}
+
+
+def test_without_a_subscription_the_names_are_the_ones_deployed_stacks_have():
+    # The dev stack's storage account as deployed before the subscription joined the hash (test_preflight pins it).
+    assert naming.storage_account("dev", "dev", "westeurope") == "stdeve54846c5"
+    assert _names(None) == _names("")
+
+
+def test_each_subscription_gets_its_own_globally_unique_names():
+    unset, a, b = _names(None), _names(SUB_A), _names(SUB_B)
+    for kind in unset:
+        assert len({unset[kind], a[kind], b[kind]}) == 3, kind
+    assert all(len(name) <= 24 for name in a.values())
+    assert naming.resource_group("dev", "dev") == "rg-dltrain-dev-dev"  # per subscription already
+
+
+def test_plan_names_differ_across_subscriptions_from_the_stack_file_alone(tmp_path):
+    from infra import REPO_ROOT
+
+    (tmp_path / "Pulumi.yaml").write_text((REPO_ROOT / "Pulumi.yaml").read_text())
+    body = (REPO_ROOT / f"Pulumi.{BATCH_STACKS[0]}.yaml").read_text()
+    (tmp_path / "Pulumi.a.yaml").write_text(body + f"  azure-native:subscriptionId: {SUB_A}\n")
+    cfg = config.from_stack_file("a", tmp_path)
+    assert cfg.naming_subscription == SUB_A
+
+    def evaluated(ev):
+        return {t: sorted(r.inputs[key] for r in ev.of_type(t)) for t, key in (
+            ("azure-native:storage:StorageAccount", "accountName"), ("azure-native:batch:BatchAccount", "accountName"),
+            ("azure-native:containerregistry:Registry", "registryName"))}
+
+    # One evaluation more (seconds): the program's names for subscription A, against the stack's cached plan
+    # without one; that B differs from A is the pure functions' test above.
+    in_a, unset = evaluated(offline.evaluate(cfg, now=NOW)), evaluated(evaluation_for(BATCH_STACKS[0]))
+    for token in in_a:
+        assert in_a[token] and set(in_a[token]).isdisjoint(unset[token]), token
+    t, s_, loc = cfg.team, cfg.stack, cfg.location
+    assert naming.storage_account(t, s_, loc, SUB_A) in in_a["azure-native:storage:StorageAccount"]
+    assert in_a["azure-native:batch:BatchAccount"] == [naming.batch_account(t, s_, loc, SUB_A)]
+    assert in_a["azure-native:containerregistry:Registry"] == [naming.registry(t, s_, loc, SUB_A)]
+    # namesWithoutSubscription: a stack deployed before keeps its names when it adds its subscription.
+    (tmp_path / "Pulumi.a.yaml").write_text(body + f"  azure-native:subscriptionId: {SUB_A}\n"
+                                                   "  azure-dl-training:namesWithoutSubscription: true\n")
+    pinned = config.from_stack_file("a", tmp_path)
+    assert pinned.subscription_id == SUB_A and pinned.naming_subscription is None
