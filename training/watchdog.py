@@ -49,6 +49,7 @@ ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten ev
 FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)
 WARMUP_STEPS = 3  # step times measured before the bound follows them (the first ones include start-up)
 RECENT = 20  # step times the median is taken over
+AfterStep = Callable[[int, Callable[[], float]], None]  # the runner's after_step(steps done, averaged loss)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class Watchdog:
         with self._lock:
             self.deadline.busy(what, self.clock())
 
-    def wrap(self, after_step: Callable[[int, Callable[[], float]], None]) -> Callable[[int, Callable[[], float]], None]:
+    def wrap(self, after_step: AfterStep) -> AfterStep:
         def hooked(done: int, loss: Callable[[], float]) -> None:
             self.stepped(done)
             self.busy("a checkpoint or a log line")

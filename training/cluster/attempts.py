@@ -51,7 +51,8 @@ def classify(records: list[dict], rc: int) -> Verdict:
         return Verdict("node", first["exit_code"], first["reason"], (),
                        f"fault: node (none named): {first['line'].removeprefix('error: ')}")
     if kind_of(rc) == "code":
-        return Verdict("code", rc, "usage", (), f"fault: code: a rank refused its input (exit {rc}); see its error line")
+        return Verdict("code", rc, "usage", (),
+                       f"fault: code: a rank refused its input (exit {rc}); see its error line")
     return Verdict("node", EXIT_NODE_FAULT, "rank lost", (),
                    f"fault: node (none named): the ranks ended with exit {rc} and no rank said why (a rank killed, "
                    "or its host gone)")

@@ -85,6 +85,7 @@ class Status:
     efficiency: str = ""  # the run's last img/s per GPU, its bound and the shortfall's cost (training/efficiency.py)
     unhealthy: tuple[str, ...] = ()  # one line per pool node whose start task (node health checks) failed
     cancelled: bool = False  # ended by `cancel` (CANCELLED_REASON), not by its task
+    attempts: tuple[str, ...] = ()  # each attempt: its fault, the node blamed, its node-hours (cluster/attempts.py)
 
     def lines(self) -> list[str]:
         exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
@@ -98,6 +99,7 @@ class Status:
                 f"  primary node: {self.node or '-'}",
                 f"  started: {self.started or '-'}   ended: {self.ended or '-'}",
                 *([f"  efficiency: {self.efficiency}"] if self.efficiency else []),
+                *(f"  {line}" for line in self.attempts),
                 *(f"  {line}" for line in self.unhealthy)]
 
 
@@ -133,7 +135,8 @@ def status(service: BatchService, job: str, node_price_per_hour: float | None = 
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
                   str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
                   _efficiency(service, job, task, node_price_per_hour), unhealthy,
-                  (job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON)
+                  (job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON,
+                  attempts=_attempts(service, job, task))
 
 
 def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_price_per_hour: float | None) -> str:
@@ -196,3 +199,14 @@ def cancel(service: BatchService, job: str) -> None:
     except JobNotFound:
         raise JobError(f"job {job} not found") from None
 
+
+def _attempts(service: BatchService, job: str, task: dict[str, Any]) -> tuple[str, ...]:
+    """Each attempt of the task as the launcher recorded it in the primary's stdout (training/cluster/attempts.py:
+    every attempt prints the earlier ones, kept on the share, then its own): how it ended, the node it blamed, the
+    node-hours a failure cost. None before the task has run."""
+    from training.cluster import attempts
+
+    if task.get("state") not in ("running", DONE):
+        return ()
+    stdout = service.read_task_file(job, batch_spec.TASK_ID, "stdout.txt", 0).decode("utf-8", errors="replace")
+    return tuple(attempts.status_lines(stdout))
