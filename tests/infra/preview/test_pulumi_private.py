@@ -105,7 +105,9 @@ def test_the_pinned_pulumi_is_the_one_checked_and_installed(version):
         f"requirements pin pulumi=={version}; infra/preview/pulumi_private.py was checked against "
         f"{pulumi_private.PULUMI_VERSION}: check each name in PRIVATE_NAMES against that release, then update it")
     assert f"pulumi=={version}" in (pulumi_private.__doc__ or ""), "pulumi_private's docstring names another version"
-    assert _installed_version() == version, f"pulumi {_installed_version()} installed, {version} pinned: reinstall .venv"
+    assert _installed_version() == version, (
+        f"pulumi {_installed_version()} installed, {version} pinned (and checked in infra/preview/pulumi_private.py): "
+        f"reinstall .venv, or move the pin as docs/upgrade.md says (\"How the pins move\")")
 
 
 @pytest.mark.parametrize("version,module,path,where", [
