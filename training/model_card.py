@@ -38,6 +38,7 @@ class ModelCard:
     std: tuple[float, ...] = STD
     input_layout: str = "NCHW"  # the export sets it (LAYOUTS)
     resize: str = "center-crop"  # the export sets it (RESIZES)
+    dataset: str = ""  # `NAME sha256:HASH` of the dataset it trained on (training/data/datasets.py card_text); "" unknown
 
     def name(self, label: int) -> str:
         """The class name of a label (its index when the model has no names)."""

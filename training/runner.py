@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from training import checkpoint, efficiency, frameworks, interconnect, metrics, model_card, progress, tracking
 from training.config import TrainConfig, cpu_sized_text, resolve_optimizer
-from training.data import folder
+from training.data import datasets, folder
 from training.errors import RunStopped
 from training import watchdog
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
@@ -339,8 +339,9 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     reporter.close()
     if rank0:
         card = model_card.ModelCard(num_classes=cfg.num_classes, image_size=cfg.image_size, classes=classes,
-                                    framework=cfg.framework, run_id=model_card.run_id())
-        result.update({"classes": list(classes) if classes else None, "run_id": card.run_id})
+                                    framework=cfg.framework, run_id=model_card.run_id(),
+                                    dataset=datasets.card_text(None if cfg.data == "synthetic" else cfg.data))
+        result.update({"classes": list(classes) if classes else None, "run_id": card.run_id, "dataset": card.dataset})
         if classes:  # beside the model and the checkpoints, whether or not this run exports
             model_card.write_classes(out, classes)
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing

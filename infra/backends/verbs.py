@@ -26,6 +26,7 @@ class Submit:
     nodes: int | None = None  # default: maxNodes
     args: str | None = None  # train flags as one string, instead of trainingArgs (the stack config's refusals apply)
     skip_data_check: bool = False  # submit even when `data` is empty or not reported staged
+    dataset: str | None = None  # which dataset of `data` (training/data/datasets.py); default: `default`, its root
 
     def train_args(self, cfg: StackConfig) -> tuple[str, ...] | None:
         """`args` as the job's train flags, with the stack config's refusals of trainingArgs and the training

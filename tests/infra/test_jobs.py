@@ -7,6 +7,7 @@ import pytest
 from infra import jobs
 from infra.backends import RegistersModels, Restages, backend
 from infra.backends.shared import JobError
+from training.errors import UsageError
 from infra.backends.verbs import VERB_NAMES, Cancel, Download, Logs, RegisterModel, Status, Submit
 from tests.infra.backends.batch.test_operate import OUTPUTS, not_staged, staged
 from tests.infra.backends.conftest import batch  # noqa: F401 - fixture
@@ -134,3 +135,49 @@ def test_azure_ml_status_after_cancel_says_cancelled_and_logs_what_it_waits_for(
     assert "logs: job train-nlp-1 is Queued: Azure ML streams its output once its nodes run it" in capsys.readouterr().err
     aml.cancel("train-nlp-1")
     assert operate_aml.status(aml, "train-nlp-1")[0].startswith("job train-nlp-1: cancelled")
+
+
+# Named datasets (training/data/datasets.py): a job trains on the one named, on either backend.
+
+def test_submit_dataset_points_the_jobs_data_at_that_datasets_folder(dev, batch, capsys):  # noqa: F811
+    with_pets = jobs.Services(batch=lambda endpoint: batch, staged=staged, datasets=lambda url: ["default", "pets"])
+    jobs.submit(dev, Submit(nodes=1, dataset="pets"), with_pets)
+    jobs.submit(dev, Submit(nodes=1), with_pets)
+    named, plain = sorted((batch.tasks[job]["commandLine"] for job in batch.jobs), key=len, reverse=True)
+    assert "--data \"$AZ_BATCH_NODE_MOUNTS_DIR\"/data/imagenet/datasets/pets " in named
+    assert "--data \"$AZ_BATCH_NODE_MOUNTS_DIR\"/data/imagenet " in plain  # the root: the default, as before
+    with pytest.raises(UsageError, match=r"--dataset boats: the stack's `data` container has no such dataset "
+                                         r"\(it has: default, pets\)"):
+        jobs.submit(dev, Submit(nodes=1, dataset="boats"), with_pets)
+    assert len(batch.jobs) == 2
+
+
+def test_an_unnamed_job_keeps_its_fingerprint():
+    """Jobs `pulumi up` launched before datasets had names keep their IDs (no replacement on the next `up`)."""
+    import dataclasses
+
+    from tests.infra.backends.batch.test_spec import inputs
+
+    import hashlib
+
+    from infra.backends.batch import spec as batch_spec
+
+    plain = inputs()
+
+    fields = {k: v for k, v in dataclasses.asdict(plain).items() if k != "dataset"}
+    assert plain.fingerprint() == hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
+    assert batch_spec.job_id(plain) != batch_spec.job_id(dataclasses.replace(plain, dataset="pets"))
+
+
+def test_an_azure_ml_job_on_a_dataset_has_that_folder_as_its_data_input(tmp_path):
+    import dataclasses
+
+    from infra.backends.azureml import job as aml_job
+    from tests.infra.backends.azureml.test_job import built, stack_inputs
+
+    plain = stack_inputs()
+    rest, _, name = built(tmp_path, dataclasses.replace(plain, dataset="pets"))
+    assert rest["inputs"]["data"]["uri"].endswith("/paths/datasets/pets/")
+    assert aml_job.job_name(dataclasses.replace(plain, dataset="pets")) == aml_job.job_name(plain)
+    rest, _, _ = built(tmp_path / "plain", plain)
+    assert rest["inputs"]["data"]["uri"].endswith("/paths/")

@@ -262,10 +262,36 @@ def stage(target: transfer.ContainerTarget, dest: Path, prefix: str, workers: in
         name = prefix + val_labels
         labels = transfer.with_retries(f"reading {name}", stats, lambda: _read_labels(reader, name))
     dest.mkdir(parents=True, exist_ok=True)
+    listed: set[str] = set()
+
+    def blobs() -> Iterator[BlobItem]:
+        for blob in _blobs(reader, prefix, stats):
+            listed.add(blob.name[len(prefix):].lstrip("/"))
+            yield blob
+
     with transfer.Progress("stage", stats):
-        transfer.run_bounded(_blobs(reader, prefix, stats),
-                             Stager(reader, dest, prefix, extract, stats, labels, val_labels), workers)
+        transfer.run_bounded(blobs(), Stager(reader, dest, prefix, extract, stats, labels, val_labels), workers)
+    if not extract:  # extracted archives name no blob: nothing to compare
+        prune(dest, listed)
     return stats
+
+
+def prune(dest: Path, listed: set[str]) -> int:
+    """Delete the files of the datasets' folders (train/, val/, datasets/: training/data/datasets.py) that the
+    container no longer holds, so a dataset replaced or removed there (`infra upload --replace`, `infra datasets
+    --remove`) is replaced or removed here too, and a job never trains on a class taken out. Anything else in DEST
+    stays. How many files went."""
+    from training.data import datasets
+
+    gone = 0
+    for top in (*SPLITS, datasets.NAMED.rstrip("/")):
+        for path in sorted((dest / top).rglob("*"), reverse=True):  # files before their folders
+            if path.is_file() and path.relative_to(dest).as_posix() not in listed and not path.name.endswith(".part"):
+                path.unlink()
+                gone += 1
+            elif path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+    return gone
 
 
 def main(argv: list[str]) -> int:

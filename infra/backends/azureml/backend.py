@@ -2,6 +2,7 @@
 (infra/backends/__init__.py: Backend). Pulumi, azure-ai-ml and the Azure clients are imported inside the methods."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +112,8 @@ class AzureMlBackend:
         cfg, outputs = ctx.cfg, ctx.outputs
         service = ctx.connect(outputs)
         job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
+        if inputs.dataset and inputs.dataset != "default":  # the job's `data` input: that dataset's folder
+            job_inputs = dataclasses.replace(job_inputs, dataset=inputs.dataset)
         if not inputs.skip_data_check:  # the job's `data` input is the whole `data` container
             require_staged(outputs, ctx.staged, False, cfg.stack)
         operate_aml.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)

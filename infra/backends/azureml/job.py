@@ -34,12 +34,13 @@ from __future__ import annotations
 import hashlib
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core.config import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG, IMAGE_TOPOLOGY_DIR
+from training.data import datasets
 from training.efficiency import expectation_args
 from training.interconnect import job_train_args
 
@@ -59,6 +60,9 @@ class AmlJobInputs:
     train_args: tuple[str, ...]
     max_hours: int
     identity_client_id: str  # the compute cluster's (the nodes') user-assigned identity
+    # `submit --dataset NAME`: the job's `data` input is that dataset's folder of the container (training/data/
+    # datasets.py); "" its root. Out of repr, so the names of jobs without one stay as they were (job_name).
+    dataset: str = field(default="", repr=False)
 
     @property
     def gpus(self) -> int:
@@ -142,7 +146,8 @@ def build_job(inputs: AmlJobInputs, name: str, code: Path):
         command=command_line(inputs), code=str(code), environment=inputs.environment, compute=inputs.compute,
         instance_count=inputs.nodes, distribution=distribution, shm_size=SHM_SIZE,
         environment_variables=environment_variables(inputs),
-        inputs={"data": Input(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['data']}/paths/",
+        inputs={"data": Input(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
+                                                     f"{datasets.prefix(inputs.dataset or datasets.DEFAULT)}",
                               mode=DATA_MODES[inputs.data_mode])},
         outputs={"run": Output(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/",
                                mode="rw_mount")},

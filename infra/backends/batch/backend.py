@@ -2,6 +2,7 @@
 of it (infra/backends/__init__.py: Backend). Pulumi and the Azure clients are imported inside the methods."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,8 @@ class BatchBackend:
         cfg, outputs = ctx.cfg, ctx.outputs
         service = ctx.connect(outputs)
         job_inputs = self.job_inputs(cfg, outputs, inputs.framework, inputs.nodes, inputs.train_args(cfg))
+        if inputs.dataset and inputs.dataset != "default":  # its folder in the staged container (datasets.py)
+            job_inputs = dataclasses.replace(job_inputs, dataset=inputs.dataset)
         if not inputs.skip_data_check:
             require_staged(outputs, ctx.staged, cfg.nfs.kind == "vm", cfg.stack)
         operate.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)

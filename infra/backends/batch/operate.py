@@ -135,7 +135,7 @@ def status(service: BatchService, job: str, node_price_per_hour: float | None = 
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
                   str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
                   _efficiency(service, job, task, node_price_per_hour), unhealthy,
-                  (job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON,
+                  cancelled=(job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON,
                   attempts=_attempts(service, job, task))
 
 

@@ -82,6 +82,7 @@ class JobInputs:
     outputs_url: str  # the outputs container URL (no SAS)
     data_url: str = ""  # the data container URL (no SAS): set when the job stages the data itself
     processes_per_node: int = 0  # training processes per node; 0: one per GPU of the size
+    dataset: str = ""  # a named dataset of `data` (`submit --dataset`, training/data/datasets.py); "": its root
 
     @property
     def slots(self) -> int:
@@ -92,8 +93,9 @@ class JobInputs:
         return CATALOG[self.gpu_sku]
 
     def fingerprint(self) -> str:
-        """Same training, same fingerprint."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        """Same training, same fingerprint (no dataset named: the one it had before datasets had names)."""
+        fields = {key: value for key, value in asdict(self).items() if key != "dataset" or value}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def job_id(inputs: JobInputs, attempt: str = "") -> str:
@@ -111,8 +113,11 @@ def nfs_path(*parts: str) -> str:
     return batch_path("AZ_BATCH_NODE_MOUNTS_DIR", NFS_MOUNT, *parts)
 
 
-def data_dir(local_cache: bool) -> str:
-    return batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE, DATASET) if local_cache else nfs_path(DATASET)
+def data_dir(local_cache: bool, dataset: str = "") -> str:
+    """The job's --data: the staged container, or its named dataset's folder in it (training/data/datasets.py)."""
+    named = ("datasets", dataset) if dataset else ()
+    return (batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE, DATASET, *named) if local_cache
+            else nfs_path(DATASET, *named))
 
 
 def run_dir(job: str) -> str:
@@ -127,7 +132,7 @@ def keys_dir(job: str) -> str:
 def train_words(inputs: JobInputs, job: str) -> list[str]:
     """The `python -m training train` arguments every rank runs, as shell words: the job's own paths expand
     Batch's variables; every user argument is quoted, so no user text is ever run by the shell."""
-    return ["--framework", shlex.quote(inputs.framework), "--data", data_dir(inputs.local_cache),
+    return ["--framework", shlex.quote(inputs.framework), "--data", data_dir(inputs.local_cache, inputs.dataset),
             "--output-dir", run_dir(job), "--resume", "auto", *(shlex.quote(a) for a in _train_args(inputs))]
 
 
