@@ -68,6 +68,15 @@ def start_of_month(now: datetime) -> str:
 # properties.amount and properties.currentSpend.amount, as the REST spec's example Budget.json answers), in the API
 # version pulumi-azure-native 3.29 declares the budget with.
 BUDGET_API_VERSION = "2024-08-01"
+# The Batch pool's stop, Pool - Update (PATCH .../batchAccounts/{account}/pools/{pool}), on Microsoft.Batch 2025-06-01:
+# Batch retires "API versions prior to 2025-06-01" (https://github.com/Azure/Batch/issues/140, 2026-05-15), and this
+# call is baked into the Logic App, where a retired version would fail only when the budget runs out. The guard's
+# call is plain ARM, so it moves now, whatever version azure-native declares the pool with (batch/cluster.py); the
+# body is the same in both versions (FixedScaleSettings: targetDedicatedNodes, targetLowPriorityNodes,
+# nodeDeallocationOption), as the 2025-06-01 spec's example PoolUpdate_ResizePool.json sends it
+# (specification/batch/resource-manager/Microsoft.Batch/stable/2025-06-01/examples; tests/infra/components/
+# batch_pool_update_2025-06-01.json).
+BATCH_POOL_UPDATE_API_VERSION = "2025-06-01"
 SPENT = "@float(body('read_budget')?['properties']?['currentSpend']?['amount'])"
 AMOUNT = "@float(body('read_budget')?['properties']?['amount'])"
 

@@ -240,17 +240,17 @@ def _budget_stop(cluster: Cluster) -> StopAction:
     pool leaves its autoscale formula (ScaleSettings holds either fixedScale or autoScale:
     https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools) and removes its nodes; Requeue
     stops running tasks now and puts them back in the queue (nodeDeallocationOption), so a job resumes from its
-    checkpoint once `pulumi up` restores the formula. API version: the one pulumi-azure-native 3.29 declares the
-    pool with. Pulumi and the components are imported here, as in the backend's methods, for their weight."""
+    checkpoint once `pulumi up` restores the formula. API version: 2025-06-01, which Batch keeps
+    (budget.BATCH_POOL_UPDATE_API_VERSION says why). Pulumi and the components are imported here, as in the backend's
+    methods, for their weight."""
     import pulumi
 
-    from infra.backends.batch.cluster import BATCH_API_VERSION
     from infra.components import roles
-    from infra.components.budget import StopAction
+    from infra.components.budget import BATCH_POOL_UPDATE_API_VERSION, StopAction
 
     return StopAction(
         target_id=pulumi.Output.concat(cluster.account.id, "/pools/", cluster.pool.name),
-        api_version=BATCH_API_VERSION,
+        api_version=BATCH_POOL_UPDATE_API_VERSION,
         body={"properties": {"scaleSettings": {"fixedScale": {
             "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}}},
         role=roles.BATCH_ACCOUNT_CONTRIBUTOR, why="scale the GPU pool to zero nodes when the budget runs out "

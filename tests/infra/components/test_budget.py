@@ -56,7 +56,7 @@ def test_the_action_group_runs_the_logic_app_that_scales_the_nodes_to_zero(ev):
     if ev.config.backend == "batch":
         pool = ev.one("azure-native:batch:BatchAccount").state["id"] + "/pools/" + \
             ev.one("azure-native:batch:Pool").state["name"]
-        assert request["uri"] == f"https://management.azure.com{pool}?api-version=2024-07-01"
+        assert request["uri"] == f"https://management.azure.com{pool}?api-version=2025-06-01"
         assert request["body"]["properties"]["scaleSettings"] == {"fixedScale": {
             "targetDedicatedNodes": 0, "targetLowPriorityNodes": 0, "nodeDeallocationOption": "Requeue"}}
     else:
@@ -166,3 +166,37 @@ def test_the_guard_reads_the_budget_first_and_scales_only_once_spend_reaches_it(
     assert not _walk(example, spent) >= _walk(example, amount)  # under budget: the PATCH does not run
     example["properties"]["currentSpend"]["amount"] = 100.65
     assert _walk(example, spent) >= _walk(example, amount)  # reached: it does
+
+
+def _shape(value):
+    """A JSON value's keys and leaf types, recursively (what the spec's example and a request must share)."""
+    if isinstance(value, dict):
+        return {key: _shape(item) for key, item in value.items()}
+    # JSON has one number type (the engine hands numbers over as doubles: 0 arrives as 0.0).
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else type(value).__name__
+
+
+def test_the_batch_guards_patch_is_pool_update_as_the_2025_06_01_spec_example_sends_it():
+    """Batch retires API versions before 2025-06-01 (Azure/Batch issue 140): the guard's Pool - Update is on
+    2025-06-01, to the path of the spec's example PoolUpdate_ResizePool.json (its response's id), with a body whose
+    every key is one the example sends, of the same type, at the same place."""
+    import json
+    from pathlib import Path
+
+    example = json.loads((Path(__file__).parent / "batch_pool_update_2025-06-01.json").read_text())
+    ev = with_budget(BATCH_STACKS[0])
+    request = ev.one("azure-native:logic:Workflow").inputs["definition"]["actions"]["when_spent"]["actions"][
+        "scale_to_zero"]["inputs"]
+    path, _, query = request["uri"].removeprefix("https://management.azure.com").partition("?")
+    assert query == f"api-version={example['parameters']['api-version']}"
+    example_path = example["responses"]["200"]["body"]["id"].split("/")
+    ours = path.split("/")
+    assert len(ours) == len(example_path)
+    # The same path template: the example's literal segments where it has literals, names where it has names.
+    names = {example["parameters"][k] for k in ("subscriptionId", "resourceGroupName", "accountName", "poolName")}
+    assert [o if e in names else e for o, e in zip(ours, example_path)] == ours
+    sent, allowed = _shape(request["body"]), _shape(example["parameters"]["parameters"])
+    fixed, fixed_allowed = sent["properties"]["scaleSettings"]["fixedScale"], \
+        allowed["properties"]["scaleSettings"]["fixedScale"]
+    assert fixed and all(fixed_allowed.get(key) == kind for key, kind in fixed.items()), (fixed, fixed_allowed)
+    assert sent == {"properties": {"scaleSettings": {"fixedScale": fixed}}}
