@@ -69,6 +69,7 @@ def test_a_stopped_rank_ends_the_run_within_the_bound_naming_its_host(tmp_path):
         if proc.poll() is None:
             proc.kill()
     err = (tmp_path / "stderr.txt").read_text()
+    print(f"stopped rank 1 at step {rank1['step']}; the run ended {took:.1f} s later")
     assert rc == EXIT_HANG, err[-3000:]
     # the step bound (4 s, or the busy 8 s when rank 0 waited in a logged step's average) + two looks at the signs of
     # life, well before Horovod's own Gloo timeout (30 s)
