@@ -433,6 +433,10 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     leftovers.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     leftovers.set_defaults(run=_on_selected_stack(lambda a: leftovers_cli.command(a, preflight_services)))
 
+    from infra.cli import changed_stacks
+
+    changed_stacks.add_parser(commands)  # for CI (docs/ci.md)
+
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.backend_facts import BACKENDS
     from infra.core.config_schema import RANGES
