@@ -212,6 +212,11 @@ class Watchdog:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self.bounds.poll_s + 5)
+        try:  # a finished run leaves no sign of life behind (the folder is copied with the run's outputs)
+            (self.alive_dir / f"rank-{self.rank}.json").unlink(missing_ok=True)
+            self.alive_dir.rmdir()
+        except OSError:
+            pass  # another rank's file is still there: the last rank to stop removes the folder
 
     def _alive(self) -> None:
         self._beats += 1

@@ -17,6 +17,7 @@ import torch
 
 from training.cluster.launch import set_horovod_cycle, torch_rank_env
 from training.errors import UsageError
+from training.watchdog import collective_timeout
 
 
 def bind_gpu(local_rank: int, local_size: int) -> torch.device:
@@ -114,7 +115,9 @@ class Ddp:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.local_size = int(os.environ["LOCAL_WORLD_SIZE"])
         self.device = bind_gpu(self.local_rank, self.local_size)  # before NCCL's communicator is made
-        dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo")
+        # A collective that waits past the watchdog's start-up floor fails (and with TORCH_NCCL_ASYNC_ERROR_HANDLING=1,
+        # set by launch, ends the process) rather than waiting PyTorch's 10 min (NCCL) or 30 min (Gloo): watchdog.py
+        dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo", timeout=collective_timeout())
         self.dist = dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
