@@ -3,8 +3,8 @@
 Batch retries a failed multi-instance task on whichever idle nodes it picks, and a node whose GPU fell off the bus
 after boot is idle and, as far as Batch knows, healthy. So once an attempt ends on a node fault that names hosts
 (training/cluster/attempts.py), the primary asks Batch to schedule no more tasks on them: Compute Node - Disable
-Scheduling (`POST {account}/pools/{poolId}/nodes/{nodeId}/disablescheduling`, REST spec 2025-06-01,
-BatchService.json, operation `Pools_DisableNodeScheduling`; azure-batch's `BatchClient.disable_node_scheduling`)
+Scheduling (`POST {account}/pools/{poolId}/nodes/{nodeId}/disablescheduling`, 200 on success, in the Batch REST spec
+2025-06-01, BatchService.json, the version azure-batch 15.1.0 speaks: its `BatchClient.disable_node_scheduling`)
 with `nodeDisableSchedulingOption: taskcompletion` ("Allow currently running Tasks to complete. Schedule no new
 Tasks while waiting. Enter offline state when all Tasks have completed": BatchNodeDisableSchedulingOption). Not
 `requeue` or `terminate`: the failing node runs this very task, which must end on its own to upload its logs and
