@@ -58,6 +58,9 @@ RANGES = {
     "trainingRetries": Range(0, 10),
     "trainingMaxHours": Range(1, 168, " hours"),  # Batch's task maxWallClockTime; a week at most
     "trainingDataWaitMinutes": Range(5, 1440, " minutes"),
+    # How long a job waits for all its nodes (infra/backends/batch/allocation.py): above 3 evaluation intervals of
+    # the pool's autoscale formula, whose give-back reads that many minutes of samples; at most 4 hours.
+    "allocationTimeoutMinutes": Range(15, 240, " minutes"),
     "amlIdleMinutes": Range(1, 1440, " minutes"),
     # US dollars a month (cents allowed): at least a dollar; above a million a typo is likelier than a plan.
     "monthlyBudgetUsd": Range(1, 1_000_000, " USD"),

@@ -15,6 +15,7 @@ from typing import Any
 from infra.core.backend_facts import facts
 from infra.core.config_schema import (IMAGE_OF_LOOP, IMAGES, NFS_DISK_SIZE_GB, RANGES, SHARED_IMAGES, ConfigError,
                                       check_one_of, check_range)
+from infra.core import skus
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 AZURE_RESERVED_IPS_PER_SUBNET = 5
@@ -121,10 +122,10 @@ class NodesConfig:
 
     @classmethod
     def parse(cls, values: Mapping[str, Any], network: NetworkConfig) -> NodesConfig:
-        sku_name = values["gpuSku"]
-        sku = CATALOG.get(sku_name)
+        sku = skus.find(values["gpuSku"])  # without case: the catalog's spelling from here on
         if sku is None:
-            raise ConfigError("gpuSku", f"unknown size {sku_name!r}; known sizes: {', '.join(sorted(CATALOG))}")
+            raise ConfigError("gpuSku", skus.unknown_size(values["gpuSku"]))
+        sku_name = sku.name
         if sku.retired:
             raise ConfigError("gpuSku", f"{sku_name} was retired on {sku.retired_on}; use {sku.successor}")
         min_nodes, max_nodes = values["minNodes"], values["maxNodes"]
@@ -234,13 +235,14 @@ class TrainingConfig:
     """The training job: what `pulumi up` launches and `python -m infra submit` submits."""
     KEYS = {"trainingLaunchOnUp": "launch_on_up", "trainingFramework": "framework", "trainingArgs": "args",
             "trainingRetries": "retries", "trainingMaxHours": "max_hours",
-            "trainingDataWaitMinutes": "data_wait_minutes"}
+            "trainingDataWaitMinutes": "data_wait_minutes", "allocationTimeoutMinutes": "allocation_timeout_minutes"}
     launch_on_up: bool
     framework: str  # pytorch | tensorflow | keras
     args: tuple[str, ...]  # extra `python -m training train` flags
     retries: int
     max_hours: int
     data_wait_minutes: int
+    allocation_timeout_minutes: int = 30  # how long a Batch job waits for all its nodes (Pulumi.yaml)
 
     @property
     def image(self) -> str:
@@ -252,6 +254,7 @@ class TrainingConfig:
         retries = check_range("trainingRetries", values["trainingRetries"])
         max_hours = check_range("trainingMaxHours", values["trainingMaxHours"])
         data_wait = check_range("trainingDataWaitMinutes", values["trainingDataWaitMinutes"])
+        allocation = check_range("allocationTimeoutMinutes", values["allocationTimeoutMinutes"])
         framework = check_one_of("trainingFramework", values["trainingFramework"])
         if IMAGE_OF_LOOP[framework] not in registry.frameworks:
             raise ConfigError("trainingFramework", f"{framework} runs in the {IMAGE_OF_LOOP[framework]} image, "
@@ -259,7 +262,7 @@ class TrainingConfig:
                                                    "add it there")
         return cls(launch_on_up=values["trainingLaunchOnUp"], framework=framework,
                    args=parse_training_args(framework, values["trainingArgs"]), retries=retries, max_hours=max_hours,
-                   data_wait_minutes=data_wait)
+                   data_wait_minutes=data_wait, allocation_timeout_minutes=allocation)
 
 
 JOB_OWNED_FLAGS = ("--data", "--output-dir", "--resume", "--framework")  # the job sets these itself

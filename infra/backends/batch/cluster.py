@@ -146,7 +146,8 @@ class Cluster(pulumi.ComponentResource):
             mount_configuration=[batch.MountConfigurationArgs(nfs_mount_configuration=batch.NFSMountConfigurationArgs(
                 source=args.nfs_source, relative_mount_path=batch_spec.NFS_MOUNT, mount_options=args.nfs_options))],
             scale_settings=batch.ScaleSettingsArgs(auto_scale=batch.AutoScaleSettingsArgs(
-                formula=batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot),
+                formula=batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot,
+                                                     args.training.allocation_timeout_minutes),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
                 command_line=batch_spec.start_task_command(args.nfs.data_local_cache, args.training.data_wait_minutes,

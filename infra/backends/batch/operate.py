@@ -9,18 +9,21 @@ SAS: the nodes reach storage with the pool's identity.
 from __future__ import annotations
 
 import sys
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from infra.backends.batch import allocation
 from infra.backends.batch import spec as batch_spec
 from infra.backends.batch.service import BatchService
 from infra.backends.shared import JobError, JobNotFound, submitted_lines
 
 FOLLOW_INTERVAL_S = 5.0
+pause: Callable[[float], None] = time.sleep  # end_overdue's wait (tests replace it)
 DONE = "completed"
 # What `logs` waits for while the task has written nothing yet, by its state (BatchTaskState:
 # https://learn.microsoft.com/rest/api/batchservice/task/get: active = queued or being retried, not yet on a node;
@@ -63,6 +66,10 @@ def submit(service: BatchService, inputs: batch_spec.JobInputs, now: datetime, o
     stopped = budget_stop_line(service.pool_scale(inputs.pool_id), inputs.stack)
     if stopped:
         raise JobError(f"--stack {inputs.stack}: {stopped}")
+    end_overdue(service, inputs.stack, now, out)
+    warning = allocation.capacity_warning(service.pool_allocation(inputs.pool_id)[0], inputs.nodes)
+    if warning:
+        print(warning, file=out)
     # A manual submit gets its own ID (the fingerprint alone is the ID of the job `pulumi up` launched).
     job = batch_spec.job_id(inputs, attempt=now.strftime("%Y%m%d%H%M%S"))
     service.submit(batch_spec.job_spec(inputs, job), batch_spec.task_spec(inputs, job))
@@ -86,6 +93,7 @@ class Status:
     unhealthy: tuple[str, ...] = ()  # one line per pool node whose start task (node health checks) failed
     cancelled: bool = False  # ended by `cancel` (CANCELLED_REASON), not by its task
     attempts: tuple[str, ...] = ()  # each attempt: its fault, the node blamed, its node-hours (cluster/attempts.py)
+    allocation: str = ""  # while the task waits for its nodes, or why it ended without them (allocation.py)
 
     def lines(self) -> list[str]:
         exit_text = "" if self.exit_code is None else f", exit code {self.exit_code}"
@@ -100,7 +108,8 @@ class Status:
                 f"  started: {self.started or '-'}   ended: {self.ended or '-'}",
                 *([f"  efficiency: {self.efficiency}"] if self.efficiency else []),
                 *(f"  {line}" for line in self.attempts),
-                *(f"  {line}" for line in self.unhealthy)]
+                *(f"  {line}" for line in self.unhealthy),
+                *([f"  {self.allocation}"] if self.allocation else [])]
 
 
 def failed_node_line(node: dict[str, Any], pool_id: str) -> str:
@@ -121,7 +130,49 @@ def _not_found(job: str) -> JobError:
     return JobError(f"job {job} not found (see `python -m infra status` for the newest)")
 
 
-def status(service: BatchService, job: str, node_price_per_hour: float | None = None) -> Status:
+def status(service: BatchService, job: str, node_price_per_hour: float | None = None,
+           now: datetime | None = None) -> Status:
+    """The job's state, with the allocation line while its task waits for nodes (or ended without them)."""
+    found = _status(service, job, node_price_per_hour)
+    return replace(found, allocation=allocation_text(service, job, now or datetime.now(timezone.utc)))
+
+
+def allocation_text(service: BatchService, job: str, now: datetime) -> str:
+    """allocation.allocation_line for `job` as Batch answers now: "" once its task has started."""
+    try:
+        job_info, task = service.get_job(job), service.get_task(job, batch_spec.TASK_ID)
+    except JobNotFound:
+        raise _not_found(job) from None
+    if not allocation.never_started(task):
+        return ""
+    pool, nodes = service.pool_allocation((job_info.get("poolInfo") or {}).get("poolId") or "")
+    return allocation.allocation_line(job_info, task, pool, nodes, now)
+
+
+def end_overdue(service: BatchService, stack: str, now: datetime, out: TextIO) -> list[str]:
+    """End the stack's jobs whose task still waits for its nodes past their deadline (allocation.py, (3)), one line
+    each; after any, wait SAMPLE_GAP_S so the pool's autoscale sees the queue empty before a new job joins it."""
+    ended = []
+    for job in service.list_jobs(batch_spec.job_prefix(stack)):
+        if job.get("state") != "active":
+            continue
+        try:
+            task = service.get_task(job["id"], batch_spec.TASK_ID)
+        except JobNotFound:
+            continue  # created, its task not added yet (or gone meanwhile)
+        if allocation.overdue(job, task, now):
+            service.terminate(job["id"], allocation.TIMEOUT_REASON)
+            print(f"ended {job['id']}: it waited past its allocation deadline ({allocation.deadline_minutes(job)} "
+                  f"minutes) for nodes the pool did not get", file=out)
+            ended.append(job["id"])
+    if ended:
+        print(f"waiting {allocation.SAMPLE_GAP_S} s, so the pool's autoscale sees its queue empty before the new job",
+              file=out, flush=True)
+        pause(allocation.SAMPLE_GAP_S)
+    return ended
+
+
+def _status(service: BatchService, job: str, node_price_per_hour: float | None = None) -> Status:
     """`node_price_per_hour`: the stack's, to price the shortfall from the size's expected rate."""
     try:
         job_info = service.get_job(job)
@@ -156,12 +207,18 @@ def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO
     """Print the task's stdout or stderr; with follow, keep printing what it appends until the task ends. Until the
     task has written anything, what it waits for goes to stderr, once per state (WAITING_FOR)."""
     path, offset, said = f"{stream}.txt", 0, None
+    told = False  # the allocation line, said once
     while True:
         try:  # the state first: text written before completion is then all there
             state = service.get_task(job, batch_spec.TASK_ID).get("state")
         except JobNotFound:
             raise _not_found(job) from None
         data = service.read_task_file(job, batch_spec.TASK_ID, path, offset)
+        if not data and not offset and not told and state in ("active", DONE):
+            told = True  # why it has written nothing: waiting for nodes, or ended without them
+            line = allocation_text(service, job, datetime.now(timezone.utc))
+            if line:
+                print(f"logs: job {job}: {line}", file=sys.stderr, flush=True)
         if not data and not offset and state != said:
             print(f"logs: job {job}: no {path} yet; its task is {WAITING_FOR.get(state, state)}"
                   + (" (following: its output appears here)" if follow and state != DONE else ""), file=sys.stderr,

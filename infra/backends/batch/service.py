@@ -50,8 +50,9 @@ class BatchService(Protocol):
     def read_task_file(self, job_id: str, task_id: str, path: str, offset: int) -> bytes:
         """Bytes of a file in the task's directory (stdout.txt, stderr.txt) from `offset` on; b'' if none yet."""
 
-    def terminate(self, job_id: str) -> None:
-        """Stop the job's running tasks; the job and its files stay. Raises JobNotFound."""
+    def terminate(self, job_id: str, reason: str = "UserTerminate") -> None:
+        """Stop the job's running tasks; the job and its files stay; `reason` becomes its executionInfo.terminateReason.
+        Raises JobNotFound."""
 
     def delete(self, job_id: str) -> None:
         """Delete the job (terminating it first if it runs); a job already gone is not an error."""
@@ -67,6 +68,10 @@ class BatchService(Protocol):
     def pool_scale(self, pool_id: str) -> dict[str, Any] | None:
         """The pool's scale settings now (enableAutoScale, targetDedicatedNodes, targetLowPriorityNodes, in the
         REST shape); None when the pool does not exist."""
+
+    def pool_allocation(self, pool_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The pool's allocation now (allocationState, current and target nodes, resizeErrors, in the REST shape) and
+        its nodes (id, state, isDedicated, allocationTime); (None, []) when the pool does not exist."""
 
 
 class AzureBatch:
@@ -136,14 +141,14 @@ class AzureBatch:
         except ResourceNotFoundError:
             return b""  # the task has not started, or its node is gone
 
-    def terminate(self, job_id: str) -> None:
+    def terminate(self, job_id: str, reason: str = "UserTerminate") -> None:
         # azure-batch 15.1.0 cannot send a terminate without a body (its request builder fails on the missing
         # content type: "No value for given attribute"), and its options model is private: the body goes as the
         # REST JSON, with the service's default reason (https://learn.microsoft.com/rest/api/batchservice/job/
         # terminate: terminateReason).
-        reason = {"terminateReason": "UserTerminate"}
+        body = {"terminateReason": reason}
         self._call(f"terminating job {job_id}",
-                   lambda: self.client.begin_terminate_job(job_id, reason).result(), job_id)
+                   lambda: self.client.begin_terminate_job(job_id, body).result(), job_id)
 
     def delete(self, job_id: str) -> None:
         try:
@@ -200,3 +205,22 @@ class AzureBatch:
                 "id", "enableAutoScale", "targetDedicatedNodes", "targetLowPriorityNodes"]).as_dict())
         except ResourceNotFoundError:
             return None
+
+    def pool_allocation(self, pool_id: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        from azure.core.exceptions import ResourceNotFoundError
+
+        # Pools - Get: resizeErrors ("A list of errors encountered while performing the last resize on the Pool",
+        # each a ResizeError of code, message and values) with allocationState and the node counts; Nodes - List:
+        # each node's allocationTime, from which the node-hours billed while a job waited are counted
+        # (https://learn.microsoft.com/rest/api/batchservice/pools/get-pool, .../nodes/list-nodes; Batch REST spec
+        # 2025-06-01: BatchPool, BatchNode).
+        try:
+            pool = self._call(f"reading pool {pool_id}", lambda: self.client.get_pool(pool_id, select=[
+                "id", "allocationState", "resizeErrors", "currentDedicatedNodes", "currentLowPriorityNodes",
+                "targetDedicatedNodes", "targetLowPriorityNodes"]).as_dict())
+            nodes = self._call(f"listing the nodes of pool {pool_id}", lambda: [
+                node.as_dict() for node in self.client.list_nodes(
+                    pool_id, select=["id", "state", "isDedicated", "allocationTime"])])
+        except ResourceNotFoundError:
+            return None, []
+        return pool, nodes

@@ -37,6 +37,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass
+from infra.backends.batch import allocation
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core import node_health
 from infra.core.config import StackConfig
@@ -82,6 +83,7 @@ class JobInputs:
     outputs_url: str  # the outputs container URL (no SAS)
     data_url: str = ""  # the data container URL (no SAS): set when the job stages the data itself
     processes_per_node: int = 0  # training processes per node; 0: one per GPU of the size
+    allocation_timeout_minutes: int = 30  # how long the job waits for all its nodes (allocation.py)
     dataset: str = ""  # a named dataset of `data` (`submit --dataset`, training/data/datasets.py); "": its root
 
     @property
@@ -220,8 +222,14 @@ def job_spec(inputs: JobInputs, job: str) -> dict:
         "poolInfo": {"poolId": inputs.pool_id},
         "onAllTasksComplete": "noaction",  # END_WITH_TASKS once the task is in
         "usesTaskDependencies": False,
+        # Wait for the nodes plus training: Batch ends the job and its task at this bound whatever happened
+        # (allocation.job_wall_clock). The task's own maxWallClockTime bounds the training alone.
+        "constraints": {"maxWallClockTime": allocation.job_wall_clock(inputs.allocation_timeout_minutes,
+                                                                      inputs.max_hours)},
         "metadata": [{"name": "fingerprint", "value": inputs.fingerprint()},
-                     {"name": "framework", "value": inputs.framework}],
+                     {"name": "framework", "value": inputs.framework},
+                     # The deadline this job was given, so status reads the job's own, not today's config.
+                     {"name": allocation.DEADLINE_METADATA, "value": str(inputs.allocation_timeout_minutes)}],
     }
 
 
@@ -262,7 +270,8 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
     }
 
 
-def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False) -> str:
+def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False,
+                      allocation_timeout_minutes: int | None = None) -> str:
     """The pool sized from its jobs: the nodes the queued tasks ask for, plus every node while a task runs,
     `min_nodes` once nothing has waited or run for a while, never more than `max_nodes`.
 
@@ -284,6 +293,9 @@ def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False) -> str
     evicted node's task is requeued ("tasks that were running on the preempted node VMs are requeued",
     https://learn.microsoft.com/azure/batch/batch-spot-vms): it counts in $ActiveTasks again, and the pool seeks
     its Spot target back; while anything waits, whether a job runs is read from the newest sample only (below).
+
+    With `allocation_timeout_minutes`, a pool that let a job wait that long with nothing running gives its nodes
+    back, down to `min_nodes` (allocation.give_back_lines says how and why).
     """
     target, current = (("$TargetLowPriorityNodes", "$CurrentLowPriorityNodes") if spot
                        else ("$TargetDedicatedNodes", "$CurrentDedicatedNodes"))
@@ -302,6 +314,7 @@ def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False) -> str
         "$holding = $waiting > 0 ? $runningNow : $running;",
         f"$busy = $holding > 0 ? {current} : 0;",
         f"$target = min({max_nodes}, max({min_nodes}, $waiting + $busy));",
+        *(allocation.give_back_lines(allocation_timeout_minutes, min_nodes) if allocation_timeout_minutes else []),
         f"{target} = $target;",
         f"{other} = 0;",
         "$NodeDeallocationOption = taskcompletion;",
@@ -334,4 +347,5 @@ def job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | None = 
         train_args=shape.train_args, retries=cfg.training.retries, max_hours=cfg.training.max_hours,
         data_wait_minutes=cfg.training.data_wait_minutes, local_cache=cfg.nfs.data_local_cache,
         scripts_url=urls["scripts"], outputs_url=urls["outputs"],
-        data_url=urls["data"] if cfg.nfs.kind == "azure-files" else "", processes_per_node=processes_per_node)
+        data_url=urls["data"] if cfg.nfs.kind == "azure-files" else "", processes_per_node=processes_per_node,
+        allocation_timeout_minutes=cfg.training.allocation_timeout_minutes)

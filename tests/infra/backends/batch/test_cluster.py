@@ -83,7 +83,8 @@ def test_pool_mounts_the_nfs_share_and_autoscales_from_zero(ev):
     assert mount["nfsMountConfiguration"]["relativeMountPath"] == batch_spec.NFS_MOUNT
     formula = pool["scaleSettings"]["autoScale"]["formula"]
     nodes = ev.config.nodes
-    assert formula == batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot)
+    assert formula == batch_spec.autoscale_formula(nodes.min_nodes, nodes.max_nodes, nodes.spot,
+                                                   ev.config.training.allocation_timeout_minutes)
     assert f"$Target{'LowPriority' if nodes.spot else 'Dedicated'}Nodes = $target;" in formula
     assert "$NodeDeallocationOption = taskcompletion;" in formula
     assert "fixedScale" not in pool["scaleSettings"]

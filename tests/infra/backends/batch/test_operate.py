@@ -130,6 +130,10 @@ def test_submit_refuses_bad_requests_with_one_line(outputs_file, batch, capsys, 
 def test_status_logs_follow_and_cancel_the_newest_job(outputs_file, batch, capsys):
     spec = batch_spec.job_inputs(config.from_stack_file("dev"), StackOutputs.from_json(OUTPUTS))
     old = operate.submit(batch, spec, now_utc().replace(year=2025), io.StringIO())
+    # The old job runs on its nodes: the next submit leaves it alone (it ends only jobs still waiting past their
+    # allocation deadline: tests/infra/backends/batch/test_allocation.py).
+    batch.tasks[old].update(state="running", executionInfo={"startTime": "2026-11-21T12:00:05Z", "retryCount": 0,
+                                                            "requeueCount": 0})
     new = operate.submit(batch, spec, now_utc(), io.StringIO())
     batch.tasks[new]["executionInfo"] = {"exitCode": 0, "retryCount": 1, "requeueCount": 0,
                                          "startTime": "2026-11-21T12:00:10.5Z", "endTime": "2026-11-21T12:30:00Z"}
