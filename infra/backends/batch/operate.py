@@ -9,7 +9,6 @@ SAS: the nodes reach storage with the pool's identity.
 from __future__ import annotations
 
 import sys
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
