@@ -23,6 +23,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 from training.errors import RunStopped, UsageError
@@ -50,6 +51,31 @@ Examples:
 """
 
 
+# What a training environment holds and the deployer's .venv does not: a missing one means the wrong Python.
+TRAINING_MODULES = frozenset({"torch", "torchvision", "tensorflow", "keras", "tf_keras", "horovod", "onnx",
+                              "onnxruntime", "tensorboard", "tf2onnx"})
+LOCAL_QUICKSTART = "training/requirements-local.txt"  # README's local quickstart: PyTorch on CPU, no Horovod
+
+
+def missing_for_training(framework: str, module: str, python: str) -> str | None:
+    """The one line for `train` in a Python without what `framework` trains with, or None when `module` is not a
+    training environment's (a bug to show as it is)."""
+    from training import frameworks
+
+    root = module.partition(".")[0]
+    if root not in TRAINING_MODULES:
+        return None
+    venv = frameworks.get(framework).image.venv
+    if root == "horovod":
+        return (f"--framework {framework} with --dist horovod needs Horovod, which `make setup` builds into {venv} "
+                f"(images/build_horovod.sh), and this Python ({python}) lacks it: run {venv}/bin/python -m training "
+                "train ..., or for one process without Horovod --framework pytorch (README's local quickstart)")
+    light = (f"; or, without `make setup`, one process on CPU: pip install -r {LOCAL_QUICKSTART} into a venv of its "
+             "own (README's local quickstart)" if framework == "pytorch" else "")
+    return (f"--framework {framework} trains in {venv}, and this Python ({python}) has no module {root!r}: run "
+            f"{venv}/bin/python -m training train ... (`make setup` builds {venv}){light}")
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -61,12 +87,24 @@ def main(argv: list[str]) -> int:
             from training.config import parse_args
 
             cfg = parse_args(rest, description=TRAIN_HELP)
-            # The framework's loop module, from its row in training/frameworks.py: imported only now.
-            return importlib.import_module(frameworks.get(cfg.framework).loop).main(cfg)
+            try:
+                package = frameworks.get(cfg.framework).image.package  # found, not imported: before any line
+                if importlib.util.find_spec(package) is None:
+                    raise ModuleNotFoundError(f"No module named {package!r}", name=package)
+                # The framework's loop module, from its row in training/frameworks.py: imported only now.
+                return importlib.import_module(frameworks.get(cfg.framework).loop).main(cfg)
+            except ModuleNotFoundError as err:
+                line = missing_for_training(cfg.framework, err.name or "", sys.executable)
+                if line is None:
+                    raise
+                raise UsageError(line) from None
         if command in COMMANDS:
             return importlib.import_module(COMMANDS[command]).main(rest)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
+        from training.watchdog import record_refusal
+
+        record_refusal(err, 2)  # under `launch`: a code/data fault, not retried (training/cluster/attempts.py)
         return 2
     except RunStopped:
         return 1

@@ -8,8 +8,12 @@ labels by index. Runs wherever onnxruntime, numpy and PIL are (.venv-torch, .ven
 deployer's .venv (requirements.txt) lacks onnxruntime: `.venv/bin/pip install -r training/requirements-predict.txt`
 (REQUIREMENTS), and without it predict says so in one line.
 
+A folder given as IMAGE stands for the images in it and below it (by suffix, sorted). A file that does not decode
+is skipped and named on stderr at the end; the others are predicted (exit 0 when at least one was).
+
 Examples:
   python -m training predict out/model.onnx photo.jpg
+  python -m training predict out/model.onnx photos/ --top 3
   python -m training predict out/model.onnx photos/*.jpg --top 3 --image-size 320
 """
 from __future__ import annotations
@@ -23,6 +27,8 @@ from training.errors import UsageError
 from training.model_card import ModelCard
 
 REQUIREMENTS = "training/requirements-predict.txt"  # onnxruntime at the training images' pin, numpy, pillow
+# What a folder given as IMAGE is searched for (PIL reads all of these).
+FOLDER_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 
 
 def missing(module: str) -> UsageError:
@@ -109,19 +115,50 @@ def load(model: Path):
     return session, card
 
 
-def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0) -> list[Prediction]:
-    """The top `k` classes of each image. Every image is decoded before the model runs: a bad one stops the call
-    before anything is predicted. `image_size`: the input size (0: the size the model trained at)."""
+def expand(paths: list[Path]) -> list[Path]:
+    """IMAGE arguments as files: a folder stands for the images in and below it (hidden ones left out), sorted; a
+    missing path is refused."""
+    files = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not found:
+                raise UsageError(f"IMAGE {path}: a folder without images ({', '.join(sorted(FOLDER_SUFFIXES))})")
+            files += found
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UsageError(f"IMAGE {path}: no such file or folder")
+    return files
+
+
+def unreadable_reason(err: BaseException) -> str:
+    text = getattr(err, "strerror", None) or (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return "not an image PIL reads" if text.startswith("cannot identify image file") else text[:80]
+
+
+def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0,
+            skipped: list[tuple[Path, str]] | None = None) -> list[Prediction]:
+    """The top `k` classes of each image that decodes (a folder: each image in it, as expand() finds); each one that does not is appended to `skipped` as (path,
+    why), or, with no `skipped` list, stops the call before anything is predicted. `image_size`: the input size (0:
+    the size the model trained at)."""
     session, card = load(model)
+    images = expand(images)  # after the model: a Python without onnxruntime says so first
     size = image_size or card.image_size
-    batch = []
+    batch, read = [], []
     for path in images:
         try:
             with Image.open(path) as image:
                 batch.append(model_input(eval_pixels(image, size, card.resize), card))
-        except OSError as err:
-            raise UsageError(f"IMAGE {path}: not a readable image ({err.strerror or str(err).splitlines()[0]})") \
-                from None
+                read.append(path)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's for a broken file
+            if skipped is None:
+                raise UsageError(f"IMAGE {path}: not a readable image ({unreadable_reason(err)})") from None
+            skipped.append((path, unreadable_reason(err)))
+    if not batch:
+        return []
+    images = read
     name = session.get_inputs()[0].name
     try:
         logits = np.concatenate([session.run(None, {name: np.stack(batch[i:i + 16])})[0] for i in range(0, len(batch), 16)])
@@ -135,7 +172,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m training predict", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", type=Path, metavar="MODEL", help="a model.onnx from a training run")
-    parser.add_argument("images", type=Path, nargs="+", metavar="IMAGE", help="photos (JPEG, PNG, anything PIL reads)")
+    parser.add_argument("images", type=Path, nargs="+", metavar="IMAGE",
+                        help="photos (JPEG, PNG, anything PIL reads), or folders of them")
     parser.add_argument("--top", type=int, default=5, help="classes printed per image, most probable first (default: 5)")
     parser.add_argument("--image-size", type=int, default=0,
                         help="input size in pixels (default: the size the model trained at; the export takes others)")
@@ -144,8 +182,15 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"--top must be positive, got {args.top}")
     if args.image_size < 0 or 0 < args.image_size < 32:
         raise UsageError(f"--image-size {args.image_size}: give 32 or more (or leave it out)")
-    for prediction in predict(args.model, args.images, args.top, args.image_size):
+    skipped: list[tuple[Path, str]] = []
+    predictions = predict(args.model, args.images, args.top, args.image_size, skipped)
+    for prediction in predictions:
         print(prediction.line())
+    if skipped:
+        shown = "; ".join(f"{path} ({why})" for path, why in skipped[:20]) + (" ..." if len(skipped) > 20 else "")
+        print(f"predict: skipped {len(skipped)} file(s) that do not decode: {shown}", file=sys.stderr)
+    if not predictions:
+        raise UsageError(f"no image decoded ({len(skipped)} skipped, listed above): nothing predicted")
     return 0
 
 

@@ -299,6 +299,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         if heartbeat:
             heartbeat.progress.phase = f"validating after step {done}"
         found = loop.evaluate()  # every rank, at the same step: a collective
+        if heartbeat:
+            heartbeat.progress.phase = "training"
         if found is not None:
             reporter.record_validation(done, *found)
 

@@ -18,6 +18,7 @@ import torch
 from training.cluster.launch import set_horovod_cycle, torch_rank_env
 from training.errors import UsageError
 from training.watchdog import collective_timeout
+from training.pytorch import single
 
 
 def bind_gpu(local_rank: int, local_size: int) -> torch.device:
@@ -165,4 +166,6 @@ class Ddp:
 
 
 def init(backend: str):
+    if backend == "horovod" and not single.horovod_installed() and not single.launched_with_others(os.environ):
+        return single.Single()  # one process needs no Horovod (the local quickstart's light environment)
     return Horovod() if backend == "horovod" else Ddp()
