@@ -45,6 +45,15 @@ from infra import REPO_ROOT
 from training import frameworks
 
 
+def stack_of_file_name(stack: str) -> str:
+    """The stack a --stack value names: `Pulumi.speech.yaml` or `./Pulumi.speech.yaml` is `speech` (Pulumi's stack
+    file name for it); anything else is a stack name as given."""
+    name = stack[2:] if stack.startswith(("./", ".\\")) else stack
+    if name.startswith("Pulumi.") and name.endswith(".yaml") and len(name) > len("Pulumi..yaml"):
+        return name[len("Pulumi."):-len(".yaml")]
+    return stack
+
+
 STACK_HELP = ("stack name: reads Pulumi.<STACK>.yaml (default: the stack Pulumi has selected, `pulumi stack "
               "--show-name`)")
 OUTPUTS_HELP = ("the stack's member file (`python -m infra member-file`), or the JSON of `pulumi stack output --json "
@@ -605,6 +614,8 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     if argv[:1] == ["rehearse"]:  # its own parser (devtools/rehearsal/run.py) reads the rest
         return _rehearse(argv[1:])
     args = parser.parse_args(argv)
+    if getattr(args, "stack", None):  # --stack Pulumi.speech.yaml (the file, as tab completion gives it): speech
+        args.stack = stack_of_file_name(args.stack)
     if getattr(args, "outputs", None) is not None and not args.outputs.is_file():  # before it is taken for no file
         print(f"error: --outputs {args.outputs}: no such file; give the stack's member file (your platform engineer "
               "writes it with `python -m infra member-file`) or the JSON of `pulumi stack output --json`",

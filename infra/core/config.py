@@ -109,8 +109,11 @@ def check_team(team: str) -> str:
     """The team name's rules (`team`, and `new-team NAME`, whose stack file and team are both NAME)."""
     low, high = RANGES["team"].low, RANGES["team"].high
     if not re.fullmatch(rf"[a-z][a-z0-9]{{{low - 1},{high - 1}}}", team):
+        # A suggestion that passes: lower case, letters and digits only, from the first letter, cut to the length.
+        fit = re.sub(r"^[^a-z]+", "", re.sub(r"[^a-z0-9]", "", str(team).lower()))[:high]
+        hint = f"; try {fit!r}" if len(fit) >= low and fit != team else ""
         raise ConfigError("team", f"{team!r} must be {RANGES['team']} lowercase letters or digits, starting with a "
-                                  "letter (it goes into storage account and registry names)")
+                                  f"letter (it goes into storage account and registry names){hint}")
     return team
 
 

@@ -6,6 +6,7 @@ them for an order-of-magnitude estimate only, so check the Azure pricing page be
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from datetime import date
 
@@ -165,3 +166,23 @@ NFS_VM_SIZES: dict[str, float] = {
     "Standard_E16s_v5": 1.008,  # 12.5 Gb/s, more page cache for hot files
     "Standard_L16s_v3": 1.248,  # local NVMe as well
 }
+
+
+def _short(name: str) -> str:
+    key = str(name).strip().lower()
+    return key[len("standard_"):] if key.startswith("standard_") else key
+
+
+def find(name: str) -> GpuSku | None:
+    """The catalog's size `name` names, compared without case and with or without its "Standard_" prefix
+    ("nd96asr_v4"). Whether Azure compares vmSize without case its docs do not say: the stack goes on with the
+    catalog's spelling, so what Azure receives is the catalog's, whatever the stack file wrote."""
+    return {_short(sku): CATALOG[sku] for sku in CATALOG}.get(_short(name))
+
+
+def unknown_size(name: str) -> str:
+    """gpuSku's refusal of a size the catalog lacks: the closest names first ("did you mean"), then them all."""
+    shorts = {_short(sku): sku for sku in CATALOG}
+    close = [shorts[m] for m in difflib.get_close_matches(_short(name), shorts, n=2, cutoff=0.75)]
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    return f"unknown size {name!r}; {hint}known sizes: {', '.join(sorted(CATALOG))}"

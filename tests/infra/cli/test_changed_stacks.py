@@ -13,7 +13,7 @@ from infra.cli.main import main
 
 def test_stack_files_added_or_changed_are_selected_and_deleted_ones_listed_apart():
     got = select([("M", "Pulumi.vision.yaml"), ("A", "Pulumi.speech.yaml"), ("D", "Pulumi.old.yaml"),
-                  ("M", "docs/teams.md"), ("M", "tests/infra/test_x.py")])
+                  ("M", "docs/teams.md"), ("M", "tests/infra/test_layout.py")])
     assert got == Selection(("speech", "vision"), ("old",), ())
 
 
@@ -35,7 +35,7 @@ def test_only_top_level_stack_files_and_pulumi_stack_names():
 
 
 def test_parse_name_status_reads_gits_z_format():
-    assert parse_name_status("M\0Pulumi.a.yaml\0D\0infra/x.py\0") == [("M", "Pulumi.a.yaml"), ("D", "infra/x.py")]
+    assert parse_name_status("M\0Pulumi.a.yaml\0D\0infra/stack.py\0") == [("M", "Pulumi.a.yaml"), ("D", "infra/stack.py")]
     assert parse_name_status("") == []
 
 
