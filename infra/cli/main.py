@@ -455,8 +455,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
         description="Write Pulumi.NAME.yaml from another stack's file (--from, default trial): the team key NAME, an "
                     "addressSpace (and its subnets) from the private ranges that overlaps no other stack file here "
                     "nor any range they reserve, those listed in reservedAddressSpaces; print the next steps. "
-                    "Refuses a name the team key refuses, or an existing file (nothing written). Exit status: 0 "
-                    "written, 2 refused.")
+                    "Refuses a name the team key refuses, or an existing file (nothing written). Says whether the "
+                    "(subscription, region) group it joins is over a default quota (--subscription, --location: "
+                    "another group). Exit status: 0 written, 2 refused.")
     new_team.add_argument("name", metavar="NAME", help=f"the team's name, also its stack's: {RANGES['team']} lowercase "
                                                        "letters or digits, starting with a letter")
     # trial: one T4 node and Azure Files, the cheap start (dev is two 8x A100 nodes and an NFS VM).
@@ -474,7 +475,10 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
                       "offline",
         description="One row per stack file (Pulumi.*.yaml), each evaluated offline as `plan` evaluates it:\n"
                     "backend, region, GPU size, min-max nodes, estimated USD per hour at min and max nodes and a\n"
-                    "month at min nodes, the monthly budget, and the security checks and service rules that fail.\n"
+                    "month at min nodes, the monthly budget, and the security checks and service rules that fail;\n"
+                    "then the fleet's totals (idle a month, an hour at full size, the budgets' sum, GPUs at maxNodes\n"
+                    "per (subscription, region) and per family) and each (subscription, region) group over the\n"
+                    "default Batch account or GPU vCPU quota (docs/teams.md).\n"
                     "With --live (needs Azure), a second table: each deployed stack's GPU nodes now, its training\n"
                     "jobs running and this month's spend (against monthlyBudgetUsd), read with your Azure AD\n"
                     "sign-in from its outputs (`pulumi stack output`, or --outputs-dir); a stack that cannot be\n"
