@@ -24,6 +24,7 @@ from infra.components.budget import TeamBudget, TeamBudgetArgs, start_of_month
 from infra.core import naming
 from infra.core.backend_facts import facts
 from infra.core.config import StackConfig
+from infra.core.containers import CONTAINERS
 from infra.components.identity import NodeIdentity, NodeIdentityArgs
 from infra.components.monitoring import Monitoring, MonitoringArgs
 from infra.components.network import Network, NetworkArgs
@@ -44,19 +45,28 @@ class Environment(pulumi.ComponentResource):
         now = args.now or datetime.now(timezone.utc)  # the backend's components take it too
         child = pulumi.ResourceOptions(parent=self)
 
+        group_name = naming.resource_group(cfg.team, cfg.stack)
+        account_name = naming.storage_account(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription)
+        # adoptRetained: what an earlier destroy kept is adopted (Pulumi's `import` option: imported when the stack
+        # does not hold it, "treated like any other resource" when it holds it with the same ID, pulumi/pulumi
+        # developer-docs/architecture/import.md), with the inputs it was created with, so the import does not diff.
+        # Without it azure-native refuses to create a resource that exists (pulumi/pulumi-azure-native: "cannot
+        # create already existing resource"), and `leftovers` says to set it.
+        adopted = naming.retained_ids(str(cfg.subscription_id), group_name, account_name, CONTAINERS) \
+            if cfg.adopt_retained else {}
         self.resource_group = resources.ResourceGroup(
-            f"{name}-rg", resource_group_name=naming.resource_group(cfg.team, cfg.stack), location=cfg.location,
+            f"{name}-rg", resource_group_name=group_name, location=cfg.location,
             tags=cfg.tags,
             # The resource group holds the storage account: keep it too when outputs are retained.
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.storage.retain_outputs))
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.storage.retain_outputs,
+                                        import_=adopted.get("group")))
         rg = self.resource_group.name
         place = dict(resource_group_name=rg, location=cfg.location, tags=cfg.tags)
         self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg.monitoring, **place), child)
         self.network = Network(f"{name}-net", NetworkArgs(
             cfg.network, **place, key_vault_endpoint=facts(cfg.backend).key_vault_endpoint), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
-            cfg.storage, **place,
-            account_name=naming.storage_account(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription),
+            cfg.storage, **place, account_name=account_name, adopted=adopted,
             subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],
             allowed_ip_ranges=cfg.network.allowed_ip_ranges, now=now), child)
         self.monitoring.watch_storage("storage", self.storage.account.id)

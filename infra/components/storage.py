@@ -10,7 +10,7 @@ Batch pool needs the account key).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pulumi
@@ -35,14 +35,20 @@ class StorageArgs:
     subnet_ids: list[pulumi.Input[str]]  # subnets admitted through the storage firewall
     allowed_ip_ranges: tuple[str, ...]  # the deployers' egress (allowedIpRanges), admitted too
     now: datetime | None = None  # for the SAS expiry; tests pin it
+    adopted: dict[str, str] = field(default_factory=dict)  # adoptRetained: the retained IDs (naming.retained_ids)
 
 
 class Storage(pulumi.ComponentResource):
     def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:storage:Storage", name, None, opts)
         cfg = args.storage
-        # retainOutputs: `pulumi destroy` forgets the account and leaves it (and the models) in Azure.
+        # retainOutputs: `pulumi destroy` forgets the account, its settings and containers and leaves them (and the
+        # models) in Azure; adoptRetained takes them back (infra/stack.py says how).
         child = pulumi.ResourceOptions(parent=self, retain_on_delete=cfg.retain_outputs)
+
+        def kept(key: str) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(import_=args.adopted.get(key)))
+
         self._name = name
         encrypted = storage.EncryptionServiceArgs(enabled=True, key_type=storage.KeyType.ACCOUNT)
 
@@ -79,7 +85,7 @@ class Storage(pulumi.ComponentResource):
                 require_infrastructure_encryption=True,  # a second, infrastructure-level layer of AES-256
                 services=storage.EncryptionServicesArgs(blob=encrypted, file=encrypted),
             ),
-            opts=child)
+            opts=kept("account"))
 
         # The role that writes blobs without the container Actions of Storage Blob Data Contributor (role_ids.py):
         # every grant that writes blobs in this account names it (grant()).
@@ -89,7 +95,8 @@ class Storage(pulumi.ComponentResource):
         self.containers = {
             container: storage.BlobContainer(
                 f"{name}-{container}", container_name=container, account_name=self.account.name,
-                resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE, opts=child)
+                resource_group_name=args.resource_group_name, public_access=storage.PublicAccess.NONE,
+                opts=kept(f"container-{container}"))
             for container in CONTAINERS
         }
 
@@ -102,14 +109,16 @@ class Storage(pulumi.ComponentResource):
         self.blob_service = storage.BlobServiceProperties(
             f"{name}-blob-service", account_name=self.account.name, resource_group_name=args.resource_group_name,
             blob_services_name="default", delete_retention_policy=retention,
-            container_delete_retention_policy=retention, opts=child)
+            container_delete_retention_policy=retention, opts=kept("blob-service"))
 
         # The training runtime in `scripts`: a job fetches the current one, so a fix needs no image rebuild.
         self.scripts = [
             storage.Blob(f"{name}-script-{blob_name.replace('/', '-')}", account_name=self.account.name,
                          container_name=self.containers["scripts"].name, resource_group_name=args.resource_group_name,
                          blob_name=blob_name, source=pulumi.FileAsset(str(path)),
-                         type=storage.BlobType.BLOCK, content_type="text/x-python", opts=child)
+                         type=storage.BlobType.BLOCK, content_type="text/x-python",
+                         # Code, uploaded again by every `up`: not retained, so nothing of it needs adopting.
+                         opts=pulumi.ResourceOptions(parent=self))
             for blob_name, path in runtime_files().items()
         ]
 

@@ -42,7 +42,8 @@ PROVIDER_NAMESPACES = ("azure-native", "docker-build", "pulumi")
 SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageConfig, "monitoring": MonitoringConfig,
             "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig,
             "access": AccessConfig, "tagging": TaggingConfig, "budget": BudgetConfig}
-TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType", "namesWithoutSubscription")  # StackConfig's own
+TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType", "namesWithoutSubscription",  # StackConfig's own
+            "adoptRetained")
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`
 # (config_sections.py).
@@ -59,6 +60,8 @@ class StackConfig:
     deployer_principal_type: str  # User | ServicePrincipal: who runs `pulumi up`, for its own role assignments
     # A stack deployed before names hashed the subscription keeps its names when it adds azure-native:subscriptionId.
     names_without_subscription: bool = False
+    # retainOutputs stacks after `pulumi destroy`: the next `up` adopts the retained group and storage (naming.retained_ids)
+    adopt_retained: bool = False
     network: NetworkConfig
     nodes: NodesConfig
     storage: StorageConfig
@@ -137,6 +140,19 @@ def check_subscription_id(value: Any) -> str | None:
     return text.lower()
 
 
+def _check_adopt(merged: Mapping[str, Any], subscription_id: Any) -> bool:
+    """adoptRetained: only where there is something retained to adopt, and with the subscription its IDs carry."""
+    if not merged["adoptRetained"]:
+        return False
+    if not merged["retainOutputs"]:
+        raise ConfigError("adoptRetained", "adopts what retainOutputs kept after `pulumi destroy`, and this stack "
+                                           "retains nothing; remove it")
+    if not subscription_id:
+        raise ConfigError("adoptRetained", f"needs {SUBSCRIPTION_KEY} in the stack file (the adopted resources' IDs "
+                                           "carry it): `az account show --query id -o tsv` prints yours")
+    return True
+
+
 def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey] | None = None, *,
           placeholders_ok: bool = False, subscription_id: Any = None) -> StackConfig:
     """Defaults from the schema, overridden by `values` (unqualified keys), then validated section by section.
@@ -188,6 +204,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     training = TrainingConfig.parse(merged, registry)
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        names_without_subscription=merged["namesWithoutSubscription"],
+                       adopt_retained=_check_adopt(merged, subscription_id),
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
                        tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),

@@ -14,9 +14,17 @@ class Leftover:
     what: str  # e.g. "storage account stdev1234"
     cost: str  # what it bills a month, or what it holds
     command: str  # what removes or purges it
+    keep: str = ""  # the way back to a stack that holds it again, where there is one
 
     def line(self) -> str:
-        return f"{self.what}: {self.cost}; remove: `{self.command}`"
+        return f"{self.what}: {self.cost}; remove: `{self.command}`" + (f"; or keep it: {self.keep}" if self.keep
+                                                                         else "")
+
+
+# What `retainOutputs` kept: the stack's next `up` fails on it ("cannot create already existing resource") unless
+# it adopts it (infra/stack.py, Pulumi.yaml's adoptRetained).
+ADOPT = ("set `adoptRetained: true` (with `azure-native:subscriptionId`) in the stack file and the next `pulumi up` "
+         "adopts it with what it holds; `pulumi up` without it fails on it")
 
 
 # Blob storage bills per GB stored a month and per operation, whatever is left in it
@@ -39,12 +47,14 @@ def group_leftovers(group: Mapping[str, Any] | None, resources: Sequence[Mapping
         if kind.lower() == "microsoft.storage/storageaccounts":
             found.append(Leftover(f"storage account {resource.get('name')} (retained)", STORAGE_COST,
                                   f"az storage account delete --name {resource.get('name')} --resource-group {name} "
-                                  "--yes"))
+                                  "--yes", keep=ADOPT))
         else:
             found.append(Leftover(f"{kind} {resource.get('name')}", "may bill (see Cost Management for the group)",
                                   f"az resource delete --ids {resource.get('id')}"))
+    retained = any(str(r.get("type", "")).lower() == "microsoft.storage/storageaccounts" for r in resources)
     found.append(Leftover(f"resource group {name} ({len(resources)} resources in it)", "bills nothing itself",
-                          f"az group delete --name {name} --subscription {subscription} --yes"))
+                          f"az group delete --name {name} --subscription {subscription} --yes",
+                          keep=ADOPT if retained else ""))
     return found
 
 

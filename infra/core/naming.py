@@ -55,3 +55,14 @@ def key_vault(team: str, stack: str, location: str, generation: str, subscriptio
 
 def aml_workspace(team: str, stack: str, generation: str) -> str:
     return f"mlw-{team}-{_suffix('mlw', team, stack, generation)}"  # 3-33 letters, digits, hyphens; unique in its group
+
+
+def retained_ids(subscription: str, group: str, account: str, containers: tuple[str, ...]) -> dict[str, str]:
+    """The ARM IDs of what `retainOutputs` keeps after `pulumi destroy` (the group, the data account, its blob
+    service settings and containers), which the next `up` adopts with Pulumi's `import` option (adoptRetained).
+    IDs as ARM writes them (https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules:
+    .../providers/Microsoft.Storage/storageAccounts/{name}/blobServices/default/containers/{name})."""
+    group_id = f"/subscriptions/{subscription}/resourceGroups/{group}"
+    account_id = f"{group_id}/providers/Microsoft.Storage/storageAccounts/{account}"
+    return {"group": group_id, "account": account_id, "blob-service": f"{account_id}/blobServices/default",
+            **{f"container-{c}": f"{account_id}/blobServices/default/containers/{c}" for c in containers}}

@@ -51,6 +51,7 @@ class DeclaredResource:
     additional_secret_outputs: list[str] = field(default_factory=list)
     dependencies: list[str] = field(default_factory=list)  # URNs: depends_on and the inputs' resources
     delete_before_replace: bool = False
+    import_id: str = ""  # the `import` option: the ID of an existing resource the engine adopts
 
 
 @dataclass
@@ -171,7 +172,8 @@ def _declared(urn: str, request: Any, inputs: dict[str, Any], state: dict[str, A
         retain_on_delete=bool(request.retainOnDelete),
         replace_on_changes=list(request.replaceOnChanges), ignore_changes=list(request.ignoreChanges),
         additional_secret_outputs=list(request.additionalSecretOutputs),
-        dependencies=list(request.dependencies), delete_before_replace=bool(request.deleteBeforeReplace))
+        dependencies=list(request.dependencies), delete_before_replace=bool(request.deleteBeforeReplace),
+        import_id=str(request.importId))
 
 
 def _plain(value: Any) -> Any:
