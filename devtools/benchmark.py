@@ -87,9 +87,10 @@ def horovod_installed(framework: str) -> bool:
         return False
 
 
-def distribution(requested: str, framework: str, horovod: bool) -> str:
+def distribution(requested: str, framework: str, horovod: bool, compiling: bool = False) -> str:
     """--dist as the benchmark runs it: auto is Horovod where it is installed (one process, as the cluster's job
-    trains), else pytorch's DDP of one process; refused in one line where it cannot run."""
+    trains), else pytorch's DDP of one process, and DDP wherever torch.compile runs (train refuses --compile with
+    Horovod: its hooks would wait for the whole compiled backward); refused in one line where it cannot run."""
     if "ddp" not in frameworks.get(framework).dist:
         if requested == "ddp":
             raise UsageError(f"--dist ddp applies to {frameworks.which(lambda f: 'ddp' in f.dist)} only; {framework} "
@@ -99,7 +100,10 @@ def distribution(requested: str, framework: str, horovod: bool) -> str:
         return "horovod"
     if requested == "horovod" and not horovod:
         raise UsageError("--dist horovod: Horovod is not installed here; use --dist ddp (or auto)")
-    return requested if requested != "auto" else "horovod" if horovod else "ddp"
+    if requested == "horovod" and compiling:
+        raise UsageError("--dist horovod runs eager (train refuses --compile with it); add --no-compile, or use "
+                         "--dist ddp (or auto)")
+    return requested if requested != "auto" else "horovod" if horovod and not compiling else "ddp"
 
 
 def _torch_versions() -> list[str]:
@@ -376,12 +380,15 @@ def main(argv: list[str]) -> int:
                         "(default: every one this machine runs: dali where installed, nvjpeg, pil)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile / XLA out of our settings")
     parser.add_argument("--dist", choices=("auto", "horovod", "ddp"), default="auto", help="pytorch's "
-                        "distribution, one process without a launcher; auto: horovod where it is installed, as the "
-                        "cluster's job runs, else ddp (under Horovod the weights stay NCHW and only activations go "
+                        "distribution, one process without a launcher; auto: ddp where torch.compile runs (train "
+                        "refuses --compile with horovod), else horovod where it is installed, else ddp (under Horovod the weights stay NCHW and only activations go "
                         "channels-last, DDP takes channels-last weights)")
     args = parser.parse_args(argv)
     fw = frameworks.get(args.framework)
-    args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework))
+    # ours: the trainer's own defaults for the device, plus its compiler (none: fw.no_compiler says why)
+    compiles = fw.compiler and not args.no_compile and (gpu or fw.compiler not in GPU_ONLY_COMPILERS)
+    args.dist = distribution(args.dist, args.framework, horovod_installed(args.framework),
+                             compiling=bool(compiles) and fw.compiler == "compile")
     loaders_asked = chosen_loaders(args.loaders, args.framework)
     try:
         __import__(fw.image.package)
@@ -401,8 +408,6 @@ def main(argv: list[str]) -> int:
               *(["--dist", args.dist] if names_dist else [])]
     # the recipe: fp32, and NCHW where --channels-last applies (as Horovod's PyTorch recipe trains)
     recipe_flags = ["--precision", "fp32", *(["--no-channels-last"] if fw.channels_last else [])]
-    # ours: the trainer's own defaults for the device, plus its compiler (none: fw.no_compiler says why)
-    compiles = fw.compiler and not args.no_compile and (gpu or fw.compiler not in GPU_ONLY_COMPILERS)
     ours = [f"--{fw.compiler}"] if compiles else []
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

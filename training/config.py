@@ -95,7 +95,9 @@ class TrainConfig:
                                   "on CPU", PRECISIONS)
     channels_last: bool | None = _opt(None, "NHWC memory format for pytorch (faster convolutions on tensor "
                                             "cores); default: on for pytorch on a GPU, off on CPU")
-    compile: bool = _opt(False, "torch.compile the model (pytorch)")
+    compile: bool = _opt(False, "torch.compile the model (pytorch, with --dist ddp: DDP splits the compiled graph at "
+                                "its gradient buckets, so the all-reduce still overlaps backward; Horovod's hooks "
+                                "would wait for the whole compiled backward, so --dist horovod runs eager)")
     xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
     expected_img_per_sec: float = _opt(0.0, "img/s per GPU this node size should reach at 224 px, from its benchmark "
@@ -184,6 +186,11 @@ class TrainConfig:
             others = ", ".join(f"{f.name} has --{f.compiler}" for f in frameworks.FRAMEWORKS.values()
                                if f.compiler not in ("", "compile"))
             raise UsageError(f"--compile applies to {which(lambda f: f.compiler == 'compile')} only ({others})")
+        if self.compile and self.dist == "horovod":
+            # https://docs.pytorch.org/docs/stable/torch.compiler_faq.html#do-you-support-distributed-code; measured:
+            # python -m devtools overlap-benchmark (docs/training.md, "Compiled runs and the gradient exchange")
+            raise UsageError("--compile with --dist horovod would exchange gradients only after the whole compiled "
+                             "backward (Horovod's hooks fire then); use --dist ddp --compile, or leave --compile out")
         if self.xla and fw.compiler != "xla":
             raise UsageError(f"--xla applies to --framework {which(lambda f: f.compiler == 'xla')} only "
                              f"({self.framework}: {f'use --{fw.compiler}' if fw.compiler else fw.no_compiler})")

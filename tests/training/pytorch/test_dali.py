@@ -201,3 +201,11 @@ def test_the_dali_epoch_is_the_loops_epoch_when_sizes_do_not_divide():
         tail = [resumed.position(k) for k in range(len(loop_order) - skipped)]
         assert [index for _, index in tail] == loop_order[skipped:] and {epoch for epoch, _ in tail} == {2}
 
+
+
+def test_the_benchmark_compiles_under_ddp_only():
+    from devtools.benchmark import distribution
+
+    assert distribution("auto", "pytorch", horovod=True, compiling=True) == "ddp"
+    with pytest.raises(UsageError, match="--dist horovod runs eager"):
+        distribution("horovod", "pytorch", horovod=True, compiling=True)

@@ -95,3 +95,16 @@ def test_checkpoints_are_atomic_and_pruned(tmp_path):
         return int(path.read_text())
 
     assert checkpoint.newest_valid(tmp_path, load) == (tmp_path / "ckpt-00000003.pt", 3)
+
+
+def test_compile_runs_under_ddp_only():
+    """Horovod's gradient hooks fire only after a compiled backward ends (PyTorch's compiler FAQ), so a compiled
+    Horovod run would exchange nothing while backward computes: refused, pointing at DDP, whose compiled graph is
+    split at its buckets (devtools/overlap_benchmark.py measures both)."""
+    from training.config import TrainConfig
+    from training.errors import UsageError
+
+    with pytest.raises(UsageError, match="--compile with --dist horovod .*use --dist ddp --compile"):
+        TrainConfig(compile=True).validate()
+    TrainConfig(compile=True, dist="ddp").validate()
+    TrainConfig(dist="horovod").validate()
