@@ -42,6 +42,7 @@ others, and flags override it. The precision, channels-last and loader defaults 
 channels-last and a GPU decoder on a GPU; fp32 and PIL on a CPU).
 
 Examples:
+  python -m training train --data pets --output-dir run     # one process; no Horovod needed (README's quickstart)
   horovodrun -np 2 -H localhost:2 python -m training train --data /tmp/ds --image-size 64 --batch-size 8 \\
       --steps 40 --output-dir /tmp/run
   torchrun --standalone --nproc-per-node 2 -m training train --dist ddp --data synthetic --steps 20 \\

@@ -132,7 +132,7 @@ class TrainConfig:
     export: bool = _opt(True, "export the final model (ONNX for pytorch) from rank 0")
     mlflow: bool = _opt(False, "also log params and metrics to MLflow from rank 0: to MLFLOW_TRACKING_URI when set "
                                "(Azure ML sets it in every job, which logs there even without this flag), else to a "
-                               "local store in OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns`)")
+                               "local store in OUTPUT_DIR/mlruns (view it with `mlflow ui`: README's local quickstart says the install)")
 
     # Which of CPU_SIZED the user gave (flags or --config): the others take CPU-sized values on a machine without a
     # GPU (resolve_for_device). None (a TrainConfig built in code): all given, nothing resized. Not a flag.

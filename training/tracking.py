@@ -4,9 +4,12 @@ On when `--mlflow` is given, or when MLFLOW_TRACKING_URI is set: Azure ML sets i
 MLFLOW_RUN_ID naming the job's own run, so a job's metrics appear in the studio
 (https://learn.microsoft.com/azure/machine-learning/how-to-use-mlflow-configure-tracking; the images carry
 azureml-mlflow for its azureml:// URIs). Without MLFLOW_TRACKING_URI, `--mlflow` logs to a local store in
-OUTPUT_DIR/mlruns (`MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri OUTPUT_DIR/mlruns` shows it), so the same metrics view works
-before anything is deployed. Logged: the run's settings as params, loss, LR and img/s at every logged step,
-the summary's numbers at the end, and summary.json and report.png as artifacts.
+OUTPUT_DIR/mlruns, so the same metrics view works before anything is deployed. The training environments carry
+mlflow-skinny (the client); `mlflow ui` needs the full package (its server: Flask, uvicorn), in a venv of its own at
+the same version: `python3 -m venv .venv-mlflow && .venv-mlflow/bin/pip install mlflow==3.15.0`, then
+`MLFLOW_ALLOW_FILE_STORE=true .venv-mlflow/bin/mlflow ui --backend-store-uri OUTPUT_DIR/mlruns` (README).
+Logged: the run's settings as params, loss, LR and img/s at every logged step, val_loss and val_top1 at every
+validation, the summary's numbers at the end, and summary.json and report.png as artifacts.
 """
 from __future__ import annotations
 
