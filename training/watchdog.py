@@ -28,6 +28,7 @@ Bounds, each from the environment (seconds; the job's defaults suit 8-GPU nodes,
   TRAINING_WATCHDOG_BUSY_S    900  while a checkpoint is written or the run validates
   TRAINING_WATCHDOG_POLL_S     10  how often the thread looks (and rewrites its sign of life)
   TRAINING_WATCHDOG=off            no watchdog
+  TRAINING_WATCHDOG_INJECT=raise@STEP[:RANK]  raise an exception after that step on that rank (a code fault, rehearsed)
 """
 from __future__ import annotations
 
@@ -155,6 +156,32 @@ def blame_text(stopped: list[dict], world: int) -> str:
     return f"{named} stopped (no sign of life)"
 
 
+RUN_DIR_ENV = "TRAINING_WATCHDOG_RUN_DIR"  # set by `launch` for every rank (forwarded as TRAINING_WATCHDOG*)
+
+
+def rank_of(env: Mapping[str, str]) -> int:
+    """This process's rank as its launcher said it (horovodrun's, mpirun's or torchrun's variable), else 0."""
+    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "RANK"):
+        if env.get(name, "").isdigit():
+            return int(env[name])
+    return 0
+
+
+def record_refusal(err: BaseException, code: int, env: Mapping[str, str] = os.environ) -> None:
+    """A rank that refused its input (a UsageError: bad flags, a dataset that is not one; exit `code`) leaves a
+    code-fault record for `launch`, which otherwise sees only horovodrun's exit status. Nothing outside `launch`."""
+    run_dir = env.get(RUN_DIR_ENV)
+    if not run_dir:
+        return
+    rank, host = rank_of(env), host_name(env)
+    try:
+        record_fault(Path(run_dir), {"rank": rank, "host": host, "kind": "code", "exit_code": code, "reason": "usage",
+                                     "blamed_hosts": [], "blamed_ranks": [],
+                                     "line": f"error: code fault: rank {rank} ({host}) refused its input: {err}"})
+    except OSError:
+        pass
+
+
 def record_fault(output_dir: Path, record: dict) -> None:
     """One rank's fault (kind node|code, exit code, reason, blamed host), for the launcher to classify the task."""
     directory = output_dir / FAULTS_DIR
@@ -165,6 +192,26 @@ def record_fault(output_dir: Path, record: dict) -> None:
 
 
 # --- the thread -------------------------------------------------------------------------------------------------
+
+FAULT_ENV = "TRAINING_WATCHDOG_INJECT"  # raise@STEP[:RANK]: a code fault on purpose (rehearsals, tests)
+
+
+class InjectedFault(RuntimeError):
+    """The exception TRAINING_WATCHDOG_INJECT asks for: an error in the loop, as a bug would raise."""
+
+
+def injected_fault(env: Mapping[str, str]) -> tuple[int, int] | None:
+    """(step, rank) of the exception TRAINING_WATCHDOG_INJECT=raise@STEP[:RANK] asks for (rank 0 by default), or
+    None (pure)."""
+    text = env.get(FAULT_ENV, "")
+    if not text:
+        return None
+    kind, _, where = text.partition("@")
+    step, _, rank = where.partition(":")
+    if kind != "raise" or not step.isdigit() or (rank and not rank.isdigit()):
+        raise ValueError(f"{FAULT_ENV}={text!r}: give raise@STEP or raise@STEP:RANK")
+    return int(step), int(rank or 0)
+
 
 class Watchdog:
     """One rank's watchdog thread. `wrap(after_step)` is the runner's hook: a step done is a beat, and the time in
@@ -201,8 +248,12 @@ class Watchdog:
             self.deadline.busy(what, self.clock())
 
     def wrap(self, after_step: AfterStep) -> AfterStep:
+        inject = injected_fault(os.environ)
+
         def hooked(done: int, loss: Callable[[], float]) -> None:
             self.stepped(done)
+            if inject and inject == (done, self.rank):
+                raise InjectedFault(f"{FAULT_ENV} asked for an exception at step {done} on rank {self.rank}")
             self.busy("a checkpoint or a log line")
             after_step(done, loss)
             self.stepped(done)  # back to the step bound; the time in after_step is not a step time
@@ -245,6 +296,7 @@ class Watchdog:
                     f"(exit {EXIT_HANG}) so the job can retry on other nodes from the newest checkpoint")
             record = {"rank": self.rank, "host": self.host, "kind": "node", "exit_code": EXIT_HANG, "step": step,
                       "reason": "hang", "blamed_hosts": sorted({s["host"] for s in stopped} - {"unknown"}),
+                      "blamed_ranks": [s["rank"] for s in stopped],
                       "line": line}
             self.on_expire(line, record)
             return
@@ -310,10 +362,11 @@ def exception_record(err: BaseException, rank: int, host: str, blamed: list[dict
         line = (f"error: node fault: a collective failed on rank {rank} ({host}): {first}; "
                 f"{blame_text(blamed, world)}")
         return {"rank": rank, "host": host, "kind": "node", "exit_code": EXIT_NODE_FAULT, "reason": "peer lost",
-                "blamed_hosts": sorted({b["host"] for b in blamed} - {"unknown"}), "line": line}
+                "blamed_hosts": sorted({b["host"] for b in blamed} - {"unknown"}),
+                "blamed_ranks": [b["rank"] for b in blamed], "line": line}
     line = f"error: code fault: rank {rank} ({host}) raised {first}: not retried (it fails the same on any node)"
     return {"rank": rank, "host": host, "kind": "code", "exit_code": EXIT_CODE_FAULT, "reason": "exception",
-            "blamed_hosts": [], "line": line}
+            "blamed_hosts": [], "blamed_ranks": [], "line": line}
 
 
 def install_excepthook(rank: int, world: int, output_dir: Path) -> None:

@@ -6,7 +6,9 @@ its start, end, nodes, verdict and the node-hours a failure cost), which `python
 from __future__ import annotations
 
 import json
+import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,28 +36,66 @@ def classify(records: list[dict], rc: int) -> Verdict:
     with no record at all (a rank killed by a signal or its host gone before it could write) is a node fault too."""
     if rc == 0 and not records:
         return Verdict("ok", 0, "done")
-    named = [r for r in records if r.get("kind") == "node" and r.get("blamed_hosts")]
+    # A rank that ended on its own code fault explains why its peers lost it: those are not the node's fault.
+    explained = {r["rank"] for r in records if r.get("kind") == "code"}
+    named = [r for r in records if r.get("kind") == "node" and r.get("blamed_hosts")
+             and not set(r.get("blamed_ranks") or [-1]) <= explained]
     if named:
         hosts = tuple(sorted({h for r in named for h in r["blamed_hosts"]}))
         first = min(named, key=lambda r: r["rank"])
         return Verdict("node", first["exit_code"], first["reason"], hosts,
-                       f"fault: node {','.join(hosts)}: {first['reason']} ({first['line'].removeprefix('error: ')})")
+                       f"fault: node {','.join(hosts)}: {first['reason']} ({_said(first)})")
     code = [r for r in records if r.get("kind") == "code"]
     if code:
         first = min(code, key=lambda r: r["rank"])
         return Verdict("code", first["exit_code"], first["reason"], (),
-                       f"fault: code: {first['line'].removeprefix('error: ')}")
+                       f"fault: code: {_said(first)}")
     node = [r for r in records if r.get("kind") == "node"]
     if node:
         first = min(node, key=lambda r: r["rank"])
         return Verdict("node", first["exit_code"], first["reason"], (),
-                       f"fault: node (none named): {first['line'].removeprefix('error: ')}")
+                       f"fault: node (none named): {_said(first)}")
     if kind_of(rc) == "code":
         return Verdict("code", rc, "usage", (),
                        f"fault: code: a rank refused its input (exit {rc}); see its error line")
     return Verdict("node", EXIT_NODE_FAULT, "rank lost", (),
                    f"fault: node (none named): the ranks ended with exit {rc} and no rank said why (a rank killed, "
                    "or its host gone)")
+
+
+def unreachable(hosts: list[str], port: int, connect: Callable[[str, int], None] | None = None) -> list[str]:
+    """The hosts whose sshd (the job's, which every rank is reached through) does not answer a TCP connect within
+    5 s: a node that died takes its ranks with it before they can write a word, so this is how it is named."""
+    def tcp(host: str, port: int) -> None:
+        socket.create_connection((host, port), timeout=5).close()
+
+    connect = connect or tcp
+    gone = []
+    for host in hosts:
+        try:
+            connect(host, port)
+        except OSError:
+            gone.append(host)
+    return gone
+
+
+def blame_unreachable(verdict: Verdict, hosts: list[str], port: int,
+                      connect: Callable[[str, int], None] | None = None) -> Verdict:
+    """A node fault that named no host, with the hosts that no longer answer named (a rank's host unreachable)."""
+    remote = [h for h in hosts if h not in ("localhost", "127.0.0.1")]
+    if verdict.kind != "node" or verdict.blamed_hosts or not remote:
+        return verdict
+    gone = unreachable(remote, port, connect)
+    if not gone:
+        return verdict
+    return Verdict("node", verdict.exit_code, "host unreachable", tuple(gone),
+                   f"fault: node {','.join(gone)}: host unreachable (no answer on port {port} after the ranks ended: "
+                   f"{verdict.line.removeprefix('fault: ')})")
+
+
+def _said(record: dict) -> str:
+    """A rank's line without its `error: node fault: ` / `error: code fault: ` (the verdict says the kind)."""
+    return record["line"].removeprefix("error: ").removeprefix(f"{record['kind']} fault: ")
 
 
 def read_records(output_dir: Path) -> list[dict]:

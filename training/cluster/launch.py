@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from training.errors import UsageError
-from training.watchdog import collective_env
+from training.watchdog import RUN_DIR_ENV, collective_env
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
 # Environment the remote ranks need too: mpirun forwards these by name (-x), values never on the command line.
@@ -271,6 +271,8 @@ def main(argv: list[str]) -> int:
         except ValueError:
             raise UsageError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") from None
         os.environ.update(ddp_rendezvous(hosts, port))
+    output_dir = Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR))
+    os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it (forwarded)
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None, command_name=args.run)
@@ -278,7 +280,7 @@ def main(argv: list[str]) -> int:
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:
         return 0
-    return run_attempt(command, hosts, Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR)))
+    return run_attempt(command, hosts, output_dir, args.ssh_port)
 
 
 DEFAULT_OUTPUT_DIR = "out"  # training/config.py's default --output-dir
@@ -295,7 +297,7 @@ def flag_value(train_flags: list[str], flag: str, default: str) -> str:
     return value
 
 
-def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
+def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_port: int | None = None) -> int:
     """Run the ranks' launcher (horovodrun) as a child, passing on the signals Batch or a person send, then say
     what the attempt ended as: one line (`fault: node HOST: ...` or `fault: code: ...`), its record in
     OUTPUT_DIR/attempts.jsonl, the blamed nodes taken out of scheduling (training/cluster/keep_out.py) and the
@@ -328,6 +330,7 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path) -> int:
         signal.signal(signum, forward)
     rc = proc.wait()
     verdict = attempts.classify(attempts.read_records(output_dir), rc)
+    verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
     record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":

@@ -73,7 +73,7 @@ def test_the_thread_names_the_peer_that_stopped_and_ends_with_the_hang_exit_code
     assert ended.wait(5)
     dog.stop()
     assert got["record"] == {"rank": 0, "host": "node-a", "kind": "node", "exit_code": EXIT_HANG, "step": 5,
-                             "reason": "hang", "blamed_hosts": ["node-b"], "line": got["line"]}
+                             "reason": "hang", "blamed_hosts": ["node-b"], "blamed_ranks": [1], "line": got["line"]}
     assert got["line"].startswith("error: node fault: no training step for 11 s after step 5 (bound 10 s); "
                                   "rank 1 on host node-b stopped (no sign of life); rank 0 on node-a ends the run "
                                   f"(exit {EXIT_HANG})")
@@ -192,3 +192,49 @@ def test_each_attempt_prints_the_history_that_status_reads_back(tmp_path, capfd,
         "cost 1.000 node-hours",
         "attempt 2: finished on 2 node(s)",
         "failures cost 1.000 node-hours in all"]
+
+
+def test_a_code_fault_explains_the_peers_that_lost_it():
+    """Rank 1 raised (a bad image); rank 0's collective then failed and its look named rank 1 as stopped: still the
+    code's fault, since rank 1 said why it ended."""
+    lost = {**_rec(0, "node", ["h1"], reason="peer lost", code=EXIT_NODE_FAULT), "blamed_ranks": [1]}
+    verdict = attempts.classify([lost, _rec(1, "code", reason="exception")], 1)
+    assert (verdict.kind, verdict.exit_code) == ("code", EXIT_CODE_FAULT)
+    other = {**lost, "blamed_ranks": [2]}  # a third rank stopped without a word: the node's
+    assert attempts.classify([other, _rec(1, "code")], 1).kind == "node"
+
+
+def test_a_node_that_died_without_a_word_is_named_by_its_unanswered_port():
+    def connect(host, port):
+        if host == "10.0.0.5":
+            raise ConnectionRefusedError(111, "Connection refused")
+        assert port == 2222
+
+    silent = attempts.classify([], 1)
+    named = attempts.blame_unreachable(silent, ["10.0.0.4", "10.0.0.5"], 2222, connect)
+    assert (named.kind, named.reason, named.blamed_hosts) == ("node", "host unreachable", ("10.0.0.5",))
+    assert named.line.startswith("fault: node 10.0.0.5: host unreachable (no answer on port 2222")
+    assert attempts.blame_unreachable(silent, ["localhost"], 2222, connect) == silent  # one machine: nothing to probe
+    code = attempts.classify([_rec(1, "code")], 1)
+    assert attempts.blame_unreachable(code, ["10.0.0.5"], 2222, connect) == code
+
+
+def test_a_rank_that_refuses_its_input_leaves_a_code_record_under_launch(tmp_path):
+    from training.watchdog import RUN_DIR_ENV, record_refusal
+
+    record_refusal(ValueError("--data /x: no train/ folder"), EXIT_USAGE, {"HOROVOD_RANK": "1", RUN_DIR_ENV: str(tmp_path),
+                                                                         "HOROVOD_HOSTNAME": "10.0.0.5"})
+    verdict = attempts.classify(attempts.read_records(tmp_path), 1)
+    assert (verdict.kind, verdict.exit_code, verdict.reason) == ("code", EXIT_USAGE, "usage")
+    assert verdict.line == "fault: code: rank 1 (10.0.0.5) refused its input: --data /x: no train/ folder"
+    record_refusal(ValueError("x"), EXIT_USAGE, {})  # outside launch: nothing written, nothing raised
+
+
+def test_an_injected_fault_is_read_from_the_environment():
+    from training.watchdog import injected_fault
+
+    assert injected_fault({}) is None
+    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5"}) == (5, 0)
+    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5:1"}) == (5, 1)
+    with pytest.raises(ValueError, match="give raise@STEP or raise@STEP:RANK"):
+        injected_fault({"TRAINING_WATCHDOG_INJECT": "hang@5"})

@@ -13,7 +13,7 @@ import pytest
 from infra import REPO_ROOT
 from tests.training.training_env import TrainingEnv
 from training import frameworks
-from training.errors import EXIT_HANG
+from training.errors import EXIT_CODE_FAULT, EXIT_HANG
 
 TORCH = TrainingEnv(frameworks.get("pytorch").image.venv)
 BOUNDS = {"TRAINING_WATCHDOG_FIRST_S": "60", "TRAINING_WATCHDOG_FLOOR_S": "4", "TRAINING_WATCHDOG_FACTOR": "4",
@@ -75,7 +75,7 @@ def test_a_stopped_rank_ends_the_run_within_the_bound_naming_its_host(tmp_path):
     # life, well before Horovod's own Gloo timeout (30 s)
     assert took < 25, (took, err[-3000:])
     verdict = [line for line in err.splitlines() if line.startswith("fault: ")]
-    assert verdict and verdict[0].startswith("fault: node localhost: hang (node fault: no training step for "), \
+    assert verdict and verdict[0].startswith("fault: node localhost: hang (no training step for "), \
         err[-3000:]
     assert "rank 1 on host localhost stopped (no sign of life)" in verdict[0]
     attempt = json.loads((out / "attempts.jsonl").read_text())
@@ -87,3 +87,26 @@ def test_a_stopped_rank_ends_the_run_within_the_bound_naming_its_host(tmp_path):
                              " print(s['step'])", str(ckpt)], capture_output=True, text=True, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert int(loaded.stdout) == int(ckpt.stem.removeprefix("ckpt-")) >= 3
+
+
+
+def test_an_exception_in_the_loop_is_a_code_fault_and_batchs_retry_of_it_does_not_train(tmp_path):
+    out = tmp_path / "run"
+    command = [TORCH.python, "-m", "training", "launch", "--hosts", "localhost:2", "--", "--data", "synthetic",
+               "--steps", "40", "--image-size", "32", "--batch-size", "2", "--workers", "1", "--no-export",
+               "--num-classes", "4", "--output-dir", str(out)]
+    # as Batch runs it: a retry is the same job; rank 1 raises after step 2, as a bug in the loop would
+    env = {**TORCH.env(), **BOUNDS, "AZ_BATCH_JOB_ID": "train-dev-abc", "TRAINING_WATCHDOG_INJECT": "raise@2:1"}
+    first = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == EXIT_CODE_FAULT, first.stderr[-3000:]
+    verdict = [line for line in first.stderr.splitlines() if line.startswith("fault: ")]
+    assert verdict and verdict[0].startswith("fault: code: rank 1 (localhost) raised InjectedFault: "), \
+        first.stderr[-3000:]
+    retry = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert retry.returncode == EXIT_CODE_FAULT
+    assert retry.stderr.splitlines()[-1].startswith("fault: code: not run again: attempt 1 of job train-dev-abc ended "
+                                                    "on a code/data fault (exception, exit 65)")
+    assert "Horovod" not in retry.stderr  # no rank started
+    lines = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    assert [(a["attempt"], a["kind"], a["reason"]) for a in lines] == [(1, "code", "exception"),
+                                                                      (2, "code", "retry refused")]
