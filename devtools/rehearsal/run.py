@@ -566,6 +566,9 @@ def main(argv: list[str]) -> int:
                         help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "
                              "verbs' --rehearsal reach it again; until Ctrl-C")
     args = parser.parse_args(argv)
+    # SIGTERM as Ctrl-C from the start, not only in stay_up: its default ends this process at once, with no `with`
+    # unwound, and Azurite, the nodes and the `logs --follow` child (subprocess.run kills it on the way out) stayed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
     from infra.core.config_schema import ConfigError
@@ -594,5 +597,8 @@ def main(argv: list[str]) -> int:
     except StagingFailed as err:
         print(f"error: the NFS server's staging failed, as it would on Azure: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("rehearsal: stopped (Ctrl-C or SIGTERM); what it started has ended", file=sys.stderr)
+        return 130
     print(report(result))
     return 0 if result.exit_code == 0 else 1
