@@ -52,7 +52,8 @@ def keep_out(hosts: Sequence[str], env: Mapping[str, str],
     what happened). Never raises: the attempt's verdict and exit code stand whatever this does."""
     pool = env.get("AZ_BATCH_POOL_ID")
     if not pool or not env.get("AZ_BATCH_ACCOUNT_URL"):
-        return [], f"not a Batch task (no AZ_BATCH_POOL_ID/AZ_BATCH_ACCOUNT_URL): {', '.join(hosts)} not taken out"
+        return [], (f"no Batch account to ask (AZ_BATCH_ACCOUNT_URL and AZ_BATCH_POOL_ID, which Batch sets for a task, "
+                    f"are not both set): {', '.join(hosts)} not taken out")
     try:
         from azure.batch.models import BatchNodeDisableSchedulingOptions
         from azure.core.exceptions import HttpResponseError

@@ -68,4 +68,4 @@ def test_an_identity_without_the_role_is_one_line_and_nothing_raises(endpoint):
 def test_outside_batch_nothing_is_called():
     called = []
     done, text = keep_out(["10.0.0.5"], {}, client_factory=lambda env: called.append(env))
-    assert (done, called) == ([], []) and text.startswith("not a Batch task")
+    assert (done, called) == ([], []) and text.startswith("no Batch account to ask")
