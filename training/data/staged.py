@@ -16,8 +16,9 @@ written by `python -m infra restage`, makes the next run stage again whatever th
 deployer compares the report's fingerprint with the container's current listing, so a job is never submitted
 onto a copy older than the container.
 
-Not mirrored: a blob deleted from the container stays in DEST (the fingerprint changes, so the rest is
-restaged, but nothing in DEST is deleted).
+Deletions: a blob deleted from the container changes the fingerprint, and the staging that follows deletes its
+file from the datasets' folders of DEST (train/, val/, datasets/: training/data/stage.py prune), so a dataset
+replaced or removed in the container is replaced or removed here; anything else in DEST stays.
 """
 from __future__ import annotations
 
