@@ -30,8 +30,16 @@ def _member(stack, backend="batch", sku="Standard_ND96isr_H100_v5", max_nodes=8,
 
 @pytest.fixture(scope="module")
 def repo_rows():
-    """`teams --json`'s rows for the repo's stack files, computed once (each distinct config is evaluated)."""
-    return teams.team_rows(REPO_ROOT)
+    """`teams --json`'s rows for the repo's stack files, without evaluating the program (the totals and limits
+    read the configs' figures, not the checks; test_teams.py evaluates them)."""
+    from infra.cli import plan
+    from infra.preview import offline
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(offline, "evaluate", lambda cfg, *a, **k: None)
+        patch.setattr(plan, "verdicts", lambda evaluation: [])
+        patch.setattr(plan, "service_verdicts", lambda evaluation: [])
+        return teams.team_rows(REPO_ROOT)
 
 
 def test_totals_sum_the_rows_of_the_repos_stacks(repo_rows):
