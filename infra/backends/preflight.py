@@ -20,7 +20,10 @@ API = {
     "providers": "2021-04-01",  # resources: Providers - List; Subscriptions - List; Resource Groups - Check Existence
     "skus": "2021-07-01",  # compute: Resource Skus - List
     "usages": "2024-07-01",  # compute: Usage - List
-    "batch": "2024-07-01",  # batch: Location - List Supported Virtual Machine Skus; Batch Account - Get
+    # batch: Location - List Supported Virtual Machine Skus, Location - Get Quotas; Batch Account - Get, - List; Pool -
+    # List By Batch Account. 2025-06-01: Batch retires the versions before it (https://github.com/Azure/Batch/issues/140;
+    # docs/architecture.md). The account and pool `up` declares keep azure-native's 2024-07-01 (cluster.py says why).
+    "batch": "2025-06-01",
     "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group
     "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
 }
@@ -185,9 +188,17 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
             else:
                 demands.append((f"{needs.max_nodes} x {needs.gpu.name}", family.family, needs.gpu_vcpus))
         else:
-            account = arm.get(f"{group_id}/providers/Microsoft.Batch/batchAccounts/{needs.batch_account}",
-                              API["batch"], missing_ok=True)
+            batch = f"{sub}/providers/Microsoft.Batch"
+            found.append(verdicts.batch_accounts_verdict(needs, subscription, arm.get(
+                f"{batch}/locations/{needs.location}/quotas", API["batch"]), arm.list(f"{batch}/batchAccounts",
+                                                                                       API["batch"])))
+            path = f"{group_id}/providers/Microsoft.Batch/batchAccounts/{needs.batch_account}"
+            account = arm.get(path, API["batch"], missing_ok=True)
             found.append(verdicts.batch_quota_verdict(needs, family.family, account))
+            limits = verdicts.batch_limits_verdict(needs, account, arm.list(f"{path}/pools", API["batch"])
+                                                   if account else [], needs.batch_pool)
+            if limits:
+                found.append(limits)
         if demands or spot_vcpus:
             usages = arm.list(f"{sub}/providers/Microsoft.Compute/locations/{needs.location}/usages", API["usages"])
             found.insert(0, verdicts.usage_verdict(demands, needs.location, usages, spot_vcpus))

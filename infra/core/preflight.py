@@ -49,6 +49,8 @@ class PolicyTarget:
 POLICY_TYPES = {
     "azure-native:resources:ResourceGroup": ("Microsoft.Resources/resourceGroups", "resourceGroupName", "2021-04-01"),
     "azure-native:storage:StorageAccount": ("Microsoft.Storage/storageAccounts", "accountName", "2024-01-01"),
+    # The version azure-native 3.x declares the account with (infra/backends/batch/cluster.py BATCH_API_VERSION), kept
+    # here on purpose: Azure Policy judges the body `up` will send. Preflight's own Batch calls use 2025-06-01.
     "azure-native:batch:BatchAccount": ("Microsoft.Batch/batchAccounts", "accountName", "2024-07-01"),
     "azure-native:containerregistry:Registry": ("Microsoft.ContainerRegistry/registries", "registryName",
                                                 "2023-01-01-preview"),
@@ -86,6 +88,7 @@ class Needs:
     namespaces: tuple[str, ...]
     vm_sizes: tuple[str, ...] = ()  # plain VMs the stack creates (the NFS server)
     batch_account: str = ""  # "" when the stack has none (backend azureml)
+    batch_pool: str = ""  # its pool's name
     write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
     policy_targets: tuple[PolicyTarget, ...] = field(default=())
 
@@ -131,6 +134,7 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
     vm_sizes = tuple(i.get("hardwareProfile", {}).get("vmSize", "") for t, i in resources
                      if t == "azure-native:compute:VirtualMachine")
     batch_account = next((i.get("accountName", "") for t, i in resources if t == "azure-native:batch:BatchAccount"), "")
+    batch_pool = next((i.get("poolName", "") for t, i in resources if t == "azure-native:batch:Pool"), "")
     targets = []
     writes = ["Microsoft.Authorization/roleAssignments/write"]
     if any(t == "azure-native:authorization:RoleDefinition" for t, _ in resources):
@@ -146,7 +150,7 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
             writes.append(f"{arm_type}/write")
     return Needs(location=config.location, resource_group=group, gpu=CATALOG[config.nodes.gpu_sku],
                  max_nodes=config.nodes.max_nodes, spot=config.nodes.spot, backend=config.backend,
-                 namespaces=namespaces, vm_sizes=vm_sizes, batch_account=batch_account,
+                 namespaces=namespaces, vm_sizes=vm_sizes, batch_account=batch_account, batch_pool=batch_pool,
                  write_actions=tuple(writes), policy_targets=tuple(targets))
 
 
@@ -293,9 +297,61 @@ def batch_quota_verdict(needs_: Needs, family: str, account: Mapping[str, Any] |
         limit, quota = int(props.get("dedicatedCoreQuota") or 0), "dedicatedCoreQuota"
     if vcpus > limit:
         return Check("batch quota", FAIL, f"Batch account {needs_.batch_account}: {quota} is {limit} vCPUs, maxNodes "
-                                          f"{needs_.max_nodes} x {needs_.gpu.vcpus} needs {vcpus}: request an "
-                                          f"increase for the account ({BATCH_QUOTA_DOC}) or lower maxNodes")
+                                          f"{needs_.max_nodes} x {needs_.gpu.vcpus} needs {vcpus}: request {quota} "
+                                          f"{vcpus} for the account ({BATCH_QUOTA_DOC}), lower maxNodes, or use "
+                                          "backend: azureml (the subscription's own quota)")
     return Check("batch quota", OK, f"Batch account {needs_.batch_account}: {quota} {limit} vCPUs >= {vcpus}")
+
+
+def _region(name: Any) -> str:
+    return str(name or "").replace(" ", "").lower()  # ARM writes "westeurope", a portal "West Europe"
+
+
+# Batch accounts per region per subscription: 1-3 by default, at most 50 by support request ("Batch service quotas
+# and limits", https://learn.microsoft.com/azure/batch/batch-quota-limit#resource-quotas). The quota is Batch
+# Management's Location - Get Quotas (GET /subscriptions/{id}/providers/Microsoft.Batch/locations/{location}/quotas:
+# {accountQuota}, LocationGetQuotas.json of 2025-06-01), the accounts there Batch Account - List (value[{name,
+# location}], BatchAccountList.json). A stack whose account exists already holds its place.
+def batch_accounts_verdict(needs_: Needs, subscription: str, quotas: Mapping[str, Any],
+                           accounts: Sequence[Mapping[str, Any]]) -> Check:
+    limit = int(quotas.get("accountQuota") or 0)
+    here = sorted(str(a.get("name", "?")) for a in accounts if _region(a.get("location")) == _region(needs_.location))
+    if needs_.batch_account in here:
+        return Check("batch accounts", OK, f"{needs_.batch_account} exists; {len(here)} of {limit} Batch accounts in "
+                                           f"{needs_.location}")
+    if len(here) >= limit:
+        return Check("batch accounts", FAIL, f"subscription {subscription} has {len(here)} Batch account(s) in "
+                                             f"{needs_.location} ({', '.join(here) or 'none'}) and may have {limit} "
+                                             f"there: `up` cannot create {needs_.batch_account}; deploy the stack to "
+                                             "another region (location) or subscription (azure-native:subscriptionId), "
+                                             f"use backend: azureml, or request {len(here) + 1} Batch accounts per "
+                                             f"region in {needs_.location} ({BATCH_QUOTA_DOC})")
+    return Check("batch accounts", OK, f"{len(here)} of {limit} Batch accounts in {needs_.location}: room for "
+                                       f"{needs_.batch_account}")
+
+
+# An existing account's other limits (Batch Account - Get: properties.poolQuota, activeJobAndJobScheduleQuota; the
+# pools it has, Pool - List By Batch Account's value[].name): for new accounts Azure has reduced the defaults, "in
+# some cases to zero" (batch-quota-limit). The stack needs one pool (infra/backends/batch/cluster.py POOL) and room
+# for at least one active job.
+def batch_limits_verdict(needs_: Needs, account: Mapping[str, Any] | None, pools: Sequence[Mapping[str, Any]],
+                         pool: str) -> Check | None:
+    if account is None:
+        return None  # batch quota already says: known after `up`
+    props = account.get("properties") or {}
+    names = {str(p.get("name", "")) for p in pools}
+    pool_quota, jobs = int(props.get("poolQuota") or 0), int(props.get("activeJobAndJobScheduleQuota") or 0)
+    short = []
+    if pool not in names and len(names) >= pool_quota:
+        short.append(f"poolQuota is {pool_quota} and it has {len(names)} pool(s), so `up` cannot create pool {pool}: "
+                     f"request poolQuota {len(names) + 1}")
+    if jobs < 1:
+        short.append(f"activeJobAndJobScheduleQuota is {jobs}, so no job can be submitted: request at least 1")
+    if short:
+        return Check("batch limits", FAIL, f"Batch account {needs_.batch_account}: " + "; ".join(short) +
+                                           f" ({BATCH_QUOTA_DOC}), or use backend: azureml")
+    return Check("batch limits", OK, f"Batch account {needs_.batch_account}: poolQuota {pool_quota} "
+                                     f"({len(names)} in use), activeJobAndJobScheduleQuota {jobs}")
 
 
 def _allowed(action: str, permissions: Sequence[Mapping[str, Any]]) -> bool:

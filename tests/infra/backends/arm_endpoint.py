@@ -8,8 +8,10 @@ Shapes, from Azure/azure-rest-api-specs examples:
 - compute Skus 2021-07-01 ListAvailableResourceSkusForARegion.json (value[{resourceType, name, tier, size, family,
   locations, locationInfo, capabilities[{name, value}], restrictions[{type, values, restrictionInfo, reasonCode}]}]);
 - compute usageExamples Usage_List (value[{unit, currentValue, limit, name{value, localizedValue}}]);
-- batch 2024-07-01 LocationListVirtualMachineSkus.json (value[{name, familyName, capabilities}]),
-  BatchAccountGet.json (properties.dedicatedCoreQuotaPerVMFamily[{name, coreQuota}], lowPriorityCoreQuota, ...);
+- batch 2025-06-01 LocationListVirtualMachineSkus.json (value[{name, familyName, capabilities}]),
+  BatchAccountGet.json (properties.dedicatedCoreQuotaPerVMFamily[{name, coreQuota}], lowPriorityCoreQuota, poolQuota,
+  activeJobAndJobScheduleQuota ...), LocationGetQuotas.json ({accountQuota}), BatchAccountList.json (value[{id, name,
+  type, location, properties}]), PoolList.json (value[{id, name, type, etag, properties}]);
 - resources Resources - List By Resource Group (value[{id, name, type, location, kind, sku, tags}]) and keyvault
   2024-11-01 listDeletedVaults.json (value[{id, name, type, properties{vaultId, location, deletionDate,
   scheduledPurgeDate, tags, purgeProtectionEnabled}}]), for leftovers;
@@ -134,6 +136,9 @@ class ArmEndpoint:
         self.batch_skus = [{"name": gpu[0], "familyName": gpu[1], "capabilities": [{"name": "vCPUs",
                                                                                       "value": str(gpu[2])}]}]
         self.batch_account: dict[str, Any] | None = None  # None: 404 (not created yet)
+        self.batch_account_quota = 1  # Location - Get Quotas: accountQuota (LocationGetQuotas.json's 1)
+        self.batch_accounts: list[dict[str, Any]] = []  # the subscription's others (Batch Account - List)
+        self.batch_pools: list[dict[str, Any]] = []  # the stack's account's (Pool - List By Batch Account)
         self.group: dict[str, Any] | None = None  # None: 404 ResourceGroupNotFound
         self.permissions: list[dict[str, Any]] = copy.deepcopy(OWNER)
         self.policy: Callable[[dict[str, Any]], dict[str, Any]] = lambda body: {
@@ -229,6 +234,12 @@ class ArmEndpoint:
                 "value": self.usages})),
             ("GET", sub + r"/providers/Microsoft\.Batch/locations/[^/]+/virtualMachineSkus", lambda m: (200, {
                 "value": self.batch_skus})),
+            ("GET", sub + r"/providers/Microsoft\.Batch/locations/[^/]+/quotas", lambda m: (200, {
+                "accountQuota": self.batch_account_quota})),
+            ("GET", sub + r"/providers/Microsoft\.Batch/batchAccounts", lambda m: (200, {"value": self.batch_accounts + (
+                [self.batch_account] if self.batch_account else [])})),
+            ("GET", group + r"/providers/Microsoft\.Batch/batchAccounts/[^/]+/pools", lambda m: (200, {
+                "value": self.batch_pools})),
             ("GET", group + r"/providers/Microsoft\.Batch/batchAccounts/(?P<name>[^/]+)", lambda m: (
                 (200, self.batch_account) if self.batch_account else (404, _error(
                     "ResourceNotFound", f"The Resource 'Microsoft.Batch/batchAccounts/{m['name']}' under resource "

@@ -61,8 +61,8 @@ def run(stack: str, endpoint: ArmEndpoint) -> dict[str, verdicts.Check]:
 
 def test_every_check_passes_on_a_subscription_that_can_run_the_stack(arm):
     checks = run("dev", arm)
-    assert list(checks)[:7] == ["providers", "size Standard_ND96asr_v4", "size Standard_D16s_v5",
-                                "batch size Standard_ND96asr_v4", "quota", "batch quota", "roles"]
+    assert list(checks)[:8] == ["providers", "size Standard_ND96asr_v4", "size Standard_D16s_v5",
+                                "batch size Standard_ND96asr_v4", "quota", "batch accounts", "batch quota", "roles"]
     assert sorted(n.split()[1] for n in checks if n.startswith("policy ")) == [
         "batchAccounts", "registries", "resourceGroups", "storageAccounts", "virtualMachines"]
     assert list(checks)[-1] == "price Standard_ND96asr_v4"
@@ -72,6 +72,7 @@ def test_every_check_passes_on_a_subscription_that_can_run_the_stack(arm):
     assert "$27.20/h pay-as-you-go" in checks["price Standard_ND96asr_v4"].text  # Linux, not Windows nor Spot
     # the requests: the specs' api-versions, a storage account as ARM receives it
     versions = {(m, p.split("/providers/")[-1].split("/")[0], v) for m, p, v, _ in arm.requests if v}
+    assert {v for m, p, v, _ in arm.requests if "/Microsoft.Batch/" in p} == {"2025-06-01"}  # not a retiring one
     assert ("GET", "Microsoft.Compute", "2021-07-01") in versions and \
         ("POST", "Microsoft.PolicyInsights", "2024-10-01") in versions
     storage = next(b["resourceDetails"] for m, p, v, b in arm.requests if b and b["resourceDetails"][
@@ -125,6 +126,51 @@ def test_batch_account_quota_below_max_nodes_fails_and_enough_passes(arm):
     assert check.verdict == FAIL and "is 96 vCPUs, maxNodes 2 x 96 needs 192" in check.text
     arm.batch_account["properties"]["dedicatedCoreQuotaPerVMFamily"][1]["coreQuota"] = 192
     assert run("dev", arm)["batch quota"].verdict == OK
+
+
+def account(name: str, location: str = "westeurope", **quotas) -> dict:
+    """A Batch account as BatchAccountList.json / BatchAccountGet.json (2025-06-01) write one."""
+    return {"id": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg-{name}/providers/Microsoft.Batch/batchAccounts/"
+                  f"{name}", "name": name, "type": "Microsoft.Batch/batchAccounts", "location": location,
+            "identity": {"type": "None"},
+            "properties": {"accountEndpoint": f"{name}.{location}.batch.azure.com", "provisioningState": "Succeeded",
+                           "poolAllocationMode": "BatchService", "dedicatedCoreQuota": 500,
+                           "lowPriorityCoreQuota": 100, "dedicatedCoreQuotaPerVMFamilyEnforced": True,
+                           "dedicatedCoreQuotaPerVMFamily": [{"name": "standardNDASv4Family", "coreQuota": 192}],
+                           "poolQuota": 100, "activeJobAndJobScheduleQuota": 300, **quotas}}
+
+
+def test_a_region_whose_batch_account_quota_is_used_up_fails_with_the_fixes(arm):
+    """Location - Get Quotas' accountQuota (1 in the spec's example) against Batch Account - List in the region."""
+    arm.batch_accounts = [account("bateamb1"), account("bateamc1", "eastus")]
+    check = run("dev", arm)["batch accounts"]
+    assert check.verdict == FAIL and check.text.startswith(
+        f"subscription {SUBSCRIPTION} has 1 Batch account(s) in westeurope (bateamb1) and may have 1 there: `up` cannot "
+        "create badev")
+    assert "another region (location) or subscription (azure-native:subscriptionId), use backend: azureml, or " \
+           "request 2 Batch accounts per region in westeurope" in check.text
+    arm.batch_account_quota = 3
+    assert run("dev", arm)["batch accounts"].verdict == OK
+    arm.batch_account_quota = 1
+    arm.batch_account = account(needs_of("dev").batch_account)  # the stack's own: it holds its place
+    assert run("dev", arm)["batch accounts"].verdict == OK
+
+
+def test_an_existing_accounts_pool_and_job_quotas_of_zero_fail(arm):
+    """New accounts' defaults were reduced, in some cases to zero (batch-quota-limit): poolQuota 0 stops `up` at the
+    pool, activeJobAndJobScheduleQuota 0 every job."""
+    arm.batch_account = account(needs_of("dev").batch_account, poolQuota=0, activeJobAndJobScheduleQuota=0)
+    check = run("dev", arm)["batch limits"]
+    assert check.verdict == FAIL and "poolQuota is 0 and it has 0 pool(s), so `up` cannot create pool gpu: request " \
+                                     "poolQuota 1" in check.text
+    assert "activeJobAndJobScheduleQuota is 0, so no job can be submitted" in check.text
+    arm.batch_account["properties"].update(poolQuota=1, activeJobAndJobScheduleQuota=100)
+    arm.batch_pools = [{"id": f"{arm.batch_account['id']}/pools/gpu", "name": "gpu",
+                        "type": "Microsoft.Batch/batchAccounts/pools", "etag": "W/\"0x8D4EDFEBFADF4AB\"",
+                        "properties": {"vmSize": "STANDARD_ND96ASR_V4"}}]
+    assert run("dev", arm)["batch limits"].verdict == OK  # its own pool is already there
+    arm.batch_account = None  # no account yet: batch quota says it is known after `up`
+    assert "batch limits" not in run("dev", arm)
 
 
 def test_subscription_quota_for_the_nfs_vm_and_azure_ml_spot_nodes(arm, aml_arm):
