@@ -51,7 +51,7 @@ def test_keras_and_tensorflow_train_natively_on_two_workers_and_resume_across_cl
     # The runner's plan, as Horovod runs it: 2 workers x 4 = a global batch of 8, the LR of each step.
     plan = runner.plan(parse_args(["--framework", "keras", "--data", str(dataset), *FLAGS]), world_size=2, steps_per_epoch=8)
     for folder, steps in ((keras, [1, 2]), (tensorflow, [3])):
-        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        records = [r for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
         assert [r["step"] for r in records] == steps, folder
         assert [r["lr"] for r in records] == [plan.lr(s - 1) for s in steps], folder
         assert all(r["loss"] > 0 for r in records), folder

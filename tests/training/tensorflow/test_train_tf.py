@@ -39,7 +39,7 @@ def learnable_runs(dataset, tmp_path_factory):
 
 
 def _losses(out):
-    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -54,7 +54,7 @@ def test_two_ranks_stay_identical_loss_falls_and_outputs_are_complete(framework,
     # functions, Keras's loss) are listed, so the probe sees what this rank converted.
     for rank in ranks:
         assert rank["autograph"] and not [name for name in rank["autograph"] if "allreduce" in name], rank["autograph"]
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
     assert [r["step"] for r in records] == list(range(1, 49))
     losses = [r["loss"] for r in records]
     first, last = np.mean(losses[:8]), np.mean(losses[-8:])  # per step it is noisy: quarters of the run
@@ -104,8 +104,8 @@ def test_resume_ends_where_an_uninterrupted_run_ends(framework, tmp_path):
     assert straight["step"] == split["step"] == 6
     for a, b in zip(straight["model"] + straight["optimizer"], split["model"] + split["optimizer"]):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    logs = [[json.loads(x) for x in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
-            for run in ("straight", "split")]
+    logs = [[r for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+             if "loss" in r] for run in ("straight", "split")]
     straight_lr, split_lr = ({r["step"]: r["lr"] for r in log} for log in logs)
     assert split_lr.keys() == straight_lr.keys() | {3}  # the split run also logs where it stopped
     assert all(split_lr[step] == lr for step, lr in straight_lr.items())
