@@ -9,8 +9,9 @@ The parts, as each loop measures them (seconds on this rank, summed over steps):
             model waits for input. A loader that keeps ahead costs ~0 here.
   exchange  blocked waiting for the gradient all-reduce after the backward pass has finished computing: Horovod
             PyTorch's optimizer.synchronize(), which waits for the all-reduces backward started (the part of the
-            exchange that overlapping with backward did not hide), after a CUDA synchronize on a GPU so that it
-            does not count the backward kernels. It includes waiting for the slowest rank, and Horovod's
+            exchange that overlapping with backward did not hide), after waiting for the compute stream on a GPU
+            so that it does not count the backward kernels (the compute stream only: a device-wide synchronize
+            would wait for Horovod's NCCL stream too and count the exchange as compute). It includes waiting for the slowest rank, and Horovod's
             negotiation (HOROVOD_CYCLE_TIME). None where the framework does not separate it from compute (DDP's
             all-reduce finishes inside backward; TensorFlow's runs inside the traced step): then compute holds it.
   compute   the rest of the step: forward, backward, the optimizer update.
@@ -98,14 +99,54 @@ def classify(times: StepTimes | None) -> Bound:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """What decides a run's img/s per GPU besides the GPU itself: a figure measured under another recipe is not
+    this run's expectation (ResNet50 under DDP, compiled, at batch 256 trains faster per GPU than under Horovod,
+    eager, at 192: comparing them would price a recipe difference as a shortfall)."""
+    framework: str
+    distribution: str
+    compiled: bool  # torch.compile (pytorch) or XLA (tensorflow)
+    precision: str  # as resolved for the device: bf16, fp16 or fp32
+    batch: int  # per GPU
+    image_size: int = EXPECTATION_IMAGE_SIZE
+
+    @classmethod
+    def of(cls, cfg) -> Recipe:
+        """A resolved TrainConfig's recipe."""
+        return cls(cfg.framework, cfg.dist, bool(cfg.compile or cfg.xla), cfg.precision, cfg.batch_size,
+                   cfg.image_size)
+
+    def text(self) -> str:
+        return (f"{self.framework}, {self.distribution}, {'compiled' if self.compiled else 'eager'}, "
+                f"{self.precision}, batch {self.batch}, {self.image_size} px")
+
+
+# The recipes the catalog's figures were measured with. A node size's figure (infra/core/skus.py
+# `benchmark_img_per_sec`, which the job passes as --expected-img-per-sec) is that size's img/s per GPU under these
+# recipes, so the expectation is keyed by (size, framework, distribution, compile, precision, per-GPU batch): the
+# size picks the figure, the run's recipe must be one it was measured with. ND H100 v5: the benchmark table in
+# docs/training.md (one H100, DDP of one process, bf16, channels-last, torch.compile, batch 256: 5,155 img/s).
+MEASURED_RECIPES = (Recipe("pytorch", "ddp", True, "bf16", 256),)
+
+
+def nearest_measured(recipe: Recipe) -> Recipe:
+    """The measured recipe that differs from `recipe` in the fewest settings (then the closest batch)."""
+    def distance(measured: Recipe) -> tuple[int, int]:
+        fields = dataclasses.astuple(measured), dataclasses.astuple(recipe)
+        return sum(a != b for a, b in zip(*fields)), abs(measured.batch - recipe.batch)
+    return min(MEASURED_RECIPES, key=distance)
+
+
+@dataclass(frozen=True)
 class Expectation:
     img_per_sec: float | None  # per GPU (per worker); None: unknown
     basis: str  # where the figure comes from, or why there is none
+    unknown: str = "unknown"  # the progress line's word for a missing figure ("unknown for this recipe")
 
 
-def expectation(expected: float, *, device: str, image_size: int) -> Expectation:
+def expectation(expected: float, *, device: str, image_size: int, recipe: Recipe | None = None) -> Expectation:
     """What this run should reach per GPU: the node size's benchmark figure (--expected-img-per-sec, 0: none) where
-    it applies, which is on a GPU at the benchmark's crop size."""
+    it applies, which is on a GPU, at the benchmark's crop size, under a recipe the figure was measured with."""
     if not expected:
         return Expectation(None, "no benchmark for this node size")
     if device != "gpu":
@@ -113,7 +154,12 @@ def expectation(expected: float, *, device: str, image_size: int) -> Expectation
     if image_size != EXPECTATION_IMAGE_SIZE:
         return Expectation(None, f"the size's {expected:g} img/s is at {EXPECTATION_IMAGE_SIZE} px, this run trains "
                                  f"at {image_size} px")
-    return Expectation(expected, "the node size's benchmark")
+    if recipe not in MEASURED_RECIPES:
+        nearest = nearest_measured(recipe) if recipe else MEASURED_RECIPES[0]
+        mine = f" ({recipe.text()})" if recipe else ""
+        return Expectation(None, f"unknown for this recipe{mine}; the nearest measured: {nearest.text()} at "
+                                 f"{expected:g} img/s", unknown="unknown for this recipe")
+    return Expectation(expected, f"the node size's benchmark ({recipe.text()})")
 
 
 def of_expected(per_worker: float, expected: Expectation) -> float | None:
@@ -124,12 +170,12 @@ def progress_text(per_worker: float, expected: Expectation, bound: Bound) -> str
     """The progress line's tail, e.g. '3896.0 img/s per worker (0.76 of 5155 expected), input-bound (data 24%, ...)'.
     `python -m infra status` reads it back from the job's stdout (parse_progress)."""
     ratio = of_expected(per_worker, expected)
-    against = f"{ratio:.2f} of {expected.img_per_sec:g} expected" if ratio is not None else "expected unknown"
+    against = f"{ratio:.2f} of {expected.img_per_sec:g} expected" if ratio is not None else f"expected {expected.unknown}"
     return f"{per_worker:.1f} img/s per worker ({against}), {bound.text()}"
 
 
 _PROGRESS = re.compile(r"(?P<per>[\d.]+) img/s per worker \((?:(?P<ratio>[\d.]+) of (?P<expected>[\d.e+]+) expected|"
-                       r"expected unknown)\), (?P<bound>.+)$")
+                       r"expected (?P<unknown>unknown[^)]*))\), (?P<bound>.+)$")
 
 
 @dataclass(frozen=True)
@@ -139,6 +185,7 @@ class Reading:
     of_expected: float | None
     expected: float | None
     bound: str  # Bound.text()
+    unknown: str = ""  # why there is no expected figure, as the line said it ("unknown for this recipe")
 
 
 def parse_progress(text: str) -> Reading | None:
@@ -148,7 +195,7 @@ def parse_progress(text: str) -> Reading | None:
         if found:
             ratio, expected = found["ratio"], found["expected"]
             return Reading(float(found["per"]), float(ratio) if ratio else None, float(expected) if expected else None,
-                           found["bound"])
+                           found["bound"], found["unknown"] or "")
     return None
 
 
@@ -165,6 +212,9 @@ def status_text(reading: Reading | None, nodes: int, node_price_per_hour: float 
         return "no progress line yet"
     head = f"{reading.per_worker:g} img/s per GPU"
     if reading.of_expected is None or reading.expected is None:
+        if reading.unknown == "unknown for this recipe":  # a figure exists, for another recipe: no shortfall to price
+            return (f"{head} (expected unknown for this recipe: the size's figure was measured under another; the "
+                    f"run's summary.json names the nearest), {reading.bound}")
         return f"{head} (expected unknown: no benchmark for this size and framework, or a CPU run), {reading.bound}"
     line = f"{head}, {reading.of_expected:.2f} of the size's {reading.expected:g}, {reading.bound}"
     if node_price_per_hour is None:

@@ -282,7 +282,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     started = time.perf_counter()
     times = getattr(loop, "step_times", None)
     start_times = times.copy() if times else None
-    expected = efficiency.expectation(cfg.expected_img_per_sec, device=loop.device, image_size=cfg.image_size)
+    expected = efficiency.expectation(cfg.expected_img_per_sec, device=loop.device, image_size=cfg.image_size,
+                                      recipe=efficiency.Recipe.of(cfg))
     reporter = Reporter(the_plan, rank0, metrics.MetricsLog(out / "metrics.jsonl", append=bool(resume_from)) if rank0
                         else None, loop.tensorboard(out / "tensorboard") if rank0 else None, (started, step), [],
                         tracker=tracker, times=times, expected=expected, world_size=loop.size,

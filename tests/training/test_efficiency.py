@@ -1,6 +1,8 @@
 """The efficiency view's pure parts (training/efficiency.py): classification, expectation, the progress text that
 `infra status` reads back, the shortfall's cost and the job builders' flag. The runs that make each bound happen
 are in tests/training/pytorch/test_efficiency_runs.py."""
+import dataclasses
+
 import pytest
 
 from training import efficiency as eff
@@ -45,12 +47,44 @@ def test_window_since_a_copy():
     assert run.exchange is None and run.since(before).exchange is None
 
 
+MEASURED = eff.Recipe("pytorch", "ddp", True, "bf16", 256)  # the recipe of ND H100 v5's 5,155 (docs/training.md)
+
+
 def test_expectation_applies_on_a_gpu_at_the_benchmark_size_only():
-    assert eff.expectation(5155, device="gpu", image_size=224).img_per_sec == 5155
-    cpu = eff.expectation(5155, device="cpu", image_size=224)
+    assert eff.expectation(5155, device="gpu", image_size=224, recipe=MEASURED).img_per_sec == 5155
+    cpu = eff.expectation(5155, device="cpu", image_size=224, recipe=MEASURED)
     assert cpu.img_per_sec is None and "CPU" in cpu.basis
-    assert eff.expectation(5155, device="gpu", image_size=128).img_per_sec is None
-    assert eff.expectation(0, device="gpu", image_size=224).img_per_sec is None
+    assert eff.expectation(5155, device="gpu", image_size=128, recipe=MEASURED).img_per_sec is None
+    assert eff.expectation(0, device="gpu", image_size=224, recipe=MEASURED).img_per_sec is None
+
+
+def test_the_expectation_is_per_recipe_and_names_the_nearest_measured_one():
+    """The default GPU run (Horovod, eager, batch 192) is not held to the figure DDP + compile at 256 reached."""
+    default = eff.Recipe("pytorch", "horovod", False, "bf16", 192)
+    expected = eff.expectation(5155, device="gpu", image_size=224, recipe=default)
+    assert expected.img_per_sec is None and expected.unknown == "unknown for this recipe"
+    assert expected.basis == ("unknown for this recipe (pytorch, horovod, eager, bf16, batch 192, 224 px); the nearest "
+                              "measured: pytorch, ddp, compiled, bf16, batch 256, 224 px at 5155 img/s")
+    for other in (dataclasses.replace(MEASURED, batch=192), dataclasses.replace(MEASURED, compiled=False),
+                  dataclasses.replace(MEASURED, precision="fp16"), dataclasses.replace(MEASURED, framework="keras")):
+        assert eff.expectation(5155, device="gpu", image_size=224, recipe=other).img_per_sec is None, other
+    assert eff.expectation(5155, device="gpu", image_size=224).img_per_sec is None  # no recipe: not comparable
+    assert eff.nearest_measured(default) == MEASURED
+    # the progress line says so, `infra status` reads it back and prices no shortfall
+    line = eff.progress_text(3000.0, expected, eff.classify(times(0.5, 9.0, 0.5)))
+    assert "(expected unknown for this recipe)" in line
+    reading = eff.parse_progress(f"step 10/90  {line}")
+    assert reading.expected is None and reading.unknown == "unknown for this recipe"
+    assert "expected unknown for this recipe" in eff.status_text(reading, 2, 98.32)
+    assert "$" not in eff.status_text(reading, 2, 98.32)
+
+
+def test_a_resolved_configs_recipe():
+    from training.config import TrainConfig, resolve_for_device
+
+    cfg = resolve_for_device(TrainConfig(dist="ddp", compile=True, batch_size=256), gpu=True)
+    assert eff.Recipe.of(cfg) == MEASURED
+    assert eff.Recipe.of(resolve_for_device(TrainConfig(), gpu=True)) != MEASURED  # the default: horovod, eager
 
 
 def test_progress_text_reads_back():
@@ -60,7 +94,8 @@ def test_progress_text_reads_back():
     unknown = eff.progress_text(12.5, eff.Expectation(None, "cpu"), eff.classify(times(0.1, 9.0, None)))
     stdout = f"step 10/20  loss 6.9  lr 0.1  50.0 img/s  {known}\nother\nstep 20/20  loss 6.8  lr 0.1  {unknown}\n"
     reading = eff.parse_progress(stdout)
-    assert reading == eff.Reading(12.5, None, None, "compute+exchange-bound (data 1%, compute 99%, exchange in compute)")
+    assert reading == eff.Reading(12.5, None, None, "compute+exchange-bound (data 1%, compute 99%, exchange in compute)",
+                                  "unknown")
     assert eff.parse_progress(stdout.split("other")[0]) == eff.Reading(3896.0, 0.76, 5155.0, bound.text())
     assert eff.parse_progress("training ResNet50 ...\n") is None
 

@@ -75,9 +75,12 @@ class Horovod:
         (training/efficiency.py's exchange: what overlapping with backward did not hide, waits for the slowest rank
         and Horovod's negotiation cycles included)."""
         if self.device.type == "cuda":
-            # backward's kernels finished first, so the wait below is the exchange's alone. Free: synchronize() blocks
-            # the host until the all-reduces, which need those gradients, are done anyway.
-            torch.cuda.synchronize(self.device)
+            # backward's kernels finished first, so the wait below is the exchange's alone: the compute stream only.
+            # Not torch.cuda.synchronize(), which waits for every stream of the device, Horovod's NCCL stream
+            # included (cudaDeviceSynchronize: "blocks until the device has completed all preceding requested
+            # tasks", https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html): the all-reduces
+            # it had queued would count as compute, and an exchange-bound run would read compute-bound.
+            torch.cuda.current_stream(self.device).synchronize()
         start = time.perf_counter()
         # Horovod: finish the allreduce, (unscale,) then step without a second allreduce.
         optimizer.synchronize()
