@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT
+from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT, UsageError
 
 ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten every poll
 FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)
@@ -71,7 +71,7 @@ class Bounds:
                 try:
                     values[field] = float(text)
                 except ValueError:
-                    raise ValueError(f"TRAINING_WATCHDOG_{suffix}={text!r} is not a number of seconds") from None
+                    raise UsageError(f"TRAINING_WATCHDOG_{suffix}={text!r} is not a number of seconds") from None
         return cls(**values)
 
 
@@ -113,9 +113,17 @@ class Deadline:
 # --- signs of life: which rank stopped ---------------------------------------------------------------------------
 
 def host_name(env: Mapping[str, str] = os.environ) -> str:
-    """This rank's host as the launcher named it (horovodrun's -H name: the node's IP in a Batch job), else the
-    machine's name."""
-    return env.get("HOROVOD_HOSTNAME") or socket.gethostname()
+    """This rank's host as the launcher named it (horovodrun's -H name: the node's IP in a Batch job, which is what
+    keep_out looks nodes up by), else, under mpirun (which names no host), the address the machine's name resolves
+    to (a Batch node's private IP), else its name."""
+    if env.get("HOROVOD_HOSTNAME"):
+        return env["HOROVOD_HOSTNAME"]
+    name = socket.gethostname()
+    try:
+        address = socket.gethostbyname(name)
+    except OSError:
+        return name
+    return name if address.startswith("127.") else address
 
 
 def write_alive(directory: Path, rank: int, host: str, beats: int, step: int) -> None:
@@ -209,7 +217,7 @@ def injected_fault(env: Mapping[str, str]) -> tuple[int, int] | None:
     kind, _, where = text.partition("@")
     step, _, rank = where.partition(":")
     if kind != "raise" or not step.isdigit() or (rank and not rank.isdigit()):
-        raise ValueError(f"{FAULT_ENV}={text!r}: give raise@STEP or raise@STEP:RANK")
+        raise UsageError(f"{FAULT_ENV}={text!r}: give raise@STEP or raise@STEP:RANK")
     return int(step), int(rank or 0)
 
 

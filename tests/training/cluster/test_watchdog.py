@@ -8,7 +8,7 @@ import pytest
 
 from training.cluster import attempts
 from training.cluster.launch import flag_value, run_attempt, Host
-from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT, EXIT_USAGE, kind_of
+from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT, EXIT_USAGE, UsageError, kind_of
 from training.watchdog import (Bounds, Deadline, Watchdog, collective_env, exception_record, is_collective_failure,
                                read_alive, record_fault, stalled, write_alive)
 
@@ -131,7 +131,7 @@ def test_the_frameworks_timeouts_are_set_unless_the_user_set_them():
 
 
 def test_a_bad_bound_is_named():
-    with pytest.raises(ValueError, match="TRAINING_WATCHDOG_FLOOR_S='x' is not a number"):
+    with pytest.raises(UsageError, match="TRAINING_WATCHDOG_FLOOR_S='x' is not a number"):
         Bounds.from_env({"TRAINING_WATCHDOG_FLOOR_S": "x"})
 
 
@@ -236,5 +236,16 @@ def test_an_injected_fault_is_read_from_the_environment():
     assert injected_fault({}) is None
     assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5"}) == (5, 0)
     assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5:1"}) == (5, 1)
-    with pytest.raises(ValueError, match="give raise@STEP or raise@STEP:RANK"):
+    with pytest.raises(UsageError, match="give raise@STEP or raise@STEP:RANK"):
         injected_fault({"TRAINING_WATCHDOG_INJECT": "hang@5"})
+
+
+def test_a_ranks_host_is_the_launchers_name_for_it_else_the_address_its_name_resolves_to(monkeypatch):
+    from training import watchdog
+
+    assert watchdog.host_name({"HOROVOD_HOSTNAME": "10.0.0.5"}) == "10.0.0.5"
+    monkeypatch.setattr(watchdog.socket, "gethostname", lambda: "tvmps-node-5")
+    monkeypatch.setattr(watchdog.socket, "gethostbyname", lambda name: "10.0.0.5")
+    assert watchdog.host_name({}) == "10.0.0.5"  # under mpirun: the node's IP, as Nodes - List has it
+    monkeypatch.setattr(watchdog.socket, "gethostbyname", lambda name: "127.0.1.1")
+    assert watchdog.host_name({}) == "tvmps-node-5"
