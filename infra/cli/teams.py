@@ -207,7 +207,7 @@ def member(cfg: StackConfig) -> fleet_limits.Member:
     estimate = cost.estimate(cfg)
     return fleet_limits.Member(cfg.stack, cfg.subscription_id, cfg.location, cfg.backend, cfg.nodes.gpu_sku,
                                cfg.nodes.max_nodes, estimate.at(cfg.nodes.min_nodes), estimate.at(cfg.nodes.max_nodes),
-                               cost.monthly(estimate.at(cfg.nodes.min_nodes)), cfg.budget.monthly_usd)
+                               cost.monthly(estimate.at(cfg.nodes.min_nodes)), cfg.budget.monthly_usd, cfg.nodes.spot)
 
 
 _SUBSCRIPTION_LINE = re.compile(rf"^\s+{re.escape(config.SUBSCRIPTION_KEY)}\s*:.*\n", re.MULTILINE)
@@ -338,6 +338,7 @@ JSON_KEYS = {
     "subscription": "the stack file's azure-native:subscriptionId, or null when unset (the deployer's default)",
     "gpuSku": "the GPU VM size",
     "minNodes": "minNodes", "maxNodes": "maxNodes",
+    "spot": "true when the GPU nodes are Spot (their own vCPU quota, one for every family)",
     "usdPerHourAtMin": "estimated USD per hour at minNodes",
     "usdPerHourAtMax": "estimated USD per hour at maxNodes",
     "usdPerMonthAtMin": f"usdPerHourAtMin x {cost.HOURS_PER_MONTH} hours",
@@ -377,7 +378,7 @@ def team_rows(root: Path) -> list[dict]:
         estimate = cost.estimate(cfg)
         row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, subscription=cfg.subscription_id,
                    gpuSku=cfg.nodes.gpu_sku,
-                   minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes,
+                   minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes, spot=cfg.nodes.spot,
                    usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
                    usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
                    usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),

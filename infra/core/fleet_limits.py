@@ -17,6 +17,9 @@ The limits, from "Batch service quotas and limits" (https://learn.microsoft.com/
   families (the docs are silent; new subscriptions often show 0 in `az vm list-usage`). The usual ceiling used
   here is therefore the top of Batch's default range, 900 vCPUs: a group asking for more at maxNodes needs a
   quota request whatever the mode; below it, preflight (`python -m infra preflight`) reads the real figures.
+- Spot nodes count against a quota of their own, one for every VM family ("Low-priority cores per Batch account":
+  default 0-100; a subscription's Spot vCPUs likewise): a stack's Spot vCPUs are kept apart from the dedicated
+  ones, and a group's Batch stacks asking for more than 100 at maxNodes are named.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ BATCH_QUOTA_DOC = "https://learn.microsoft.com/azure/batch/batch-quota-limit"
 BATCH_ACCOUNTS_DEFAULT = (1, 3)  # "Azure Batch accounts per region per subscription": default 1-3 (max 50)
 BATCH_ACCOUNTS_MAX = 50
 USUAL_GPU_VCPUS = 900  # top of "Dedicated cores per Batch account" default 0-900; see the module docstring
+USUAL_SPOT_VCPUS = 100  # top of "Low-priority cores per Batch account" default 0-100
 UNSET = "unset"  # the group of stacks that set no azure-native:subscriptionId
 
 
@@ -46,6 +50,7 @@ class Member:
     usd_per_hour_at_max: float
     usd_per_month_at_min: float
     monthly_budget_usd: float | None
+    spot: bool = False  # Spot nodes: their own quota (USUAL_SPOT_VCPUS), not the family's dedicated one
 
     @property
     def group(self) -> tuple[str, str]:
@@ -64,7 +69,7 @@ def member_of_row(row: Mapping) -> Member:
     """A `teams` row (teams.JSON_KEYS) as a Member; the row must not be refused (row["error"] is None)."""
     return Member(row["stack"], row["subscription"], row["location"], row["backend"], row["gpuSku"],
                   row["maxNodes"], row["usdPerHourAtMin"], row["usdPerHourAtMax"], row["usdPerMonthAtMin"],
-                  row["monthlyBudgetUsd"])
+                  row["monthlyBudgetUsd"], bool(row.get("spot")))
 
 
 def group_name(group: tuple[str, str]) -> str:
@@ -80,7 +85,8 @@ class Totals:
     budgets_usd: float  # the sum of the monthlyBudgetUsd set
     without_budget: tuple[str, ...]  # stacks that set none
     gpus_by_group: dict[tuple[str, str], int]  # (subscription, region) -> GPUs at maxNodes
-    by_family: dict[str, tuple[str, int, int]]  # quota family -> (GPU model, GPUs, vCPUs) at maxNodes
+    by_family: dict[str, tuple[str, int, int]]  # quota family -> (GPU model, GPUs, vCPUs) at maxNodes, dedicated
+    spot: tuple[int, int]  # (GPUs, vCPUs) at maxNodes on Spot nodes, every family (one quota for all)
 
 
 def totals(members: Iterable[Member]) -> Totals:
@@ -89,6 +95,8 @@ def totals(members: Iterable[Member]) -> Totals:
     by_family: dict[str, list] = {}
     for m in members:
         by_group[m.group] += m.gpus_at_max
+        if m.spot:
+            continue
         sku = CATALOG[m.gpu_sku]
         entry = by_family.setdefault(sku.quota_family, [sku.gpu_model, 0, 0])
         entry[1] += m.gpus_at_max
@@ -97,7 +105,8 @@ def totals(members: Iterable[Member]) -> Totals:
                   sum(m.usd_per_hour_at_max for m in members),
                   sum(m.monthly_budget_usd or 0 for m in members),
                   tuple(m.stack for m in members if m.monthly_budget_usd is None),
-                  dict(sorted(by_group.items())), {k: tuple(v) for k, v in sorted(by_family.items())})
+                  dict(sorted(by_group.items())), {k: tuple(v) for k, v in sorted(by_family.items())},
+                  (sum(m.gpus_at_max for m in members if m.spot), sum(m.vcpus_at_max for m in members if m.spot)))
 
 
 def limit_warnings(members: Iterable[Member], only: tuple[str, str] | None = None) -> list[str]:
@@ -120,13 +129,21 @@ def limit_warnings(members: Iterable[Member], only: tuple[str, str] | None = Non
                          f"{low}-{high} Batch accounts per region per subscription ({BATCH_QUOTA_DOC}): ask Azure "
                          f"for more (at most {BATCH_ACCOUNTS_MAX}), or give some of these stacks another "
                          "subscription or region (new-team --subscription/--location; docs/teams.md, layouts)")
-        vcpus = sum(m.vcpus_at_max for m in in_group)
+        dedicated = [m for m in in_group if not m.spot]
+        vcpus = sum(m.vcpus_at_max for m in dedicated)
         if vcpus > USUAL_GPU_VCPUS:
             lines.append(f"{group_name(group)}: {vcpus} GPU vCPUs at maxNodes "
-                         f"({', '.join(f'{m.stack} {m.vcpus_at_max}' for m in in_group)}) exceed the "
+                         f"({', '.join(f'{m.stack} {m.vcpus_at_max}' for m in dedicated)}) exceed the "
                          f"{USUAL_GPU_VCPUS} a subscription or Batch account usually gets by default "
                          f"({BATCH_QUOTA_DOC}): request the quota per VM family before `pulumi up` "
                          "(`python -m infra preflight` reads the real figures), or lower maxNodes")
+        spot = [m for m in in_group if m.spot and m.backend == "batch"]
+        spot_vcpus = sum(m.vcpus_at_max for m in spot)
+        if spot_vcpus > USUAL_SPOT_VCPUS:
+            lines.append(f"{group_name(group)}: {spot_vcpus} Spot vCPUs at maxNodes on Batch "
+                         f"({', '.join(f'{m.stack} {m.vcpus_at_max}' for m in spot)}) exceed the "
+                         f"{USUAL_SPOT_VCPUS} low-priority cores a Batch account gets at most by default "
+                         f"({BATCH_QUOTA_DOC}): request them per account before relying on Spot, or lower maxNodes")
     return lines
 
 
@@ -138,5 +155,6 @@ def totals_lines(t: Totals, hours_per_month: int) -> list[str]:
             f"{t.budgets_usd:,.0f} USD{unset}",
             "  GPUs at maxNodes per (subscription, region):",
             *(f"    {group_name(g)}: {n}" for g, n in t.gpus_by_group.items()),
-            "  GPUs at maxNodes per GPU family (the vCPU quota family it counts against):",
-            *(f"    {family} ({model}): {gpus} GPUs, {vcpus} vCPUs" for family, (model, gpus, vcpus) in t.by_family.items())]
+            "  GPUs at maxNodes per GPU family (the dedicated vCPU quota family it counts against):",
+            *(f"    {family} ({model}): {gpus} GPUs, {vcpus} vCPUs" for family, (model, gpus, vcpus) in t.by_family.items()),
+            *([f"    Spot, every family (one quota): {t.spot[0]} GPUs, {t.spot[1]} vCPUs"] if t.spot[0] else [])]

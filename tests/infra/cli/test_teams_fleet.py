@@ -24,8 +24,8 @@ def project(tmp_path):
 
 
 def _member(stack, backend="batch", sku="Standard_ND96isr_H100_v5", max_nodes=8, sub=None, region="eastus",
-            budget=None):
-    return Member(stack, sub, region, backend, sku, max_nodes, 1.0, 10.0, 730.0, budget)
+            budget=None, spot=False):
+    return Member(stack, sub, region, backend, sku, max_nodes, 1.0, 10.0, 730.0, budget, spot)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,9 @@ def test_totals_sum_the_rows_of_the_repos_stacks(repo_rows):
     assert t.usd_per_month_idle == pytest.approx(sum(r["usdPerMonthAtMin"] for r in rows))
     assert t.usd_per_hour_full == pytest.approx(sum(r["usdPerHourAtMax"] for r in rows))
     assert t.budgets_usd == sum(r["monthlyBudgetUsd"] or 0 for r in rows)
-    assert sum(t.gpus_by_group.values()) == sum(gpus for _, gpus, _ in t.by_family.values())
+    assert sum(t.gpus_by_group.values()) == sum(gpus for _, gpus, _ in t.by_family.values()) + t.spot[0]
+    assert t.spot[0] == sum(r["maxNodes"] * 8 for r in rows if r["spot"] and r["gpuSku"].startswith("Standard_ND96")) \
+        + sum(r["maxNodes"] for r in rows if r["spot"] and r["gpuSku"] == "Standard_NC4as_T4_v3")
     out = teams.table(repo_rows)
     assert f"Fleet ({len(rows)} stack(s)): idle (minNodes) {t.usd_per_month_idle:,.0f} USD a month" in out
     assert f"monthly budgets {t.budgets_usd:,.0f} USD" in out
@@ -131,3 +133,15 @@ def test_totals_by_group_and_family():
     assert t.by_family["StandardNCASv3_T4Family"] == ("T4 16GB", 2, 8)
     assert (t.usd_per_month_idle, t.usd_per_hour_full, t.budgets_usd, t.without_budget) == (1460.0, 20.0, 100.0,
                                                                                             ("b",))
+
+
+def test_spot_vcpus_are_kept_apart_from_the_dedicated_ones():
+    spot = [_member("a", spot=True), _member("b", spot=True)]  # 1536 Spot vCPUs: not the dedicated quota
+    lines = fleet_limits.limit_warnings(spot)
+    assert not any("GPU vCPUs at maxNodes" in line for line in lines)
+    assert any("1536 Spot vCPUs at maxNodes on Batch" in line and "100 low-priority cores" in line for line in lines)
+    t = fleet_limits.totals(spot + [_member("c", sku="Standard_NC4as_T4_v3", max_nodes=1)])
+    assert t.spot == (128, 1536) and t.by_family == {"StandardNCASv3_T4Family": ("T4 16GB", 1, 4)}
+    assert "    Spot, every family (one quota): 128 GPUs, 1536 vCPUs" in fleet_limits.totals_lines(t, 730)
+    aml = [_member("m", backend="azureml", spot=True)]  # Azure ML holds no Batch account: no Batch figure applies
+    assert fleet_limits.limit_warnings(aml) == []
