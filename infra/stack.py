@@ -80,7 +80,7 @@ class Environment(pulumi.ComponentResource):
             cfg.registry, **place,
             registry_name=naming.registry(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription),
             pull_principal_id=nodes.principal_id, now=now, allowed_ip_ranges=cfg.network.allowed_ip_ranges,
-            egress_ip=self.network.egress_ip.ip_address), child)
+            vnet_id=self.network.vnet.id, endpoint_subnet_id=self.network.storage_subnet.id), child)
         self.monitoring.watch_registry("registry", self.registry.registry.id)
         # The GPU nodes reach storage with their identity, so no SAS sits in job definitions: the scripts and
         # data to read, the outputs to write (Batch uploads output files with it; Azure ML reads datastores).

@@ -70,8 +70,11 @@ class Network(pulumi.ComponentResource):
 
         self.compute_nsg = self._nsg(f"{name}-compute-nsg", common)
         self.storage_nsg = self._nsg(f"{name}-storage-nsg", common)
-        # Service endpoints keep storage (and registry) traffic on the Azure backbone and let the storage
-        # firewall admit these subnets while denying everything else. Azure takes a Key Vault VNet rule only for
+        # Service endpoints keep storage traffic on the Azure backbone and let the storage firewall admit these
+        # subnets while denying everything else. No Microsoft.ContainerRegistry endpoint: with it the nodes reach a
+        # registry from their private addresses, which a Premium registry's IP rules cannot admit (the registry API
+        # azure-native uses takes no VNet rules); a Premium registry is reached through its private endpoint
+        # instead (registry.py), Basic and Standard over the NAT gateway. Azure takes a Key Vault VNet rule only for
         # a subnet with the Microsoft.KeyVault endpoint (SubnetsHaveNoServiceEndpointsConfigured otherwise:
         # https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints).
         vault = ["Microsoft.KeyVault"] if args.key_vault_endpoint else []
@@ -81,7 +84,7 @@ class Network(pulumi.ComponentResource):
             network_security_group=network.NetworkSecurityGroupArgs(id=self.compute_nsg.id),
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
             service_endpoints=[network.ServiceEndpointPropertiesFormatArgs(service=service) for service in
-                               ("Microsoft.Storage", "Microsoft.ContainerRegistry", *vault)],
+                               ("Microsoft.Storage", *vault)],
             default_outbound_access=False, opts=PRIVATE_SUBNET.merge(child))
         # Subnets of one VNet are created one after the other: Azure rejects concurrent subnet writes.
         self.storage_subnet = network.Subnet(

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import pulumi
 import pulumi_docker_build as docker_build
-from pulumi_azure_native import containerregistry
+from pulumi_azure_native import containerregistry, network, privatedns
 
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
@@ -46,26 +46,60 @@ class RegistryArgs:
     pull_principal_id: pulumi.Input[str]  # the nodes' identity, granted AcrPull
     now: datetime
     allowed_ip_ranges: tuple[str, ...] = ()  # the deployers' egress (allowedIpRanges): `up` pushes from there
-    egress_ip: pulumi.Input[str] | None = None  # the NAT gateway's public IP: the nodes pull through it
+    vnet_id: pulumi.Input[str] | None = None  # Premium: the VNet whose nodes reach the registry privately
+    endpoint_subnet_id: pulumi.Input[str] | None = None  # Premium: the subnet that holds its private endpoint
 
 
 # Only Premium registries take network rules ("Firewall rules ... available in the Premium service tier":
-# https://learn.microsoft.com/azure/container-registry/container-registry-access-selected-networks); Basic and
-# Standard stay open to the internet, behind Azure AD and token authentication (docs/security.md lists it).
+# https://learn.microsoft.com/azure/container-registry/container-registry-access-selected-networks) and private
+# endpoints ("This feature is available in the Premium container registry service tier":
+# https://learn.microsoft.com/azure/container-registry/container-registry-private-link); Basic and Standard stay open
+# to the internet, behind Azure AD and token authentication (docs/security.md lists it).
 NETWORK_RULES_SKU = "Premium"
+# Private Link for a registry: the private endpoint's group ID and the private DNS zone that makes the registry's
+# name (and its regional data endpoint) resolve to the endpoint's private addresses inside the VNet
+# (container-registry-private-link above; https://learn.microsoft.com/azure/private-link/private-endpoint-dns:
+# "Container Registry ... registry ... privatelink.azurecr.io").
+REGISTRY_GROUP_ID = "registry"
+REGISTRY_DNS_ZONE = "privatelink.azurecr.io"
 
 
 class Registry(pulumi.ComponentResource):
     @staticmethod
     def _closed(args: RegistryArgs) -> containerregistry.NetworkRuleSetArgs:
-        """Deny by default; admit the deployers (`up` builds and pushes the images) and the NAT gateway's address,
-        which every node's pull leaves through (the subnets have no other way out). Single addresses bare, as the
-        storage firewall takes them (security.firewall_ip_rules)."""
-        sources = [*security.firewall_ip_rules(args.allowed_ip_ranges), *([args.egress_ip] if args.egress_ip else [])]
+        """Deny by default on the public endpoint and admit the deployers only (`up` builds and pushes the images
+        from there; single addresses bare, as the storage firewall takes them: security.firewall_ip_rules). The
+        nodes come through the private endpoint, which the public endpoint's rules do not govern. (The NAT
+        gateway's address is not admitted: with the compute subnet's Microsoft.ContainerRegistry service endpoint,
+        the nodes' traffic reached the registry from their private addresses, which no IP rule matches.)"""
         return containerregistry.NetworkRuleSetArgs(
             default_action=containerregistry.DefaultAction.DENY,
-            ip_rules=[containerregistry.IPRuleArgs(i_p_address_or_range=source,
-                                                   action=containerregistry.Action.ALLOW) for source in sources])
+            ip_rules=[containerregistry.IPRuleArgs(i_p_address_or_range=source, action=containerregistry.Action.ALLOW)
+                      for source in security.firewall_ip_rules(args.allowed_ip_ranges)])
+
+    def _private_endpoint(self, name: str, args: RegistryArgs) -> None:
+        """Premium: the registry's private endpoint in the VNet, its privatelink.azurecr.io zone linked to the VNet,
+        and the endpoint's zone group, which writes the login server's and the data endpoint's A records there."""
+        child = pulumi.ResourceOptions(parent=self)
+        self.private_endpoint = network.PrivateEndpoint(
+            f"{name}-pe", resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
+            subnet=network.SubnetArgs(id=args.endpoint_subnet_id),
+            private_link_service_connections=[network.PrivateLinkServiceConnectionArgs(
+                name="registry", private_link_service_id=self.registry.id, group_ids=[REGISTRY_GROUP_ID])],
+            opts=child)
+        self.dns_zone = privatedns.PrivateZone(
+            f"{name}-dns", resource_group_name=args.resource_group_name, location="global",
+            private_zone_name=REGISTRY_DNS_ZONE, tags=args.tags, opts=child)
+        self.dns_link = privatedns.VirtualNetworkLink(
+            f"{name}-dns-link", resource_group_name=args.resource_group_name, location="global",
+            private_zone_name=self.dns_zone.name, registration_enabled=False,
+            virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=args.tags, opts=child)
+        self.dns_zone_group = network.PrivateDnsZoneGroup(
+            f"{name}-pe-dns", resource_group_name=args.resource_group_name,
+            private_endpoint_name=self.private_endpoint.name,
+            private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(
+                name=REGISTRY_DNS_ZONE.replace(".", "-"), private_dns_zone_id=self.dns_zone.id)],
+            opts=child)
 
     def __init__(self, name: str, args: RegistryArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("dltrain:registry:Registry", name, None, opts)
@@ -77,6 +111,8 @@ class Registry(pulumi.ComponentResource):
             registry_name=args.registry_name, sku=containerregistry.SkuArgs(name=cfg.registry_sku),
             admin_user_enabled=False, network_rule_set=self._closed(args) if cfg.registry_sku == NETWORK_RULES_SKU
             else None, opts=child)
+        if cfg.registry_sku == NETWORK_RULES_SKU:
+            self._private_endpoint(name, args)
 
         # The GPU nodes pull the images with their identity.
         self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=args.pull_principal_id,
@@ -112,8 +148,18 @@ class Registry(pulumi.ComponentResource):
         }
         # By digest for the job (it runs exactly what was built); by tag for the pool's prefetch list, which
         # Azure can only change by replacing the pool (a digest there would redeploy it on every rebuild).
-        self.image_refs = {framework: image.ref for framework, image in self.images.items()}
-        self.image_names = {framework: pulumi.Output.concat(self.registry.login_server, f"/{framework}:{cfg.image_tag}")
+        # Each name carries what a node's pull needs, so whatever boots nodes with it (the pool's prefetch, a
+        # job) is created after them: the pull grant and, for Premium, the private endpoint's DNS records (before
+        # them the name resolves to the public endpoint, which admits no node).
+        ready = [self.acr_pull.id, *([self.dns_zone_group.id, self.dns_link.id]
+                                     if cfg.registry_sku == NETWORK_RULES_SKU else [])]
+
+        def after_pull_path(value: pulumi.Input[str]) -> pulumi.Output[str]:
+            return pulumi.Output.all(value, *ready).apply(lambda values: values[0])
+
+        self.image_refs = {framework: after_pull_path(image.ref) for framework, image in self.images.items()}
+        self.image_names = {framework: after_pull_path(pulumi.Output.concat(self.registry.login_server,
+                                                                             f"/{framework}:{cfg.image_tag}"))
                             for framework in cfg.frameworks}
         self.register_outputs({
             "login_server": self.registry.login_server,

@@ -118,21 +118,52 @@ def test_the_batch_pool_encrypts_its_nodes_temporary_disk():
     assert vm["diskEncryptionConfiguration"] == {"targets": ["TemporaryDisk"]}
 
 
-def test_a_premium_registry_is_closed_but_to_the_deployers_and_the_nodes_egress():
-    """ACR network rules (Premium only): deny by default, admit allowedIpRanges (up pushes) and the NAT gateway's
-    public address (every node's pull leaves through it); Basic and Standard take none."""
+def test_a_premium_registry_is_closed_but_to_the_deployers_and_reached_by_the_nodes_through_its_private_endpoint():
+    """ACR (Premium only): the public endpoint denies by default and admits allowedIpRanges (up pushes from there);
+    the nodes resolve the registry's name in the VNet's privatelink.azurecr.io zone to its private endpoint
+    (container-registry-private-link). No Microsoft.ContainerRegistry service endpoint on the compute subnet: with it
+    the nodes' traffic reached the public endpoint from private addresses no IP rule admits. Basic and Standard
+    take neither."""
     premium = evaluation_for("vision")
     assert premium.config.registry.registry_sku == "Premium"
-    registry = premium.one("azure-native:containerregistry:Registry").inputs
-    egress = premium.one("azure-native:network:PublicIPAddress").state["ipAddress"]
-    rules = registry["networkRuleSet"]
+    acr = premium.one("azure-native:containerregistry:Registry")
+    rules = acr.inputs["networkRuleSet"]
     assert rules["defaultAction"] == "Deny"
-    assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == [
-        *security.firewall_ip_rules(premium.config.network.allowed_ip_ranges), egress]
+    assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == list(
+        security.firewall_ip_rules(premium.config.network.allowed_ip_ranges))
     assert all(r["action"] == "Allow" for r in rules["ipRules"])
+    subnets = {s.name.rsplit("-", 1)[-1]: s for s in premium.of_type("azure-native:network:Subnet")}
+    for subnet in subnets.values():
+        assert "Microsoft.ContainerRegistry" not in [e["service"] for e in subnet.inputs["serviceEndpoints"]]
+    # The node path: compute subnet -> the VNet's DNS (the zone linked to it) -> the endpoint, in a subnet of the
+    # same VNet whose NSG admits the VNet -> the registry (the endpoint's connection, group "registry").
+    vnet = premium.one("azure-native:network:VirtualNetwork").state["id"]
+    [endpoint] = premium.of_type("azure-native:network:PrivateEndpoint")
+    connection = endpoint.inputs["privateLinkServiceConnections"][0]
+    assert connection["privateLinkServiceId"] == acr.state["id"] and connection["groupIds"] == ["registry"]
+    [home] = [s for s in subnets.values() if s.state["id"] == endpoint.inputs["subnet"]["id"]]
+    assert home.inputs["virtualNetworkName"] == subnets["compute"].inputs["virtualNetworkName"]
+    nsg = [n for n in premium.of_type("azure-native:network:NetworkSecurityGroup")
+           if n.state["id"] == home.inputs["networkSecurityGroup"]["id"]][0]
+    assert any(r["access"] == "Allow" and r["direction"] == "Inbound" and r["sourceAddressPrefix"] == "VirtualNetwork"
+               for r in nsg.inputs["securityRules"])
+    zone = premium.one("azure-native:privatedns:PrivateZone")
+    assert zone.inputs["privateZoneName"] == "privatelink.azurecr.io"
+    [link] = premium.of_type("azure-native:privatedns:VirtualNetworkLink")
+    assert link.inputs["virtualNetwork"]["id"] == vnet and link.inputs["privateZoneName"] == zone.state["name"]
+    group = premium.one("azure-native:network:PrivateDnsZoneGroup")
+    assert group.inputs["privateEndpointName"] == endpoint.state["name"]
+    assert [c["privateDnsZoneId"] for c in group.inputs["privateDnsZoneConfigs"]] == [zone.state["id"]]
+    # Nothing boots nodes before their way to the registry: the pool waits for the zone's records and the pull grant.
+    pool = premium.one("azure-native:batch:Pool")
+    pull = [r for r in premium.of_type("azure-native:authorization:RoleAssignment") if r.urn.endswith("-acr-pull")]
+    assert {group.urn, link.urn, pull[0].urn} <= set(pool.dependencies)
+
     standard = evaluation_for(BATCH_STACKS[0])
     assert standard.config.registry.registry_sku != "Premium"
     assert "networkRuleSet" not in standard.one("azure-native:containerregistry:Registry").inputs
+    assert not standard.of_type("azure-native:privatedns:PrivateZone")
+    assert not standard.of_type("azure-native:network:PrivateEndpoint")
 
 
 def test_encryption_at_host_on_the_nfs_vm_only_where_the_stack_says_the_subscription_has_the_feature():
