@@ -299,7 +299,10 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         validated_at.append(done)
         if heartbeat:
             heartbeat.progress.phase = f"validating after step {done}"
+        began = time.perf_counter()
         found = loop.evaluate()  # every rank, at the same step: a collective
+        # The img/s window leaves the validation's time out, as the loops' step timings do.
+        reporter.window = (reporter.window[0] + time.perf_counter() - began, reporter.window[1])
         if heartbeat:
             heartbeat.progress.phase = "training"
         if found is not None:
