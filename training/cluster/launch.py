@@ -21,11 +21,11 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.errors import UsageError
+from training.errors import EXIT_NODE_FAULT, UsageError
 from training.watchdog import RUN_DIR_ENV, collective_env
 
 LOCAL_NAMES = ("localhost", "127.0.0.1")
@@ -297,7 +297,19 @@ def flag_value(train_flags: list[str], flag: str, default: str) -> str:
     return value
 
 
-def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_port: int | None = None) -> int:
+def gpus_failing(hosts: list[Host]) -> list[tuple[str, str]]:
+    """Every node's GPUs as the driver sees them now (training/cluster/gpu_check.py), where this node has nvidia-smi;
+    nothing on CPU."""
+    from training.cluster import gpu_check
+
+    if not shutil.which("nvidia-smi"):
+        return []
+    here = os.environ.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[0]  # the primary: this node
+    return gpu_check.failing([(h.name, h.slots) for h in hosts], lambda name: name in LOCAL_NAMES or name == here)
+
+
+def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_port: int | None = None,
+                check_gpus: Callable[[list[Host]], list[tuple[str, str]]] = gpus_failing) -> int:
     """Run the ranks' launcher (horovodrun) as a child, passing on the signals Batch or a person send, then say
     what the attempt ended as: one line (`fault: node HOST: ...` or `fault: code: ...`), its record in
     OUTPUT_DIR/attempts.jsonl, the blamed nodes taken out of scheduling (training/cluster/keep_out.py) and the
@@ -324,13 +336,19 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_por
         print(attempts.record_line(dataclasses.asdict(record)), flush=True)
         return verdict.exit_code
     attempts.clear(output_dir)  # this attempt's records only
-    proc = subprocess.Popen(command)
-    forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - horovodrun ends its ranks itself
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, forward)
-    rc = proc.wait()
-    verdict = attempts.classify(attempts.read_records(output_dir), rc)
-    verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
+    bad = check_gpus(hosts)  # at each attempt's start, before any rank
+    if bad:
+        verdict = attempts.Verdict("node", EXIT_NODE_FAULT, "gpu check", tuple(host for host, _ in bad),
+                                   f"fault: node {','.join(h for h, _ in bad)}: gpu check ("
+                                   f"{'; '.join(f'{h}: {why}' for h, why in bad)})")
+    else:
+        proc = subprocess.Popen(command)
+        forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - horovodrun ends its ranks itself
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, forward)
+        rc = proc.wait()
+        verdict = attempts.classify(attempts.read_records(output_dir), rc)
+        verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
     record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":

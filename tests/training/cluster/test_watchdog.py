@@ -222,8 +222,8 @@ def test_a_node_that_died_without_a_word_is_named_by_its_unanswered_port():
 def test_a_rank_that_refuses_its_input_leaves_a_code_record_under_launch(tmp_path):
     from training.watchdog import RUN_DIR_ENV, record_refusal
 
-    record_refusal(ValueError("--data /x: no train/ folder"), EXIT_USAGE, {"HOROVOD_RANK": "1", RUN_DIR_ENV: str(tmp_path),
-                                                                         "HOROVOD_HOSTNAME": "10.0.0.5"})
+    record_refusal(ValueError("--data /x: no train/ folder"), EXIT_USAGE,
+                   {"HOROVOD_RANK": "1", RUN_DIR_ENV: str(tmp_path), "HOROVOD_HOSTNAME": "10.0.0.5"})
     verdict = attempts.classify(attempts.read_records(tmp_path), 1)
     assert (verdict.kind, verdict.exit_code, verdict.reason) == ("code", EXIT_USAGE, "usage")
     assert verdict.line == "fault: code: rank 1 (10.0.0.5) refused its input: --data /x: no train/ folder"
@@ -249,3 +249,33 @@ def test_a_ranks_host_is_the_launchers_name_for_it_else_the_address_its_name_res
     assert watchdog.host_name({}) == "10.0.0.5"  # under mpirun: the node's IP, as Nodes - List has it
     monkeypatch.setattr(watchdog.socket, "gethostbyname", lambda name: "127.0.1.1")
     assert watchdog.host_name({}) == "tvmps-node-5"
+
+
+def test_a_node_whose_driver_lost_a_gpu_ends_the_attempt_before_any_rank_starts(tmp_path, capfd):
+    from training.cluster import gpu_check
+
+    listing = {"10.0.0.4": (0, "0, 00000001:00:00.0\n1, 00000002:00:00.0\n"),
+               "10.0.0.5": (0, "0, 00000001:00:00.0\n"),  # one of two gone
+               "10.0.0.6": (9, "Unable to determine the device handle for GPU0000:02:00.0: Unknown Error\n")}
+    seen = []
+
+    def run(host, local):
+        seen.append((host, local))
+        return listing[host]
+
+    hosts = [Host(h, 2) for h in listing]
+    assert gpu_check.failing([(h.name, h.slots) for h in hosts], lambda h: h == "10.0.0.4", run) == [
+        ("10.0.0.5", "the driver sees 1 GPU(s) for 2 rank(s) (a GPU lost since boot?)"),
+        ("10.0.0.6", "nvidia-smi failed (exit 9: Unable to determine the device handle for GPU0000:02:00.0: "
+                     "Unknown Error)")]
+    assert seen == [("10.0.0.4", True), ("10.0.0.5", False), ("10.0.0.6", False)]
+    started = tmp_path / "started"
+    ranks = [sys.executable, "-c", f"open({str(started)!r}, 'w')"]
+    code = run_attempt(ranks, hosts, tmp_path / "run",
+                       check_gpus=lambda hs: gpu_check.failing([(h.name, h.slots) for h in hs], lambda h: False, run))
+    assert code == EXIT_NODE_FAULT and not started.exists()
+    assert capfd.readouterr().err.startswith("fault: node 10.0.0.5,10.0.0.6: gpu check (10.0.0.5: the driver sees 1 "
+                                             "GPU(s)")
+    [attempt] = attempts.previous_attempts(tmp_path / "run")
+    assert (attempt["kind"], attempt["reason"], attempt["blamed_hosts"]) == ("node", "gpu check",
+                                                                            ["10.0.0.5", "10.0.0.6"])
