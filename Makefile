@@ -111,7 +111,7 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 # started per run, root only): the engine's own lifecycle, the job's containerRunOptions parsed by Docker, and the
 # Dockerfiles built on the stand-in base (tests/images/test_containers*.py). Minutes: apart from make test.
 test-containers: .venv/.installed $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options and both Dockerfiles built on a local stand-in base (root; not part of make test)
-	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py)
+	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py)
 
 test-images: .venv/.installed  ## pip resolves each training image's pins for the image's own Python (asks PyPI; not part of make test)
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_image_pins_resolve.py)

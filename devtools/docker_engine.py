@@ -32,8 +32,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 CACHE = REPO_ROOT / ".cache" / "docker"
 SUITE = "bookworm"
-BASE_IMAGE = f"dltrain-standin-base:{SUITE}-minbase"
+STAND_IN = f"{SUITE}-minbase-2"  # bumped when the stand-in's making changes, so no cache keeps an older one
+BASE_IMAGE = f"dltrain-standin-base:{STAND_IN}"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+# Where the stand-in keeps this machine's CA bundle: not under /etc/ssl/certs, whose ca-certificates.crt the
+# images' apt step regenerates (update-ca-certificates) when a package pulls in ca-certificates.
+IMAGE_CA_BUNDLE = "/etc/pip/host-ca-bundle.crt"
 READY_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 30
 
@@ -184,7 +188,7 @@ def debian_mirror(sources: list[Path] | None = None) -> str:
 
 def base_rootfs() -> Path:
     """A tar of Debian SUITE minbase made by debootstrap, cached in .cache/docker (made once, ~30 s)."""
-    tarball = CACHE / f"{SUITE}-minbase.tar"
+    tarball = CACHE / f"{STAND_IN}.tar"
     if tarball.exists():
         return tarball
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -201,9 +205,10 @@ def base_rootfs() -> Path:
         shutil.rmtree(root / "var" / "cache" / "apt" / "archives", ignore_errors=True)
         (root / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True)
         # The stand-in's only addition: this machine's CA bundle for pip (the real bases get nothing of the kind).
-        (root / "etc" / "ssl" / "certs").mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(CA_BUNDLE, root / "etc" / "ssl" / "certs" / "ca-certificates.crt")
-        (root / "etc" / "pip.conf").write_text(f"[global]\ncert = {CA_BUNDLE}\n")
+        bundle = root / IMAGE_CA_BUNDLE.lstrip("/")
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(CA_BUNDLE, bundle)
+        (root / "etc" / "pip.conf").write_text(f"[global]\ncert = {IMAGE_CA_BUNDLE}\n")  # pip's site-wide file
         partial = tarball.with_suffix(".tar.partial")
         subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(partial), "."], check=True)
         partial.rename(tarball)
@@ -218,4 +223,36 @@ def base_image(engine: Engine) -> str:
     """BASE_IMAGE in this engine, imported from the cached rootfs unless the engine has it already."""
     if engine.docker("image", "inspect", BASE_IMAGE, check=False).returncode != 0:
         engine.docker("import", "--change", "CMD [\"bash\"]", str(base_rootfs()), BASE_IMAGE, timeout=600)
+    # A kept data root holds older stand-ins' images: untag them, so pruning frees their layers.
+    listed = engine.docker("image", "ls", "--format", "{{.Repository}}:{{.Tag}}", BASE_IMAGE.split(":")[0]).stdout
+    for old in set(listed.split()) - {BASE_IMAGE}:
+        engine.docker("image", "rm", old, check=False)
     return BASE_IMAGE
+
+
+class BuildFailed(RuntimeError):
+    """A `docker build` that failed; `str()` names the Dockerfile, the step and its last line of output."""
+
+
+def failed_step(output: str) -> str:
+    """The step a classic-builder build stopped at ("Step 7/14 : RUN ..."), and its last line of output."""
+    steps = [line for line in output.splitlines() if line.startswith("Step ")]
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    step = steps[-1] if steps else "before its first step"
+    return f"{step[:160]}: {lines[-1] if lines else 'no message'}"
+
+
+def build(engine: Engine, dockerfile: Path, tag: str, *, target: str | None = None,
+          build_args: dict[str, str] | None = None, context: Path = REPO_ROOT, timeout: float = 3600) -> str:
+    """`docker build` of `dockerfile` (context: the repository, as `pulumi up` builds it) on the host's network
+    (apt and pip reach their servers as the host does); returns the output, raises BuildFailed naming the step."""
+    args = ["build", "--network", "host", "-f", str(dockerfile), "-t", tag]
+    for name, value in (build_args or {}).items():
+        args += ["--build-arg", f"{name}={value}"]
+    if target:
+        args += ["--target", target]
+    result = engine.docker(*args, str(context), check=False, timeout=timeout)
+    output = result.stdout + result.stderr
+    if result.returncode != 0:
+        raise BuildFailed(f"{dockerfile.name}: {failed_step(output)}")
+    return output

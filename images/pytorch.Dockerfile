@@ -2,7 +2,12 @@
 # images/build_horovod.sh (the script `make setup` uses for .venv-torch), the training package inside.
 # Built and pushed by `pulumi up` (infra/components/registry.py) with the build context at the repository root.
 # Pins: training/requirements-torch.txt, the same file .venv-torch installs.
-FROM nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+# The base is a build argument whose default is the real one; `make test-containers` builds on a local
+# stand-in (devtools/docker_engine.py: Debian, no CUDA) because the real one cannot be fetched there.
+ARG BASE_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+# Named stages, built in order as one: `system` (apt), `python` (the venv and the pins), then the image
+# (Horovod with NCCL, the package). A build that cannot build Horovod (no CUDA) stops at `--target python`.
+FROM ${BASE_IMAGE} AS system
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -19,6 +24,7 @@ RUN apt-get update \
       rdma-core ibverbs-providers libibverbs1 librdmacm1 infiniband-diags \
  && rm -rf /var/lib/apt/lists/*
 
+FROM system AS python
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /opt/dltrain
@@ -27,6 +33,7 @@ COPY training/requirements-torch.txt training/requirements-stage.txt training/re
 RUN pip install --no-cache-dir -r training/requirements-torch.txt -r training/requirements-stage.txt \
     -r training/requirements-azureml.txt
 
+FROM python AS image
 COPY images/build_horovod.sh images/
 RUN images/build_horovod.sh --python python --framework pytorch --ops nccl --cache /tmp/wheels \
  && rm -rf /tmp/wheels

@@ -5,7 +5,12 @@
 # TF 2.15 is built for CUDA 12.2 and cuDNN 8.9 and supports Python up to 3.11; Ubuntu 22.04's own python3 is
 # 3.10, for which some pins have no wheel (onnxruntime 1.31), so the image uses jammy's python3.11 packages,
 # the Python .venv-tf has (tests/images/test_images.py resolves the pins for it).
-FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
+# The base is a build argument whose default is the real one; `make test-containers` builds on a local
+# stand-in (devtools/docker_engine.py: Debian, no CUDA) because the real one cannot be fetched there.
+ARG BASE_IMAGE=nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04
+# Named stages, built in order as one: `system` (apt), `python` (the venv and the pins), then the image
+# (Horovod with NCCL, the package). A build that cannot build Horovod (no CUDA) stops at `--target python`.
+FROM ${BASE_IMAGE} AS system
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive \
@@ -22,6 +27,7 @@ RUN apt-get update \
       rdma-core ibverbs-providers libibverbs1 librdmacm1 infiniband-diags \
  && rm -rf /var/lib/apt/lists/*
 
+FROM system AS python
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /opt/dltrain
@@ -30,6 +36,7 @@ COPY training/requirements-tf.txt training/requirements-tf-gpu.txt training/requ
 RUN pip install --no-cache-dir -r training/requirements-tf-gpu.txt -r training/requirements-stage.txt \
     -r training/requirements-azureml.txt
 
+FROM python AS image
 COPY images/build_horovod.sh images/
 RUN images/build_horovod.sh --python python --framework tensorflow --ops nccl --cache /tmp/wheels \
  && rm -rf /tmp/wheels

@@ -68,7 +68,8 @@ UBUNTU = {"22.04": ("3.10", 35), "24.04": ("3.12", 39)}
 
 def image_python(text: str) -> tuple[str, int]:
     """The Python an image's venv runs (a python3.X package it installs, or its Ubuntu's python3) and its glibc."""
-    ubuntu = re.search(r"^FROM \S+-ubuntu(\d\d\.\d\d)\b", text, re.M).group(1)
+    # The base: FROM's image, or the default of the BASE_IMAGE argument FROM names.
+    ubuntu = re.search(r"^(?:FROM|ARG BASE_IMAGE=) ?\S+-ubuntu(\d\d\.\d\d)\b", text, re.M).group(1)
     default, glibc = UBUNTU[ubuntu]
     venv = re.search(r"^RUN (python3(?:\.\d+)?) -m venv", text, re.M).group(1)
     version = venv[len("python"):] if venv != "python3" else default
@@ -81,6 +82,8 @@ def test_the_image_python_is_read_from_the_dockerfile():
     assert image_python("FROM nvidia/cuda:12.2.2-cudnn8-devel-ubuntu22.04\nRUN python3 -m venv /v\n") == ("3.10", 35)
     assert image_python("FROM x-ubuntu22.04\nRUN apt-get install python3.11-venv\nRUN python3.11 -m venv /v\n") == \
         ("3.11", 35)
+    assert image_python("ARG BASE_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04\nFROM ${BASE_IMAGE} AS system\n"
+                        "RUN python3 -m venv /v\n") == ("3.12", 39)
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
