@@ -31,6 +31,12 @@ AML_LOG_CATEGORIES = ("AmlComputeClusterEvent", "AmlComputeJobEvent", "AmlComput
 # budget guard's runs (https://learn.microsoft.com/azure/azure-monitor/reference/supported-logs/microsoft-logic-workflows-logs).
 REGISTRY_LOG_CATEGORIES = ("ContainerRegistryLoginEvents", "ContainerRegistryRepositoryEvents")
 KEY_VAULT_LOG_CATEGORIES = ("AuditEvent",)
+# The registry and the Key Vault send them as the category group allLogs (their categories above, and any Azure adds):
+# Azure Policy's built-in "Resource logs should be enabled for Audit on supported resources" (Azure/azure-policy
+# built-in-policies/policyDefinitions/Monitoring/DiagnosticSettingsExistsAudit_Audit.json, 187242f4-89c6-4c43-9a4e-
+# 188c0efacc5f) counts only logs[*] with categoryGroup audit or allLogs for these types, so a list of categories
+# reads to it as no logs at all.
+ALL_LOGS = "allLogs"
 LOGIC_APP_LOG_CATEGORIES = ("WorkflowRuntime",)
 
 
@@ -85,19 +91,23 @@ class Monitoring(pulumi.ComponentResource):
 
     def watch_registry(self, label: str, registry_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
         """Send the registry's login and repository events and its metrics to the workspace."""
-        return self._watch(label, registry_id, REGISTRY_LOG_CATEGORIES)
+        return self._watch(label, registry_id, REGISTRY_LOG_CATEGORIES, group=ALL_LOGS)
 
     def watch_key_vault(self, label: str, vault_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
         """Send the Key Vault's audit events and metrics to the workspace."""
-        return self._watch(label, vault_id, KEY_VAULT_LOG_CATEGORIES)
+        return self._watch(label, vault_id, KEY_VAULT_LOG_CATEGORIES, group=ALL_LOGS)
 
     def watch_logic_app(self, label: str, workflow_id: pulumi.Input[str]) -> monitor.DiagnosticSetting:
         """Send the Logic App's run history (the budget guard's calls and their outcomes) to the workspace."""
         return self._watch(label, workflow_id, LOGIC_APP_LOG_CATEGORIES)
 
-    def _watch(self, label: str, resource_id: pulumi.Input[str], categories: tuple[str, ...]) -> monitor.DiagnosticSetting:
+    def _watch(self, label: str, resource_id: pulumi.Input[str], categories: tuple[str, ...],
+               group: str | None = None) -> monitor.DiagnosticSetting:
+        """`categories`, or the category group `group` (which holds them) where a built-in audit looks for one."""
+        logs = [monitor.DiagnosticsLogSettingsArgs(category_group=group, enabled=True)] if group else \
+            [monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in categories]
         return monitor.DiagnosticSetting(
             f"{self._name}-{label}-diag", resource_uri=resource_id, workspace_id=self.workspace.id,
-            logs=[monitor.DiagnosticsLogSettingsArgs(category=c, enabled=True) for c in categories],
+            logs=logs,
             metrics=[monitor.DiagnosticsMetricSettingsArgs(category="AllMetrics", enabled=True)],
             opts=pulumi.ResourceOptions(parent=self))
