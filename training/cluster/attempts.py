@@ -20,7 +20,7 @@ ATTEMPTS_FILE = "attempts.jsonl"
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # ok | node | code
+    kind: str  # ok | node | code | stopped (a signal from outside: a cancel, an eviction, the time limit)
     exit_code: int  # the task's: 0, EXIT_NODE_FAULT or EXIT_HANG (node), EXIT_USAGE or EXIT_CODE_FAULT (code)
     reason: str  # hang, peer lost, exception, usage, rank lost, health check, ...
     blamed_hosts: tuple[str, ...] = ()
@@ -206,6 +206,10 @@ def status_lines(stdout: str) -> list[str]:
     for a in records:
         if a.get("kind") == "ok":
             lines.append(f"attempt {a['attempt']}: finished on {len(a.get('hosts') or [])} node(s)")
+            continue
+        if a.get("kind") == "stopped":
+            lines.append(f"attempt {a['attempt']}: stopped from outside (a cancel, an eviction or the time limit); "
+                         f"{a.get('node_hours', 0):.3f} node-hours")
             continue
         blamed = ", ".join(a.get("blamed_hosts") or []) or "no node named"
         nodes = f" (node {', '.join(a['blamed_nodes'])} taken out of scheduling)" if a.get("blamed_nodes") else ""

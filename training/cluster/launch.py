@@ -343,12 +343,22 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_por
                                    f"{'; '.join(f'{h}: {why}' for h, why in bad)})")
     else:
         proc = subprocess.Popen(command)
-        forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731 - horovodrun ends its ranks itself
+        signalled: list[int] = []
+
+        def forward(signum, frame):  # horovodrun ends its ranks itself
+            signalled.append(signum)
+            proc.send_signal(signum)
+
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, forward)
         rc = proc.wait()
-        verdict = attempts.classify(attempts.read_records(output_dir), rc)
-        verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
+        if signalled:  # stopped from outside (a cancel, a preemption, maxWallClockTime): no node to blame
+            verdict = attempts.Verdict("stopped", 128 + signalled[0], "stopped by a signal", (),
+                                       f"fault: none: stopped by signal {signalled[0]} (a cancel, an eviction or the "
+                                       "task's time limit)")
+        else:
+            verdict = attempts.classify(attempts.read_records(output_dir), rc)
+            verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
     record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":

@@ -1,8 +1,10 @@
 """The progress watchdog's pure parts (training/watchdog.py: the deadline, who stopped, how an exception is
 classified) and the launcher's verdict on an attempt (training/cluster/attempts.py), without a framework."""
 import json
+import os
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -279,3 +281,26 @@ def test_a_node_whose_driver_lost_a_gpu_ends_the_attempt_before_any_rank_starts(
     [attempt] = attempts.previous_attempts(tmp_path / "run")
     assert (attempt["kind"], attempt["reason"], attempt["blamed_hosts"]) == ("node", "gpu check",
                                                                             ["10.0.0.5", "10.0.0.6"])
+
+
+def test_an_attempt_stopped_from_outside_blames_no_node(tmp_path):
+    """A cancel or an eviction signals the launcher: it passes the signal on and takes no node out (the other nodes'
+    sshd may be gone by then too, which must not read as a node fault)."""
+    import signal
+    import subprocess
+
+    out = tmp_path / "run"
+    script = tmp_path / "launch_it.py"
+    script.write_text(
+        "import sys\nfrom pathlib import Path\nfrom training.cluster.launch import Host, run_attempt\n"
+        "sys.exit(run_attempt([sys.executable, '-c', 'import time; print(\"ranks up\", flush=True); time.sleep(60)'], "
+        f"[Host('10.255.255.1', 1)], Path({str(out)!r}), 2222, check_gpus=lambda hosts: []))\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])})
+    assert proc.stdout.readline().strip() == "ranks up"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "fault: none: stopped by signal 15" in err and "disable scheduling" not in err
+    [attempt] = attempts.previous_attempts(out)
+    assert (attempt["kind"], attempt["blamed_hosts"]) == ("stopped", [])
