@@ -385,6 +385,8 @@ def install_excepthook(rank: int, world: int, output_dir: Path) -> None:
 
     def hook(kind, err, tb):
         previous(kind, err, tb)
+        if issubclass(kind, KeyboardInterrupt):  # a person's Ctrl-C: no fault of the code's or the node's
+            return
         blamed: list[dict] = []
         if is_collective_failure(err):
             alive = output_dir / ALIVE_DIR
