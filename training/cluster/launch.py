@@ -272,7 +272,8 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") from None
         os.environ.update(ddp_rendezvous(hosts, port))
     output_dir = Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR))
-    os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it (forwarded)
+    if args.run == "train":
+        os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None, command_name=args.run)
@@ -280,6 +281,8 @@ def main(argv: list[str]) -> int:
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:
         return 0
+    if args.run != "train":  # a person's interconnect check: nothing to classify or record, horovodrun's status as is
+        os.execvp(command[0], command)
     return run_attempt(command, hosts, output_dir, args.ssh_port)
 
 
