@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     from infra.cli import changed_stacks
 
     changed_stacks.add_parser(commands)  # for CI (docs/ci.md)
+    from infra.cli import ci_roles
+
+    ci_roles.add_parser(commands)
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.backend_facts import BACKENDS
