@@ -316,7 +316,8 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_por
     """Run the ranks' launcher (horovodrun) as a child, passing on the signals Batch or a person send, then say
     what the attempt ended as: one line (`fault: node HOST: ...` or `fault: code: ...`), its record in
     OUTPUT_DIR/attempts.jsonl, the blamed nodes taken out of scheduling (training/cluster/keep_out.py) and the
-    exit code of its kind (training/errors.py), which the job's exitConditions read."""
+    exit code of its kind (training/errors.py). Batch retries any non-zero exit; a retry after a code fault of the
+    same job is refused here before any rank starts (attempts.code_fault_before says why exitConditions cannot)."""
     import signal
     import subprocess
 
