@@ -38,7 +38,8 @@ FACTS: dict[str, BackendFacts] = {f.name: f for f in (
     # takes Azure's 50 tags. Its NFS server's cost follows the nfs* keys (cost.py).
     BackendFacts("batch", only_keys=("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "nfsEncryptionAtHost",
                                      "dataLocalCache",
-                                     "trainingDataWaitMinutes", "trainingRetries", "allocationTimeoutMinutes"),
+                                     "trainingDataWaitMinutes", "trainingRetries", "allocationTimeoutMinutes",
+                                     "batchPoolAllocation"),
                  fixed_costs={"Batch account": 0.0},  # Batch itself is free: only its nodes bill
                  node_os_disk_gb=POOL_OS_DISK_GB),
     # Its successor: an Azure ML workspace, compute cluster and command job.

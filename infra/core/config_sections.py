@@ -110,11 +110,13 @@ class NetworkConfig:
 @dataclass(frozen=True, kw_only=True)
 class NodesConfig:
     """The GPU nodes (Batch pool or Azure ML compute cluster)."""
-    KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "spot": "spot"}
+    KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "spot": "spot",
+            "batchPoolAllocation": "pool_allocation"}
     gpu_sku: str
     min_nodes: int
     max_nodes: int
     spot: bool = False  # Spot nodes (evictable, billed at the variable Spot rate) on either backend
+    pool_allocation: str = "batch-service"  # the Batch account's pool allocation mode (Pulumi.yaml says why)
 
     @property
     def sku(self) -> GpuSku:
@@ -144,7 +146,17 @@ class NodesConfig:
         if usable < max_nodes:
             raise ConfigError("computeSubnet", f"{network.compute_subnet} has {usable} usable addresses, fewer than "
                                                f"maxNodes {max_nodes}; use a larger prefix")
-        return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, spot=values["spot"])
+        allocation = check_one_of("batchPoolAllocation", values["batchPoolAllocation"])
+        if allocation == "user-subscription":
+            # What the mode needs (https://learn.microsoft.com/azure/batch/batch-account-create-portal#additional-
+            # configuration-for-user-subscription-mode): a Key Vault the account references, the Batch service's
+            # role on the subscription, Azure AD authentication. Not declared yet: refused rather than half made.
+            raise ConfigError("batchPoolAllocation", "user-subscription is not yet supported (the account's Key Vault "
+                                                     "reference and the Batch service's role on the subscription are "
+                                                     "not declared yet): use batch-service, or backend: azureml for "
+                                                     "the subscription's own quota")
+        return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, spot=values["spot"],
+                   pool_allocation=allocation)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,24 @@ if TYPE_CHECKING:
     from infra.components.budget import StopAction
 
 
+def allocation_mode_line(cfg, vcpus: str) -> str:
+    """Plan's line on the Batch account's pool allocation mode (batchPoolAllocation): which quota the nodes draw on,
+    and why the default is batch-service. "Batch service quotas and limits"
+    (https://learn.microsoft.com/azure/batch/batch-quota-limit): in Batch-service mode each account has its own core
+    quotas, which "for some types of subscription have been reduced ... in some cases to zero", and a subscription
+    gets 1-3 Batch accounts per region by default; user-subscription mode uses the subscription's per-family quota
+    across all accounts, but needs a Key Vault reference and the Batch service's role on the subscription
+    (https://learn.microsoft.com/azure/batch/batch-account-create-portal), a subscription owner's grant no stack
+    makes. batch-service is the default because it needs nothing outside the stack's resource group."""
+    kind = "Spot" if cfg.nodes.spot else f"dedicated {cfg.nodes.sku.quota_family}"
+    return (f"Pool allocation: {cfg.nodes.pool_allocation} (batchPoolAllocation). The nodes draw on the Batch "
+            f"account's own {kind} core quota, {vcpus} at maxNodes, requested for this "
+            "account alone, and this subscription may hold only 1-3 Batch accounts per region "
+            f"({cfg.location}; `python -m infra preflight` counts them). The default needs nothing outside the "
+            "resource group; user-subscription (the subscription's shared per-family quota, as Azure ML uses) needs a "
+            "Key Vault reference and the Batch service's role on the subscription, not declared yet.")
+
+
 class BatchBackend:
     name = "batch"
     required_outputs = ("batch_account_endpoint", "pool_id", "image_refs", "registry_login_server",
@@ -215,6 +233,7 @@ class BatchBackend:
             f"{quota}. A new Batch account often has 0 for GPU families: after the account exists, request it "
             "(portal: Batch account > Quotas > Request quota increase), or the pool stays at 0 nodes with a quota "
             "error in its resize errors.",
+            allocation_mode_line(cfg, vcpus),
             verb_roles_line("the Batch account", self.team_grants(cfg, "members")),
             *filter(None, [api_version_warning()])]
 

@@ -67,6 +67,11 @@ HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-h
                                      version=HPC_IMAGE_VERSION)
 NODE_AGENT = "batch.node.ubuntu 24.04"
 AUTOSCALE_INTERVAL = "PT5M"
+# batchPoolAllocation -> the account's poolAllocationMode. Only batch-service is declared today: the config refuses
+# user-subscription until this module declares what that mode needs (a Key Vault reference on the account, the Batch
+# service's role on the subscription: https://learn.microsoft.com/azure/batch/batch-account-create-portal).
+POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
+                   "user-subscription": batch.PoolAllocationMode.USER_SUBSCRIPTION}
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
@@ -99,7 +104,7 @@ class Cluster(pulumi.ComponentResource):
         self.account = batch.BatchAccount(
             f"{name}-batch", account_name=args.account_name,
             resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
-            pool_allocation_mode=batch.PoolAllocationMode.BATCH_SERVICE,
+            pool_allocation_mode=POOL_ALLOCATION[nodes.pool_allocation],  # batchPoolAllocation (plan says why)
             allowed_authentication_modes=[batch.AuthenticationMode.AAD],  # Azure AD only: no account keys
             identity=batch.BatchAccountIdentityArgs(type=batch.ResourceIdentityType.SYSTEM_ASSIGNED),
             public_network_access=batch.PublicNetworkAccessType.ENABLED,
