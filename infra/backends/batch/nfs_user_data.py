@@ -67,7 +67,9 @@ grep -q "UUID=$uuid " /etc/fstab || echo "UUID=$uuid {EXPORT_PATH} xfs defaults,
 systemctl daemon-reload
 mountpoint -q {EXPORT_PATH} || mount {EXPORT_PATH}
 mkdir -p /etc/exports.d
-echo "{EXPORT_PATH} {compute_cidr}(rw,async,no_subtree_check,no_root_squash)" > /etc/exports.d/dltrain.exports
+# sync: the server replies only once a write is on its disks (exports(5): "Reply to requests only after the changes
+# have been committed to stable storage"), so a node's fsync of a checkpoint means the checkpoint survives the server.
+echo "{EXPORT_PATH} {compute_cidr}(rw,sync,no_subtree_check,no_root_squash)" > /etc/exports.d/dltrain.exports
 systemctl enable --now nfs-server
 exportfs -ra
 """

@@ -118,7 +118,7 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     assert vm.ignore_changes == ["osProfile"]  # a new throwaway key must not replace the data server
     script = nfs_user_data.setup_script(str(ev.config.network.compute_subnet), ev.config.nfs.disk_count)
     exports = [line.strip() for line in script.splitlines() if "/etc/exports.d/" in line and "echo" in line]
-    assert exports == [f'echo "/data {ev.config.network.compute_subnet}(rw,async,no_subtree_check,no_root_squash)" '
+    assert exports == [f'echo "/data {ev.config.network.compute_subnet}(rw,sync,no_subtree_check,no_root_squash)" '
                        '> /etc/exports.d/dltrain.exports']
     assert f"--raid-devices={ev.config.nfs.disk_count}" in script
     stage = nfs_user_data.stage_script()
