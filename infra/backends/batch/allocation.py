@@ -10,7 +10,9 @@ there, so without a deadline the nodes that did come bill idle for as long as th
    target to minNodes once tasks have waited through the whole last `allocationTimeoutMinutes` while none ran.
    Samples are taken every 30 seconds and a formula reads a window of them with GetSample / GetSamplePercent
    (https://learn.microsoft.com/azure/batch/batch-automatic-scaling#obtain-sample-data; the page's own examples
-   read 60 minutes back). How much history Batch keeps the page does not say, hence the key's 240-minute cap.
+   read 60 minutes back). How much history Batch keeps the page does not say, hence the key's 240-minute cap; with
+   less history than the window, GetSamplePercent falls below 70 and nothing is given back (the safe side: the
+   job's maxWallClockTime still ends it).
 2. Batch ends the job (server side): the job's `constraints.maxWallClockTime` is the deadline plus
    trainingMaxHours, counted from the job's creation; "If the Job does not complete within the time limit, the
    Batch service terminates it and any Tasks that are still running" (BatchJobConstraints, Batch REST spec
