@@ -205,9 +205,19 @@ def rehearsal_endpoints(work: Path, stack: str) -> tuple[StackOutputs, dict[str,
 
 # NCCL and UCX over InfiniBand on the HPC image (ND A100 v4 / H100 v5): relaxed PCI ordering for the
 # NICs, the size's topology file (skus.py), and TCP bootstrap on the Ethernet interface.
+# The HPC image writes NCCL_IB_PCI_RELAXED_ORDERING=1, NCCL_TOPO_FILE and NCCL_IGNORE_CPU_AFFINITY=1 into the host's
+# /etc/nccl.conf (Azure/azhpc-images components/customizations/ndv4.sh, ndv5.sh), which a container does not see (NCCL
+# reads its own filesystem's /etc/nccl.conf: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html), so
+# the job sets all three here, where every container gets them.
+# Which MPI settings take effect: under Azure ML's mpirun, OMPI_MCA_pml/btl and UCX_* do. Under horovodrun (Batch's
+# `python -m training launch`), horovodrun passes its own `-mca pml ob1 -mca btl ^openib` (horovod/runner/mpi_run.py
+# _OMPI_FLAGS), and mpirun's command line wins over OMPI_MCA_* variables (Open MPI's order of precedence:
+# https://docs.open-mpi.org/en/v5.0.x/man-openmpi/man3/MPI_T.3.html), so there MPI runs ob1 over TCP and UCX_* are
+# unused: MPI carries only Horovod's coordination, NCCL (the NCCL_* settings, which take effect on both) the gradients.
 NCCL_IB_ENV = {
     "NCCL_IB_DISABLE": "0",
     "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+    "NCCL_IGNORE_CPU_AFFINITY": "1",
     "UCX_IB_PCI_RELAXED_ORDERING": "on",
     "NCCL_SOCKET_IFNAME": "eth0",
     "UCX_NET_DEVICES": "mlx5_ib0:1",
