@@ -29,8 +29,9 @@ def allocation_mode_line(cfg, vcpus: str) -> str:
     quotas, which "for some types of subscription have been reduced ... in some cases to zero", and a subscription
     gets 1-3 Batch accounts per region by default; user-subscription mode uses the subscription's per-family quota
     across all accounts, but needs a Key Vault reference and the Batch service's role on the subscription
-    (https://learn.microsoft.com/azure/batch/batch-account-create-portal), a subscription owner's grant no stack
-    makes. batch-service is the default because it needs nothing outside the stack's resource group."""
+    (https://learn.microsoft.com/azure/batch/batch-account-create-portal, which says "For most cases, you should use
+    the default Batch service pool allocation mode"), a subscription owner's grant no stack makes. batch-service is
+    the default: it needs nothing outside the stack's resource group, and Batch's own docs advise it."""
     kind = "Spot" if cfg.nodes.spot else f"dedicated {cfg.nodes.sku.quota_family}"
     return (f"Pool allocation: {cfg.nodes.pool_allocation} (batchPoolAllocation). The nodes draw on the Batch "
             f"account's own {kind} core quota, {vcpus} at maxNodes, requested for this "

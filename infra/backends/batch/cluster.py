@@ -69,7 +69,8 @@ NODE_AGENT = "batch.node.ubuntu 24.04"
 AUTOSCALE_INTERVAL = "PT5M"
 # batchPoolAllocation -> the account's poolAllocationMode. Only batch-service is declared today: the config refuses
 # user-subscription until this module declares what that mode needs (a Key Vault reference on the account, the Batch
-# service's role on the subscription: https://learn.microsoft.com/azure/batch/batch-account-create-portal).
+# service's role on the subscription: https://learn.microsoft.com/azure/batch/batch-account-create-portal, whose
+# advice is the default: "For most cases, you should use the default Batch service pool allocation mode").
 POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
                    "user-subscription": batch.PoolAllocationMode.USER_SUBSCRIPTION}
 # Pool properties Azure Batch cannot update in place (anything else is patched).
