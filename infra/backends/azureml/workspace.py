@@ -157,7 +157,9 @@ class AzureMl(pulumi.ComponentResource):
                     scale_settings=ml.ScaleSettingsArgs(
                         min_node_count=nodes.min_nodes, max_node_count=nodes.max_nodes,
                         node_idle_time_before_scale_down=f"PT{args.aml.idle_minutes}M"))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on))
+            # After the workspace's private DNS too: the cluster's nodes reach the workspace by its private
+            # endpoint's names, which resolve only once the zones are linked and the zone group wrote its records.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*args.depends_on, *self.private_dns]))
 
         # The `data` and `outputs` containers, reached with the identity of whoever uses them (the job's: the
         # cluster's), never a key or SAS.
@@ -196,18 +198,19 @@ class AzureMl(pulumi.ComponentResource):
             private_link_service_connections=[network.PrivateLinkServiceConnectionArgs(
                 name="workspace", private_link_service_id=self.workspace.id, group_ids=["amlworkspace"])],
             opts=child)
-        zones = []
+        zones, links = [], []
         for zone_name in WORKSPACE_DNS_ZONES:
             zone = privatedns.PrivateZone(f"{name}-dns-{zone_name.split('.')[1]}", resource_group_name=rg,
                                           location="global", private_zone_name=zone_name, tags=args.tags, opts=child)
-            privatedns.VirtualNetworkLink(
+            links.append(privatedns.VirtualNetworkLink(
                 f"{name}-dns-{zone_name.split('.')[1]}-link", resource_group_name=rg, location="global",
                 private_zone_name=zone.name, registration_enabled=False,
-                virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=args.tags, opts=child)
+                virtual_network=privatedns.SubResourceArgs(id=args.vnet_id), tags=args.tags, opts=child))
             zones.append(zone)
-        network.PrivateDnsZoneGroup(
+        zone_group = network.PrivateDnsZoneGroup(
             f"{name}-ws-pe-dns", resource_group_name=rg, private_endpoint_name=self.private_endpoint.name,
             private_dns_zone_configs=[network.PrivateDnsZoneConfigArgs(name=zone_name.replace(".", "-"),
                                                                        private_dns_zone_id=zone.id)
                                       for zone_name, zone in zip(WORKSPACE_DNS_ZONES, zones)],
             opts=child)
+        self.private_dns = [*links, zone_group]  # what the compute waits for

@@ -43,8 +43,11 @@ def test_the_workspace_is_reached_through_a_private_endpoint_with_its_dns_zones(
     assert set(zones) == set(WORKSPACE_DNS_ZONES)
     links = aml_ev.of_type("azure-native:privatedns:VirtualNetworkLink")
     assert {link.inputs["virtualNetwork"]["id"] for link in links} == {aml_ev.outputs["vnetId"]}
-    group = aml_ev.one("azure-native:network:PrivateDnsZoneGroup").inputs
-    assert {c["privateDnsZoneId"] for c in group["privateDnsZoneConfigs"]} == set(zones.values())
+    group = aml_ev.one("azure-native:network:PrivateDnsZoneGroup")
+    assert {c["privateDnsZoneId"] for c in group.inputs["privateDnsZoneConfigs"]} == set(zones.values())
+    # The cluster is created once the names resolve: after the zones' links and the endpoint's records.
+    compute = aml_ev.one(f"{ML}:Compute")
+    assert {group.urn, *(link.urn for link in links)} <= set(compute.dependencies)
 
 
 def test_the_gpu_cluster_is_private_scales_to_min_and_runs_as_the_nodes_identity(aml_ev):
