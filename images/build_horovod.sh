@@ -65,8 +65,19 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
       | xargs sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 20)/'
   fi
   cuda_root=${CUDA_HOME:-/usr/local/cuda}
+  # One NCCL in the process: PyTorch's Horovod links the NCCL that torch itself loads (its wheel's nvidia-nccl,
+  # shared), not the CUDA devel image's static one, which Horovod's default (HOROVOD_NCCL_LINK=STATIC, found
+  # under CUDA_HOME) would link: the build docs/architecture.md calls tested. A caller's HOROVOD_NCCL_* win.
+  nccl_flags=()
+  if [ "$ops" = nccl ] && [ "$framework" = pytorch ] && [ -z "${HOROVOD_NCCL_LIB:-}${HOROVOD_NCCL_HOME:-}" ]; then
+    nccl=$("$python" -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null) || {
+      echo "build_horovod: torch's NCCL (nvidia-nccl) is not installed with $python; install torch's CUDA wheel" >&2
+      exit 2; }
+    mkdir -p "$work/nccl-lib" && ln -sf "$nccl/lib/libnccl.so.2" "$work/nccl-lib/libnccl.so"
+    nccl_flags=(HOROVOD_NCCL_INCLUDE="$nccl/include" HOROVOD_NCCL_LIB="$work/nccl-lib" HOROVOD_NCCL_LINK=SHARED)
+  fi
   env CUDA_HOME="$cuda_root" CUDAToolkit_ROOT="$cuda_root" MAKEFLAGS="-j$(nproc)" \
-      "${fw_flags[@]}" "${ops_flags[@]}" \
+      "${fw_flags[@]}" "${ops_flags[@]}" "${nccl_flags[@]}" \
       "$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$wheel_dir" "$src"
 fi
 "$python" -m pip install --quiet "$wheel_dir"/horovod-*.whl
