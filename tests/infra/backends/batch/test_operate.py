@@ -80,6 +80,14 @@ def test_delete_terminates_and_deletes_and_tolerates_a_gone_job(batch):
     assert deletes == [("DELETE", f"/jobs/{created.id}", "")] * 2 and not batch.jobs
 
 
+def test_a_job_launched_before_the_allocation_deadline_existed_is_not_replaced_by_its_arrival(batch):
+    provider = TrainingJobProvider(batch, staged)
+    old = {k: v for k, v in props().items() if k != "allocation_timeout_minutes"}  # a state from before the key
+    assert provider.diff("j", {**old, "job_id": "j"}, props()).changes is False
+    assert provider.diff("j", {**old, "job_id": "j", "allocation_timeout_minutes": 60.0}, props()).replaces == [
+        "allocation_timeout_minutes"]
+
+
 def test_provider_inputs_cover_every_job_input():
     assert set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(batch_spec.JobInputs)}
 
