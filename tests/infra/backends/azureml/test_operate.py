@@ -70,7 +70,8 @@ def test_submit_status_logs_download_register_and_cancel(outputs_file, tmp_path,
 
 @pytest.mark.parametrize("argv,message", [
     (["status", "--job", "nope"], "job nope not found"),
-    (["status"], "stack nlp has no training jobs; start one with `python -m infra submit --stack nlp`"),
+    # the hint repeats the user's own --outputs (infra/jobs.py: stack_flags)
+    (["status"], "stack nlp has no training jobs; start one with `python -m infra submit --stack nlp --outputs "),
     (["submit", "--nodes", "9"], "--nodes 9: give 1 to 4"),
     (["submit", "--framework", "keras"], "the stack has no tensorflow environment"),
     (["submit", "--args=--epochs x"], "--args: argument --epochs"),
@@ -114,6 +115,7 @@ def test_outputs_of_another_version_are_named(tmp_path, capsys):
 
 
 def test_register_model_needs_the_azureml_backend(tmp_path, capsys):
+    (tmp_path / "x.json").write_text("{}")  # the refusal comes before the outputs are read
     code, _, err = run(["register-model", "--stack", "dev", "--outputs", str(tmp_path / "x.json")], FakeAmlJobs(),
                        capsys)
     assert code == 1 and "register-model needs backend azureml" in err
