@@ -59,6 +59,26 @@ def bus_bandwidth_gbps(nbytes: int, seconds: float, ranks: int) -> float:
     return nbytes / seconds / 1e9 * 2 * (ranks - 1) / ranks
 
 
+def infiniband_ceiling_gbps(rails: int, rail_gbit_s: float) -> float:
+    """The all-reduce bus bandwidth a node's InfiniBand can carry across nodes (pure), GB/s: NCCL runs one ring
+    channel per NIC, each carrying its share of every message, and nccl-tests' busbw is the rate of one ring's link
+    times the channels (PERFORMANCE.md above), so the ceiling is the node's rails x their rate: ND H100 v5 and H200 v5,
+    8 x 400 Gb/s NDR (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h100-v5-series):
+    400 GB/s."""
+    return rails * rail_gbit_s / 8
+
+
+def infiniband_floor_gbps(rails: int, rail_gbit_s: float, share: float = 0.25) -> float:
+    """A floor for one InfiniBand size (pure), from its ceiling. The channels run side by side and a message is done
+    when its slowest channel is, so one rail at a quarter of its rate (or a NIC dropped to a lower link width) pulls
+    the whole all-reduce to about a quarter of the ceiling, and NCCL on TCP reaches 10 GB/s at most on these sizes.
+    A quarter: 100 GB/s on 8 x NDR. NOT YET IN THE CATALOG (infra/core/skus.py keeps 20 GB/s, the TCP fallback's
+    ceiling x 2): what this check reaches on healthy nodes (torch's or Horovod's all-reduce of 256 MB over 16 ranks,
+    not nccl-tests) has not been measured, and a floor above it would stop every healthy job; calibrate with
+    `python -m training interconnect-check` on two healthy nodes first (docs/training.md)."""
+    return infiniband_ceiling_gbps(rails, rail_gbit_s) * share
+
+
 def verdict(figure: float, floor: float | None, allow_slow: bool) -> str | None:
     """The line that stops the job, or None (no floor, at or above it, or allowed). Pure."""
     if floor is None or figure >= floor or allow_slow:

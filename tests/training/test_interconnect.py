@@ -56,3 +56,12 @@ def test_measure_writes_rank_0s_figure_and_says_whether_the_run_stops(tmp_path, 
     other = tmp_path / "rank1.json"
     measure(lambda count, iters: 1.0, rank=1, size=2, gpu=False, output=other)
     assert not other.exists() and capsys.readouterr().out == ""  # rank 0 alone prints and writes
+
+
+def test_an_infiniband_sizes_ceiling_and_floor_follow_from_its_rails():
+    from training.interconnect import infiniband_ceiling_gbps, infiniband_floor_gbps
+
+    assert infiniband_ceiling_gbps(8, 400) == 400.0  # ND H100 v5 / H200 v5: 8 x NDR
+    assert infiniband_ceiling_gbps(8, 200) == 200.0  # ND A100 v4: 8 x HDR
+    assert infiniband_floor_gbps(8, 400) == 100.0
+    assert infiniband_floor_gbps(8, 400) > 10 * 2  # well above what NCCL on the 80 Gbit/s Ethernet can reach
