@@ -101,6 +101,16 @@ def overdue(job: dict[str, Any], task: dict[str, Any], now: datetime) -> bool:
     return job.get("state") == "active" and never_started(task) and end is not None and now >= end
 
 
+def gap_left(job: dict[str, Any], task: dict[str, Any], now: datetime) -> float:
+    """Seconds of SAMPLE_GAP_S still to wait after `job` ended (a `cancel`, the deadline) having waited a whole
+    deadline without starting: the formula may still hold the pool at minNodes for it; 0 otherwise."""
+    execution, end = job.get("executionInfo") or {}, deadline(job)
+    ended = _time(execution.get("endTime"))
+    if job.get("state") != "completed" or not never_started(task) or end is None or ended is None or ended < end:
+        return 0.0
+    return max(0.0, SAMPLE_GAP_S - (now - ended).total_seconds())
+
+
 def resize_error(pool: dict[str, Any] | None) -> str:
     """The pool's first resize error as "CODE: message" (ResizeError: code, message, values), or ""."""
     errors = (pool or {}).get("resizeErrors") or []

@@ -151,9 +151,9 @@ def allocation_text(service: BatchService, job: str, now: datetime) -> str:
 def end_overdue(service: BatchService, stack: str, now: datetime, out: TextIO) -> list[str]:
     """End the stack's jobs whose task still waits for its nodes past their deadline (allocation.py, (3)), one line
     each; after any, wait SAMPLE_GAP_S so the pool's autoscale sees the queue empty before a new job joins it."""
-    ended = []
+    ended, wait = [], 0.0
     for job in service.list_jobs(batch_spec.job_prefix(stack)):
-        if job.get("state") != "active":
+        if job.get("state") not in ("active", DONE) or (job.get("state") == DONE and not job_ended_within_gap(job, now)):
             continue
         try:
             task = service.get_task(job["id"], batch_spec.TASK_ID)
@@ -164,11 +164,23 @@ def end_overdue(service: BatchService, stack: str, now: datetime, out: TextIO) -
             print(f"ended {job['id']}: it waited past its allocation deadline ({allocation.deadline_minutes(job)} "
                   f"minutes) for nodes the pool did not get", file=out)
             ended.append(job["id"])
-    if ended:
-        print(f"waiting {allocation.SAMPLE_GAP_S} s, so the pool's autoscale sees its queue empty before the new job",
-              file=out, flush=True)
-        pause(allocation.SAMPLE_GAP_S)
+            wait = float(allocation.SAMPLE_GAP_S)
+        else:  # one that a `cancel` (or Batch) ended moments ago after a whole deadline's wait
+            wait = max(wait, allocation.gap_left(job, task, now))
+    if wait:
+        print(f"waiting {wait:.0f} s, so the pool's autoscale sees its queue empty before the new job", file=out,
+              flush=True)
+        pause(wait)
     return ended
+
+
+def job_ended_within_gap(job: dict[str, Any], now: datetime) -> bool:
+    """Whether a completed job ended less than SAMPLE_GAP_S ago (only those can still hold the formula's window)."""
+    end = (job.get("executionInfo") or {}).get("endTime")
+    if not end:
+        return False
+    moment = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    return (now - moment).total_seconds() < allocation.SAMPLE_GAP_S
 
 
 def _status(service: BatchService, job: str, node_price_per_hour: float | None = None) -> Status:

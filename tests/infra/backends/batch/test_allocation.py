@@ -164,3 +164,22 @@ def test_user_subscription_mode_is_refused_in_one_line_until_it_is_declared(tmp_
     with pytest.raises(ConfigError, match=r"batchPoolAllocation.*user-subscription is not yet supported .*use "
                                           r"batch-service, or backend: azureml"):
         config.from_stack_file("dev", tmp_path)
+
+
+def test_a_submit_right_after_a_waited_out_job_was_cancelled_waits_out_the_sample_gap(batch, pauses):
+    """`cancel` of a job that waited its whole deadline, then `submit` 20 s later: the formula's window has no empty
+    sample yet, so submit waits the rest of the minute; a minute later, or after a job that ran, it does not."""
+    spec = dataclasses.replace(inputs(), nodes=2, allocation_timeout_minutes=30)
+    job = operate.submit(batch, spec, datetime(2026, 11, 21, 12, 0), io.StringIO())
+    created = allocation._time(batch.jobs[job]["creationTime"])
+    cancelled = created + timedelta(minutes=40)
+    batch.jobs[job].update(state="completed", executionInfo={**batch.jobs[job]["executionInfo"],
+                                                             "endTime": cancelled.isoformat().replace("+00:00", "Z"),
+                                                             "terminateReason": "UserTerminate"})
+    out = io.StringIO()
+    newer = operate.submit(batch, spec, cancelled + timedelta(seconds=20), out)
+    assert pauses == [40.0] and "waiting 40 s" in out.getvalue()
+    batch.tasks[newer].update(state="running", executionInfo={"startTime": batch.jobs[newer]["creationTime"],
+                                                              "retryCount": 0, "requeueCount": 0})
+    operate.submit(batch, spec, cancelled + timedelta(seconds=90), io.StringIO())
+    assert pauses == [40.0]
