@@ -27,7 +27,7 @@ def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
     assert rehearsal.returncode == 1, out[-2000:] + err[-2000:]
     with served(work):
         status = verb("status", "--rehearsal", str(work)).stdout
-    assert "completed" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
+    assert "cancelled" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
 
 def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_checkpoint(tmp_path, capsys):
     """One run, two faults. First a Spot eviction of node 1 after the first checkpoint: Batch requeues the task,
