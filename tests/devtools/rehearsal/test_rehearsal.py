@@ -43,15 +43,20 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
                                   env=member_env, capture_output=True, text=True, timeout=600)
 
         folder = pets(tmp_path / "pets")
-        # The stack's one `data` container holds the rehearsal's own 4 classes already, and staging adds files,
-        # never removes any (training/data/staged.py): refused before a byte moves, then merged on purpose.
+        # The dataset `default` (the container's root) holds the rehearsal's own 4 classes: refused before a byte
+        # moves; the member's classes go into a dataset of their own (training/data/datasets.py), and the job
+        # trains on that one alone, beside the rehearsal's job on the default.
         refused = as_member("upload", str(folder))
         assert refused.returncode == 1 and "already holds 4 class(es) that it lacks" in refused.stderr, refused
-        upload = as_member("upload", str(folder), "--add")
+        assert "--dataset NAME for a dataset of its own" in refused.stderr, refused
+        upload = as_member("upload", str(folder), "--dataset", "pets")
         assert upload.returncode == 0 and "3 classes, 24 training images, 6 validation images" in upload.stderr, upload
+        listed = as_member("datasets")
+        assert listed.returncode == 0 and "pets: 3 class(es) (cat, dog, ship), 24 train, 6 val images" in \
+            listed.stdout and "default: 4 class(es)" in listed.stdout, listed
         restage = as_member("restage", "--follow", "--poll-seconds", "1")  # the NFS server stages the upload now
         assert restage.returncode == 0, restage
-        submit = as_member("submit", "--nodes", "1", f"--args={MEMBER_ARGS}")  # the gate passes: staged as it is now
+        submit = as_member("submit", "--nodes", "1", "--dataset", "pets", f"--args={MEMBER_ARGS}")  # staged as it is
         assert submit.returncode == 0, submit
         member_job = re.search(r"submitted (\S+):", submit.stdout).group(1)
         member_follow = as_member("logs", "--follow")  # the stack's newest job: the member's
@@ -65,10 +70,11 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
         rehearsal.terminate()
         out, err = rehearsal.communicate(timeout=900)
     member_run = member_results / member_job / "run"
-    # Uploaded with --add: the member's job trains on both datasets, and its model names every class in label order.
+    # On its own dataset: the member's model names its classes alone, and records the dataset and its hash.
     classes = json.loads((member_run / "classes.json").read_text())
-    assert classes == ["cat", "dog", "n00000000", "n00000001", "n00000002", "n00000003", "ship"], classes
-    assert check_model(member_run / "model.onnx", "pytorch") == "(2, 7)"
+    assert classes == ["cat", "dog", "ship"], classes
+    assert check_model(member_run / "model.onnx", "pytorch") == "(2, 3)"
+    assert json.loads((member_run / "summary.json").read_text())["dataset"].startswith("pets sha256:")
     # Its launch asked one rank per GPU of the size; a node here runs --processes-per-node (1), and says so.
     assert f"rehearsal: {member_job}'s launch asks --slots 8 (one rank per GPU of the size)" in out
     assert json.loads((member_run / "summary.json").read_text())["world_size"] == 1
