@@ -1,10 +1,11 @@
 """Is the training data ready for a job? Asked before a job is submitted (`infra submit`, the TrainingJob and
 AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while there is nothing to train on.
 
-- Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD), in the
-  layout the trainer reads once it is staged as it is (no backend extracts archives): class folders under
-  `train/` (training/data/layout.py, the check `python -m infra upload` runs on the folder before it uploads),
-  and `val/`, when there, with classes of train/.
+- Every backend: the `data` container must hold at least one blob (the deployer lists it with Azure AD), and its
+  root, the dataset `default` when it holds anything (training/data/datasets.py), be in the layout the trainer
+  reads once it is staged as it is (no backend extracts archives): class folders under `train/` (training/data/
+  layout.py, the check `python -m infra upload` runs on the folder before it uploads), and `val/`, when there,
+  with classes of train/. A named dataset's layout is checked as it goes up; `submit --dataset` checks it is there.
 - Batch with `nfsKind: vm`: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
   training/data/staged.py) must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written
   with its own identity), and the fingerprint it staged must be the container's listing now: data uploaded since is
@@ -73,14 +74,19 @@ def listing(data_url: str, seen=None):
 def data_ready(data_url: str, status_url: str = "") -> Readiness:
     """Whether a job may start now: `data` is not empty and, with a `status_url` (the NFS server's reports),
     the server has staged exactly what `data` holds now."""
-    from training.data import layout
+    from training.data import datasets, layout
 
-    found = layout.Layout()
-    now = listing(data_url, found.add)
+    found = layout.Layout()  # of the dataset `default`, the root: the named ones' were checked as they went up
+
+    def seen(name: str) -> None:
+        if not name.startswith(datasets.NAMED) and name != datasets.MANIFEST:
+            found.add(name)
+
+    now = listing(data_url, seen)
     if now.files == 0:
         return Readiness(False, "the `data` container is empty: upload the dataset first (`python -m infra upload "
                                 "--stack STACK DIR`)")
-    problem = found.problem(images=False)  # the trainer checks the files themselves
+    problem = found.problem(images=False) if found.files else None  # the trainer checks the files themselves
     if problem:
         return Readiness(False, f"the `data` container is not a dataset the trainer reads: {problem}; "
                                 f"{layout.EXPECTED} (`python -m infra upload --stack STACK DIR` checks a folder "

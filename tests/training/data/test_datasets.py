@@ -88,3 +88,16 @@ def test_the_content_hash_is_the_images_not_the_upload():
     assert datasets.summarize("c", [("train/cat/1.jpg", 3, "ab")]).content_hash != one.content_hash
     assert datasets.summarize("d", [("notes.txt", 1, "cc")]) is None
     assert datasets.prefix("default") == "" and datasets.prefix("pets") == "datasets/pets/"
+
+
+def test_the_gate_passes_a_container_of_named_datasets_alone_and_still_checks_the_root(azurite, container, tmp_path):
+    from infra.backends import staging
+
+    url = azurite.container_url(container, "racwdl")
+    member = str(outputs_for(tmp_path, url))
+    assert main(["upload", "--outputs", member, "--dataset", "pets",
+                 str(image_tree(tmp_path / "pets", "train/cat/1.jpg"))]) == 0
+    assert staging.data_ready(azurite.container_url(container, "rl")).ready  # no root: nothing there to refuse
+    assert main(["upload", "--outputs", member, "--no-layout-check", str(image_tree(tmp_path / "flat", "1.jpg"))]) == 0
+    gate = staging.data_ready(azurite.container_url(container, "rl"))
+    assert not gate.ready and "no class folders with images under train/" in gate.line
