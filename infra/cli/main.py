@@ -20,10 +20,13 @@ EXAMPLES = """Examples:
   python -m infra new-team speech      # writes Pulumi.speech.yaml from trial, with a free address space
   python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
   python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
+  python -m infra upload --outputs member-dev.json --dataset pets ~/pets   # a dataset of its own
+  python -m infra datasets --outputs member-dev.json   # the datasets: classes, images, size, uploader
   python -m infra teams                 # every stack file: backend, region, nodes, cost, failing checks
   python -m infra teams --live          # and, from Azure: nodes now, jobs running, spend this month
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
   python -m infra submit --outputs member-dev.json     # a member: the member file names the stack
+  python -m infra submit --outputs member-dev.json --dataset pets   # trains on that dataset alone
   python -m infra logs --stack dev --follow
   python -m infra restage --stack dev --follow   # after an upload: stage it now, not at the next check
   python -m infra download --stack dev --dest results/
