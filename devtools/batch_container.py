@@ -11,6 +11,14 @@ Batch's documented composition for a task with `containerSettings`:
   the Task Resource Files populated by Batch" (ContainerWorkingDirectory, same page);
 - `containerRunOptions`: "additional options ... supplied as arguments to the docker create command, in addition
   to those controlled by the Batch Service" (same page; https://learn.microsoft.com/azure/batch/batch-docker-container-workloads).
+- the container page (https://learn.microsoft.com/azure/batch/batch-docker-container-workloads, "Container task
+  working directory", "Container settings for the task"): the same three mappings; Batch "automatically uses the
+  docker create command" and "controls task execution in the container"; on Linux it "maps the user/group
+  permission to the container", root for a pool-scope admin auto-user (the job's: spec.py), the image's default
+  here; on GPU sizes it "automatically enables GPU for container tasks, so you shouldn't include the --gpus
+  argument" (the job does not: tests/images/test_batch_container.py).
+Whether a multi-instance task's coordination and application commands share one container the docs do not say (the
+job's sshd, started by the coordination command, must still run when the application command starts).
 The docs do not list the exact flags Batch itself passes: the bind mount at the same path, `-e` per variable and
 `-w` for the working directory are the Docker forms of the three documented rules, and the task's options come
 after them, so where both set a flag the task's wins, as its last word on the command line does in Docker.

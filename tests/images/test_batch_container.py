@@ -43,6 +43,13 @@ def test_the_sandbox_rule_leaves_out_only_what_this_machine_lacks():
     assert left == [] and kept == shlex.split(options)
 
 
+def test_the_job_leaves_the_gpus_to_batch():
+    # "Batch automatically enables GPU for container tasks, so you shouldn't include the --gpus argument"
+    # (https://learn.microsoft.com/azure/batch/batch-docker-container-workloads).
+    for sku in ("Standard_ND96isr_H100_v5", "Standard_NC24ads_A100_v4"):
+        assert "--gpus" not in batch_spec.container_run_options(job_inputs(sku).sku)
+
+
 def test_a_size_without_infiniband_asks_for_no_device():
     options = batch_spec.container_run_options(job_inputs("Standard_NC24ads_A100_v4").sku)
     assert "--device" not in options and "/opt/microsoft" not in options
