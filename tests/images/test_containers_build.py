@@ -15,12 +15,19 @@ BASE_IMAGE is the stand-in (Debian bookworm minbase). What differs from the real
 Each build's wall time is printed; the engine's data root is kept in .cache/docker/data, so a repeated run reuses
 the layers (and the base) whose inputs did not change.
 """
+import os
+import shlex
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
-from devtools import docker_engine
+from devtools import batch_container, docker_engine
+from devtools.rehearsal.batch import batch_env
 from infra import REPO_ROOT
+from infra.backends.batch import spec as batch_spec
+from tests.images.test_batch_container import job_inputs
 from training import frameworks
 
 UNAVAILABLE = docker_engine.unavailable()
@@ -63,3 +70,39 @@ def test_the_dockerfile_builds_on_the_stand_in_up_to_horovod(engine, name):
         assert installed.get(package, "").split("+")[0] == version, f"{package}=={version}: {installed.get(package)}"
     probe = engine.docker("run", "--rm", "--network", "none", tag, "python", "-c", PROBES[name], timeout=300)
     assert probe.stdout.strip(), probe.stderr
+
+
+def test_the_jobs_ssh_works_inside_the_built_image_when_home_is_elsewhere(engine, tmp_path):
+    """The job's coordination command (spec.coordination_command: node-ssh with the scripts Batch downloads into the
+    task-shared folder) in the PyTorch image as built above, in a container composed as Batch composes the task's
+    (devtools/batch_container.py, the sandbox rule applied), with HOME set to another folder: the image's sshd starts
+    (its privilege-separation user, /run/sshd), and ssh in the same container reaches it with the job's port and key
+    from the config node-ssh wrote. The commands run by `docker exec` in one container that outlives them; whether
+    Batch runs a multi-instance task's two commands so, the docs do not say (batch_container's docstring)."""
+    image = "dltrain-pytorch:stand-in"
+    if engine.docker("image", "inspect", image, check=False).returncode:
+        pytest.skip("needs the PyTorch image built by test_the_dockerfile_builds_on_the_stand_in_up_to_horovod")
+    address = "127.61.7.9"  # a loopback address of its own (the job's sshd binds the node's address, port 2222)
+    task = batch_spec.task_spec(job_inputs(), "j")
+    env = {**batch_env(tmp_path / "batch", [address, "192.0.2.10"], 0, "j", "train"),
+           "HOME": str(tmp_path / "batch" / "elsewhere")}
+    batch_container.batch_folders_exist(env)
+    shutil.copytree(REPO_ROOT / "training", Path(env["AZ_BATCH_TASK_SHARED_DIR"]) / "training",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # what Batch's commonResourceFiles download
+    kept, _ = batch_container.sandbox_options(task["containerSettings"]["containerRunOptions"])
+    held = {**batch_container.local_task(task, kept), "commandLine": "sleep 300"}
+    name = f"train-ssh-{os.getpid()}"
+    engine.docker("run", "-d", "--rm", *batch_container.docker_create_args(held, env, image, name), timeout=60)
+    try:
+        def in_task(command_line):
+            return engine.docker("exec", "-w", env["AZ_BATCH_TASK_WORKING_DIR"], name, *shlex.split(command_line),
+                                 check=False, timeout=120)
+
+        started = in_task(batch_spec.coordination_command("j"))
+        assert started.returncode == 0, started.stderr
+        shown = in_task(f"ssh -G 192.0.2.10")
+        assert {"port 2222", "user root"} <= set(shown.stdout.splitlines()), shown.stdout
+        logged_in = in_task(f"ssh {address} echo logged in as $(id -un)")  # the job's own sshd, its key only
+        assert logged_in.returncode == 0 and logged_in.stdout.strip() == "logged in as root", logged_in.stderr
+    finally:
+        engine.docker("rm", "-f", name, check=False)
