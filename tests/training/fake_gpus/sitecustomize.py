@@ -86,21 +86,30 @@ def patch_horovod(hvd) -> None:
 
 
 class _PatchAfterImport(importlib.abc.MetaPathFinder):
-    """Runs a patch on a module once it has been executed (its first import), whoever imports it."""
+    """Runs a patch on a module once it has been executed (its first import), whoever imports it. A probe that
+    only looks for the module (importlib.util.find_spec, as train's framework check does) does not use the patch
+    up: it stays until a module is executed, and a module that is not installed gets none."""
 
     def __init__(self, patches):
-        self.patches = patches
+        self.patches, self.looking = patches, set()
 
     def find_spec(self, fullname, path=None, target=None):
-        patch = self.patches.pop(fullname, None)
-        if patch is None:
+        if fullname not in self.patches or fullname in self.looking:
             return None
-        spec = importlib.util.find_spec(fullname)  # the real one (this finder no longer answers for it)
-        execute = spec.loader.exec_module
+        self.looking.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)  # the real one (this finder does not answer meanwhile)
+        finally:
+            self.looking.discard(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute, patches = spec.loader.exec_module, self.patches
 
         def exec_module(module):
             execute(module)
-            patch(module)
+            patch = patches.pop(fullname, None)
+            if patch:
+                patch(module)
 
         spec.loader.exec_module = exec_module
         return spec
