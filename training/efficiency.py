@@ -170,7 +170,8 @@ def progress_text(per_worker: float, expected: Expectation, bound: Bound) -> str
     """The progress line's tail, e.g. '3896.0 img/s per worker (0.76 of 5155 expected), input-bound (data 24%, ...)'.
     `python -m infra status` reads it back from the job's stdout (parse_progress)."""
     ratio = of_expected(per_worker, expected)
-    against = f"{ratio:.2f} of {expected.img_per_sec:g} expected" if ratio is not None else f"expected {expected.unknown}"
+    against = (f"{ratio:.2f} of {expected.img_per_sec:g} expected" if ratio is not None
+               else f"expected {expected.unknown}")
     return f"{per_worker:.1f} img/s per worker ({against}), {bound.text()}"
 
 

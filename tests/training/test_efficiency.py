@@ -94,8 +94,8 @@ def test_progress_text_reads_back():
     unknown = eff.progress_text(12.5, eff.Expectation(None, "cpu"), eff.classify(times(0.1, 9.0, None)))
     stdout = f"step 10/20  loss 6.9  lr 0.1  50.0 img/s  {known}\nother\nstep 20/20  loss 6.8  lr 0.1  {unknown}\n"
     reading = eff.parse_progress(stdout)
-    assert reading == eff.Reading(12.5, None, None, "compute+exchange-bound (data 1%, compute 99%, exchange in compute)",
-                                  "unknown")
+    assert reading == eff.Reading(12.5, None, None,
+                                  "compute+exchange-bound (data 1%, compute 99%, exchange in compute)", "unknown")
     assert eff.parse_progress(stdout.split("other")[0]) == eff.Reading(3896.0, 0.76, 5155.0, bound.text())
     assert eff.parse_progress("training ResNet50 ...\n") is None
 
