@@ -81,12 +81,12 @@ def test_help_teaches_the_commands():
 def test_help_lists_each_command_once_then_the_examples():
     result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    commands = ("plan", "preflight", "leftovers", "new-team", "teams", "member-file", "upload", "datasets", "submit", "status",
+    commands = ("plan", "preflight", "leftovers", "changed-stacks", "ci-roles", "new-team", "teams", "member-file", "upload", "datasets", "submit", "status",
                 "logs", "download", "cancel", "register-model", "restage", "rehearse")
     first_words = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
     assert {name: first_words.count(name) for name in commands} == dict.fromkeys(commands, 1)
     listed = result.stdout.split("\ncommands:\n", 1)[1].split("\n\n", 1)[0]
-    # In the order of use: plan, preflight, leftovers, the teams' stack files, a member's file and data, the job
+    # In the order of use: plan, preflight, leftovers, the fleet pipeline's verbs, the teams' stack files, a member's file and data, the job
     # verbs, restage, the rehearsal.
     assert [line.split()[0] for line in listed.splitlines() if re.match(r" {4}\S", line)] == list(commands)
     examples = result.stdout.split("\nExamples:\n", 1)[1]
