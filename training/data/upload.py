@@ -4,8 +4,9 @@ Each file goes up in blocks (bounded memory) with its MD5 as Content-MD5, which 
 skips files whose blob already has the same size and MD5 (when the SAS can read), and uploads the rest.
 
 Any tree goes up as it is; a folder that is not in the trainer's layout (train/<class>/IMAGE, training/data/
-layout.py) gets a note, and `--check-layout` refuses it before a byte moves. For a deployed stack,
-`python -m infra upload DIR` finds the `data` container itself and checks the layout by default.
+layout.py) gets a note, and `--check-layout` refuses it, or one whose images do not all decode
+(training/data/decode_check.py), before a byte moves. For a deployed stack, `python -m infra upload DIR` finds the
+`data` container itself and checks the layout and the images by default.
 
 Examples:
   python -m training upload /data/imagenet "$DATA_URL_WITH_WRITE_SAS"
