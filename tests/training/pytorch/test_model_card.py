@@ -60,9 +60,13 @@ def test_three_class_folder_exports_three_named_logits_and_predict_names_a_class
     assert training("predict", out / "model.onnx", photo, "--image-size", "64").returncode == 0
     notes = tmp_path / "notes.txt"
     notes.write_text("not a photo")
-    refused = training("predict", out / "model.onnx", photo, notes, check=False)
-    assert refused.returncode == 2 and refused.stdout == "", refused.stdout  # nothing predicted, not even the photo
-    assert refused.stderr.startswith(f"error: IMAGE {notes}: not a readable image") and refused.stderr.count("\n") == 1
+    # A file that does not decode is skipped and named; the photo beside it is still predicted.
+    skipped = training("predict", out / "model.onnx", photo, notes)
+    assert [line.split(": ")[0] for line in skipped.stdout.splitlines()] == [str(photo)]
+    assert skipped.stderr == f"predict: skipped 1 file(s) that do not decode: {notes} (not an image PIL reads)\n"
+    refused = training("predict", out / "model.onnx", notes, check=False)  # nothing that decodes: nothing predicted
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr.splitlines()[-1] == "error: no image decoded (1 skipped, listed above): nothing predicted"
 
 
 @pytest.mark.parametrize("case", ["num-classes-disagrees", "predict-missing-model", "predict-not-an-image",
