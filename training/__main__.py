@@ -89,8 +89,9 @@ def main(argv: list[str]) -> int:
 
             cfg = parse_args(rest, description=TRAIN_HELP)
             try:
-                package = frameworks.get(cfg.framework).image.package  # found, not imported: before any line
-                if importlib.util.find_spec(package) is None:
+                # The framework's own package (torch, tensorflow), found, not imported: refused before any line.
+                package = frameworks.get(cfg.framework).image.package
+                if package in TRAINING_MODULES and importlib.util.find_spec(package) is None:
                     raise ModuleNotFoundError(f"No module named {package!r}", name=package)
                 # The framework's loop module, from its row in training/frameworks.py: imported only now.
                 return importlib.import_module(frameworks.get(cfg.framework).loop).main(cfg)
