@@ -53,6 +53,7 @@ def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_c
             while not set(checkpoints.glob("ckpt-*.pt")) - before and time.monotonic() < deadline:
                 time.sleep(0.2)  # a checkpoint the resumed run wrote
             time.sleep(1)
+            faults["node1"] = pool.nodes[1].address
             faults["lost"] = (time.monotonic(), pool.kill(pool.nodes[1]), service, job)
         threading.Thread(target=watch, daemon=True).start()
 
@@ -69,6 +70,14 @@ def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_c
     summary = json.loads((result.downloaded / "run" / "summary.json").read_text())
     assert summary["steps"] == 40 and summary["resumed_from_step"] >= 20
     assert (result.downloaded / "logs" / "stdout.txt").read_text().count("resumed from") == 2
+    # Each attempt as the launcher recorded it (training/cluster/attempts.py, what `status` shows): the loss is a node
+    # fault that names node 1 (its sshd no longer answers), and the last attempt finished.
+    from training.cluster import attempts
+
+    records = attempts.read_lines((result.downloaded / "logs" / "stdout.txt").read_text())
+    blamed = [a for a in records if a["kind"] == "node" and a["blamed_hosts"]]
+    assert blamed and blamed[-1]["blamed_hosts"] == [faults["node1"]] and blamed[-1]["node_hours"] > 0, records
+    assert records[-1]["kind"] == "ok", records
     # What the endpoint answered for this task and job, as the REST spec has them.
     answers = [("GET", f"/jobs/{job}", 200, json.dumps(service.jobs[job]).encode()),
                ("GET", f"/jobs/{job}/tasks/train", 200, json.dumps(service.tasks[job]).encode())]
