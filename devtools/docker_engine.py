@@ -254,5 +254,18 @@ def build(engine: Engine, dockerfile: Path, tag: str, *, target: str | None = No
     result = engine.docker(*args, str(context), check=False, timeout=timeout)
     output = result.stdout + result.stderr
     if result.returncode != 0:
-        raise BuildFailed(f"{dockerfile.name}: {failed_step(output)}")
+        raise BuildFailed(f"{dockerfile.name}: {failed_step(output)}{_space_hint(engine, output)}")
     return output
+
+
+BUILD_SPACE_GB = 20  # measured 2026-11-26: the PyTorch image is 8.9 GB, and committing its pip layer needs it twice
+
+
+def _space_hint(engine: Engine, output: str) -> str:
+    """What a build that ran out of disk needs: a bare "no space left on device" names neither the folder nor how
+    much (the first fresh-clone CI run here met it with three clones' engines on one disk)."""
+    if "no space left on device" not in output:
+        return ""
+    free_gb = shutil.disk_usage(engine.data_root).free / 1e9
+    return (f" (the engine's data root {engine.data_root} has {free_gb:.1f} GB free; building both images needs "
+            f"about {BUILD_SPACE_GB} GB: free some, or remove an older .cache/docker)")
