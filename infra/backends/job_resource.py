@@ -134,7 +134,10 @@ class JobResourceProvider(ResourceProvider):
         if not job:
             # Nothing submitted yet (the data was not ready): every `up` tries again, in place.
             return DiffResult(changes=True, replaces=[], delete_before_replace=False)
-        changed = [name for name in self.compared if as_compared(olds.get(name)) != as_compared(news.get(name))]
+        # A field the old state predates (a job launched before the key existed) was not asked for: its arrival alone
+        # replaces nothing, nor refuses `up` while that job runs.
+        changed = [name for name in self.compared
+                   if name in olds and as_compared(olds[name]) != as_compared(news.get(name))]
         if changed:
             self._refuse_if_running(job, olds, changed)
         # Create the new job first: the old one keeps its nodes until the new one is queued.

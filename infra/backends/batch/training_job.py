@@ -47,13 +47,6 @@ class TrainingJobProvider(JobResourceProvider):
     key = "job_id"
     compared = (*INPUT_FIELDS, "batch_endpoint")
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]):
-        # A job launched before allocationTimeoutMinutes existed has none in its state: it had no deadline, and the
-        # key's arrival alone must not replace it (nor refuse `up` while it runs).
-        if "allocation_timeout_minutes" not in olds:
-            olds = {**olds, "allocation_timeout_minutes": news.get("allocation_timeout_minutes")}
-        return super().diff(_id, olds, news)
-
     def _batch(self, props: dict[str, Any]) -> BatchService:
         return self._service or AzureBatch(props["batch_endpoint"])
 

@@ -88,6 +88,12 @@ def test_a_job_launched_before_the_allocation_deadline_existed_is_not_replaced_b
         "allocation_timeout_minutes"]
 
 
+def test_a_job_launched_before_datasets_had_names_is_not_replaced_by_the_next_up(batch):
+    provider = TrainingJobProvider(batch, staged)
+    old = {k: v for k, v in props().items() if k != "dataset"}  # a state from before JobInputs.dataset
+    assert provider.diff("j", {**old, "job_id": "j"}, props()).changes is False
+
+
 def test_provider_inputs_cover_every_job_input():
     assert set(INPUT_FIELDS) == {f.name for f in dataclasses.fields(batch_spec.JobInputs)}
 
