@@ -45,21 +45,6 @@ def engine():
         yield started
 
 
-def test_a_failed_build_names_its_step():
-    output = ("Step 1/3 : FROM base\n ---> 1\nStep 2/3 : RUN apt-get install -y nosuchpackage\n"
-              "E: Unable to locate package nosuchpackage\n")
-    assert docker_engine.failed_step(output) == ("Step 2/3 : RUN apt-get install -y nosuchpackage: "
-                                                 "E: Unable to locate package nosuchpackage")
-
-
-def test_a_build_out_of_disk_says_where_and_how_much(tmp_path):
-    engine = docker_engine.Engine(folder=tmp_path, socket=tmp_path / "docker.sock", data_root=tmp_path,
-                                  log=tmp_path / "dockerd.log")
-    hint = docker_engine._space_hint(engine, "Error processing tar file(exit status 1): write /x: no space left on device")
-    assert str(tmp_path) in hint and "GB free" in hint and f"{docker_engine.BUILD_SPACE_GB} GB" in hint
-    assert docker_engine._space_hint(engine, "E: Unable to locate package nosuchpackage") == ""
-
-
 @pytest.mark.parametrize("name", sorted(PROBES))
 def test_the_dockerfile_builds_on_the_stand_in_up_to_horovod(engine, name):
     image = IMAGES[name]

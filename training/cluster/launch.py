@@ -363,7 +363,7 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_por
         else:
             verdict = attempts.classify(attempts.read_records(output_dir), rc)
             verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
-    record = attempts.attempt_record(len(attempts.previous_attempts(output_dir)), started, attempts.now(),
+    record = attempts.attempt_record(len(previous), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":
         print(verdict.line, file=sys.stderr, flush=True)
