@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
+from infra.core.config import stack_names
 
 # A stack file at the project's top (Pulumi's own naming: Pulumi.<stack>.yaml beside Pulumi.yaml). Only the
 # characters Pulumi allows in a stack name ("alphanumeric characters, hyphens, underscores, or periods",
@@ -67,11 +68,11 @@ def select(entries: Iterable[tuple[str, str]]) -> Selection:
 def named(stacks: Iterable[str], root: Path) -> Selection:
     """The manual run's stacks (fleet-deploy.yml's `stacks` input), each refused unless its stack file is here."""
     chosen = tuple(dict.fromkeys(stacks))
-    missing = [s for s in chosen if not STACK_FILE.fullmatch(f"Pulumi.{s}.yaml") or "/" in s
+    missing = [s for s in chosen if not STACK_FILE.fullmatch(f"Pulumi.{s}.yaml")
                or not (root / f"Pulumi.{s}.yaml").is_file()]
     if missing:
         raise ValueError(f"--stacks: no Pulumi.{missing[0]}.yaml in {root}; stacks here: "
-                         f"{', '.join(sorted(p.name[7:-5] for p in root.glob('Pulumi.*.yaml'))) or 'none'}")
+                         f"{', '.join(stack_names(root)) or 'none'}")
     return Selection(chosen, (), ())
 
 

@@ -173,16 +173,19 @@ def _short(name: str) -> str:
     return key[len("standard_"):] if key.startswith("standard_") else key
 
 
+_BY_SHORT = {_short(sku): sku for sku in CATALOG}  # "nd96asr_v4" -> "Standard_ND96asr_v4"
+
+
 def find(name: str) -> GpuSku | None:
     """The catalog's size `name` names, compared without case and with or without its "Standard_" prefix
     ("nd96asr_v4"). Whether Azure compares vmSize without case its docs do not say: the stack goes on with the
     catalog's spelling, so what Azure receives is the catalog's, whatever the stack file wrote."""
-    return {_short(sku): CATALOG[sku] for sku in CATALOG}.get(_short(name))
+    sku = _BY_SHORT.get(_short(name))
+    return CATALOG[sku] if sku else None
 
 
 def unknown_size(name: str) -> str:
     """gpuSku's refusal of a size the catalog lacks: the closest names first ("did you mean"), then them all."""
-    shorts = {_short(sku): sku for sku in CATALOG}
-    close = [shorts[m] for m in difflib.get_close_matches(_short(name), shorts, n=2, cutoff=0.75)]
+    close = [_BY_SHORT[m] for m in difflib.get_close_matches(_short(name), _BY_SHORT, n=2, cutoff=0.75)]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     return f"unknown size {name!r}; {hint}known sizes: {', '.join(sorted(CATALOG))}"
