@@ -109,8 +109,10 @@ def running(data_root: Path | None = None) -> Iterator[Engine]:
     engine = Engine(folder=folder, socket=folder / "docker.sock", data_root=data_root or folder / "data",
                     log=folder / "dockerd.log")
     previous = None
-    try:  # SIGTERM (a CI timeout, the rehearsal's stop) must reach the finally below, as Ctrl-C does
-        previous = signal.signal(signal.SIGTERM, _sigterm_to_exit)
+    try:  # SIGTERM (a CI timeout, the rehearsal's stop) must reach the finally below, as Ctrl-C does; a caller
+        # that handles SIGTERM already (pytest's fixtures, the rehearsal: KeyboardInterrupt) keeps its handling
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            previous = signal.signal(signal.SIGTERM, _sigterm_to_exit)
     except ValueError:
         pass  # not the main thread: the caller's own handling applies
     process = None
@@ -132,6 +134,8 @@ def running(data_root: Path | None = None) -> Iterator[Engine]:
             time.sleep(0.3)
         yield engine
     finally:
+        if previous is not None:  # a second SIGTERM must not abandon the clean-up below
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if process is not None:
             _stop(process, folder)
         for point in _mounts_under(folder) + (_mounts_under(engine.data_root) if data_root else []):

@@ -36,9 +36,15 @@ def leftovers(folder: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def engine():
-    with docker_engine.running() as started:
-        docker_engine.base_image(started)
-        yield started
+    # SIGTERM (a CI timeout) ends the session as Ctrl-C does, so pytest runs this teardown and the engine stops,
+    # rather than failing one test and building on (docker_engine.running keeps a handler it finds)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with docker_engine.running() as started:
+            docker_engine.base_image(started)
+            yield started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_a_container_runs_on_the_hosts_network_and_ipc(engine):

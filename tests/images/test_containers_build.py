@@ -17,6 +17,7 @@ the layers (and the base) whose inputs did not change.
 """
 import os
 import shlex
+import signal
 import shutil
 import time
 from pathlib import Path
@@ -40,9 +41,15 @@ PROBES = {"pytorch": "import torch, torchvision, onnxruntime, azure.storage.blob
 
 @pytest.fixture(scope="module")
 def engine():
-    with docker_engine.running(data_root=docker_engine.CACHE / "data") as started:
-        docker_engine.base_image(started)
-        yield started
+    # SIGTERM (a CI timeout) ends the session as Ctrl-C does, so pytest runs this teardown and the engine stops,
+    # rather than failing one test and building on (docker_engine.running keeps a handler it finds)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        with docker_engine.running(data_root=docker_engine.CACHE / "data") as started:
+            docker_engine.base_image(started)
+            yield started
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.mark.parametrize("name", sorted(PROBES))
