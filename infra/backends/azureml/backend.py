@@ -127,7 +127,7 @@ class AzureMlBackend:
         from infra.backends.azureml import operate as operate_aml
 
         service, job = self._job(ctx, inputs.job)
-        print("\n".join(operate_aml.status(service, job)))
+        print("\n".join(operate_aml.status(service, job, ctx.outputs.aml_compute_name)))
 
     def logs(self, ctx: JobContext, inputs: Logs) -> None:
         from infra.backends.azureml import operate as operate_aml

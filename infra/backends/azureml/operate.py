@@ -55,10 +55,51 @@ CANCEL_WORDS = {"Canceled": "cancelled (`python -m infra cancel`; Azure ML: Canc
                 "CancelRequested": "cancelling (Azure ML: CancelRequested)"}
 
 
-def status(service: AmlJobs, name: str) -> list[str]:
+# A job waits in these for its cluster's nodes (JobStatus, https://learn.microsoft.com/javascript/api/@azure/arm-
+# machinelearning/knownjobstatus: Queued "while waiting for all required nodes to be ready"; Preparing, the run
+# environment): the cluster's allocation is what `status` shows beside it.
+WAITING = ("NotStarted", "Starting", "Provisioning", "Preparing", "Queued")
+
+
+def _moment(value: str | None) -> str:
+    """An ARM date-time (allocationStateTransitionTime) as `status` writes times: minutes, UTC."""
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return str(value)
+
+
+def cluster_line(compute: str, props: dict, job_status: str) -> str:
+    """One line on the compute cluster's allocation (Compute - Get: an AmlCompute's properties, service.COMPUTE_API):
+    allocationState (Steady | Resizing) since allocationStateTransitionTime, currentNodeCount of targetNodeCount,
+    its nodeStateCounts that are not zero, and its first allocation error (errors: ARM ErrorResponse[], code and
+    message; which codes Azure ML writes there is not documented). While the job waits for nodes, it says that
+    Azure ML has no deadline for that wait (docs/deploying.md, "Capacity"): only a `cancel` ends it."""
+    state = props.get("allocationState") or "unknown"
+    since = props.get("allocationStateTransitionTime")
+    line = (f"  cluster {compute}: {state}{f' since {_moment(since)}' if since else ''}, "
+            f"{props.get('currentNodeCount', '?')} of {props.get('targetNodeCount', '?')} node(s)")
+    counts = {k.removesuffix("NodeCount"): v for k, v in (props.get("nodeStateCounts") or {}).items() if v}
+    if counts:
+        line += f" ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+    errors = [(e or {}).get("error") or {} for e in props.get("errors") or []]
+    if errors:
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        line += f"; allocation error {errors[0].get('code', '?')}: {errors[0].get('message', '')}{more}"
+    if job_status in WAITING:
+        line += ("; the job waits for its nodes with no deadline on Azure ML (its limits.timeout bounds the run): "
+                 "`python -m infra cancel` ends the wait")
+    return line
+
+
+def status(service: AmlJobs, name: str, compute: str | None = None) -> list[str]:
+    """The job's state; with `compute`, the cluster's allocation line (cluster_line)."""
     job = _get(service, name)
-    return [f"job {name}: {CANCEL_WORDS.get(job['status'], job['status'])}", f"  created: {job['created'] or '-'}",
-            f"  studio: {job['studio_url'] or '-'}"]
+    lines = [f"job {name}: {CANCEL_WORDS.get(job['status'], job['status'])}", f"  created: {job['created'] or '-'}",
+             f"  studio: {job['studio_url'] or '-'}"]
+    if compute:
+        lines.append(cluster_line(compute, service.cluster_state(compute), job["status"]))
+    return lines
 
 
 def logs(service: AmlJobs, name: str, follow: bool, out: TextIO) -> None:

@@ -54,8 +54,20 @@ class AmlJobs(Protocol):
     def max_nodes(self, compute: str) -> int | None:
         """The compute cluster's maxNodeCount now (the budget guard sets it to 0); None when not known."""
 
+    def cluster_state(self, compute: str) -> dict[str, Any]:
+        """The cluster's AmlCompute properties as ARM answers them (COMPUTE_API): allocationState,
+        allocationStateTransitionTime, errors, currentNodeCount, targetNodeCount, nodeStateCounts..."""
+
 
 ARM_SCOPE = "https://management.azure.com/.default"  # what MLClient's job and model calls sign in for
+# Compute - Get (https://learn.microsoft.com/rest/api/azureml/compute/get), REST spec Azure/azure-rest-api-specs
+# specification/machinelearningservices/resource-manager/Microsoft.MachineLearningServices/stable/2025-12-01/
+# machineLearningServices.json, example Compute/get/AmlCompute.json: an AmlCompute's properties.properties carries
+# allocationState (Steady | Resizing), allocationStateTransitionTime, errors (ARM ErrorResponse[]: {error{code,
+# message}}), currentNodeCount, targetNodeCount and nodeStateCounts. azure-ai-ml's AmlCompute entity (1.35.2:
+# AmlCompute._load_from_rest) keeps none of them, so this one call goes through azure-mgmt-core's ARM pipeline (the
+# one preflight uses) with the same sign-in. The version: the one the budget guard's Compute - Update uses.
+COMPUTE_API = "2025-12-01"
 # azure-ai-ml logs "Class X: This is an experimental class, and may change at any time..." at WARNING for each
 # experimental schema class a job entity touches (azure/ai/ml/_utils/_experimental.py); none is ours to act on.
 EXPERIMENTAL_LOGGER = "azure.ai.ml._utils._experimental"
@@ -70,9 +82,11 @@ def aml_refused(err: Exception, what: str) -> JobError | None:
 
 
 class AzureMlJobs:
-    def __init__(self, subscription_id: str, resource_group: str, workspace: str, credential=None, client=None):
+    def __init__(self, subscription_id: str, resource_group: str, workspace: str, credential=None, client=None,
+                 arm=None):
         """Without a credential, one Azure AD sign-in is tried first (training.data.transfer.AzureCredential): no
-        sign-in ends here in one line, before azure-ai-ml (seconds to import) is loaded."""
+        sign-in ends here in one line, before azure-ai-ml (seconds to import) is loaded. `arm`: the ARM client for
+        Compute - Get (infra/backends/preflight.py: Arm), made from the same credential when not given."""
         logging.getLogger(EXPERIMENTAL_LOGGER).setLevel(logging.ERROR)
         if client is None:
             from training.data.transfer import AzureCredential
@@ -81,7 +95,9 @@ class AzureMlJobs:
             from azure.ai.ml import MLClient
 
             client = MLClient(credential, subscription_id, resource_group, workspace)
-        self.client = client
+        self.client, self._credential, self._arm = client, credential, arm
+        self._workspace_id = (f"/subscriptions/{subscription_id}/resourceGroups/{resource_group}/providers/"
+                              f"Microsoft.MachineLearningServices/workspaces/{workspace}")
 
     def _call(self, what: str, call: Callable[[], T], name: str | None = None) -> T:
         return call_translated(call, what, name, aml_refused)
@@ -137,3 +153,14 @@ class AzureMlJobs:
         cluster = self._call(f"reading compute {compute}", lambda: self.client.compute.get(compute))
         value = getattr(cluster, "max_instances", None)
         return int(value) if value is not None else None
+
+    def cluster_state(self, compute: str) -> dict[str, Any]:
+        # AzureML Data Scientist reads computes (Microsoft.MachineLearningServices/workspaces/*/read).
+        if self._arm is None:
+            from infra.backends.preflight import Arm
+
+            self._arm = Arm(self._credential)
+        arm = self._arm
+        body = self._call(f"reading compute {compute}", lambda: arm.get(
+            f"{self._workspace_id}/computes/{compute}", COMPUTE_API))
+        return ((body or {}).get("properties") or {}).get("properties") or {}

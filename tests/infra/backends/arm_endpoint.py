@@ -15,6 +15,9 @@ Shapes, from Azure/azure-rest-api-specs examples:
 - resources Resources - List By Resource Group (value[{id, name, type, location, kind, sku, tags}]) and keyvault
   2024-11-01 listDeletedVaults.json (value[{id, name, type, properties{vaultId, location, deletionDate,
   scheduledPurgeDate, tags, purgeProtectionEnabled}}]), for leftovers;
+- machinelearningservices stable/2025-12-01 Compute/get/AmlCompute.json (properties.properties{vmSize, scaleSettings,
+  allocationState, allocationStateTransitionTime, errors, currentNodeCount, targetNodeCount, nodeStateCounts}),
+  a compute not there 404;
 - authorization Permissions - List (value[{actions, notActions, dataActions, notDataActions}]);
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
@@ -145,6 +148,7 @@ class ArmEndpoint:
             "fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": []}}
         self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
                        price_item(gpu[0], location, 31.0, "", windows=True)]
+        self.computes: dict[str, dict[str, Any]] = {}  # an Azure ML workspace's, by name (Compute - Get's body)
         self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
         self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
         self.refuse: dict[str, tuple[int, str, str]] = {}  # a path's part -> (status, code, message)
@@ -244,6 +248,10 @@ class ArmEndpoint:
                 (200, self.batch_account) if self.batch_account else (404, _error(
                     "ResourceNotFound", f"The Resource 'Microsoft.Batch/batchAccounts/{m['name']}' under resource "
                                         f"group '{m['rg']}' was not found.")))),
+            ("GET", group + r"/providers/Microsoft\.MachineLearningServices/workspaces/[^/]+/computes/(?P<name>[^/]+)",
+             lambda m: (200, self.computes[m["name"]]) if m["name"] in self.computes else (404, _error(
+                 "ResourceNotFound", f"The Resource 'Microsoft.MachineLearningServices/workspaces/computes/"
+                                     f"{m['name']}' was not found."))),
             ("GET", group + r"/resources", lambda m: (200, {"value": self.resources})),
             ("GET", sub + r"/providers/Microsoft\.KeyVault/deletedVaults", lambda m: (200, {
                 "value": self.deleted_vaults})),
@@ -270,3 +278,27 @@ class ArmEndpoint:
 
 def _error(code: str, message: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message}}
+
+
+def aml_compute(name: str, current: int, target: int, state: str = "Resizing",
+                errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Compute - Get's answer for an AmlCompute cluster as the 2025-12-01 example writes it (Compute/get/
+    AmlCompute.json), with its allocation: `errors` as ARM ErrorResponse entries ({error{code, message}})."""
+    return {"id": f"/subscriptions/{SUBSCRIPTION}/resourceGroups/rg/providers/Microsoft.MachineLearningServices/"
+                  f"workspaces/ws/computes/{name}",
+            "type": "Microsoft.MachineLearningServices/workspaces/computes", "name": name, "location": "westus2",
+            "properties": {"description": "some compute", "createdOn": "2021-04-01T22:00:00.0000000+00:00",
+                           "modifiedOn": "2021-04-01T22:00:00.0000000+00:00", "computeType": "AmlCompute",
+                           "provisioningState": "Succeeded", "properties": {
+                               "vmSize": "Standard_ND96asr_v4", "vmPriority": "LowPriority", "osType": "Linux",
+                               "virtualMachineImage": None, "isolatedNetwork": False,
+                               "subnet": {"id": "test-subnet-resource-id"},
+                               "scaleSettings": {"maxNodeCount": target, "minNodeCount": 0,
+                                                 "nodeIdleTimeBeforeScaleDown": "PT5M"},
+                               "remoteLoginPortPublicAccess": "Disabled", "allocationState": state,
+                               "allocationStateTransitionTime": "2026-11-26T22:28:08.998Z", "errors": errors,
+                               "currentNodeCount": current, "targetNodeCount": target,
+                               "nodeStateCounts": {"preparingNodeCount": 0, "runningNodeCount": 0,
+                                                   "idleNodeCount": current, "unusableNodeCount": 0,
+                                                   "leavingNodeCount": 0, "preemptedNodeCount": 0},
+                               "enableNodePublicIp": False}}}

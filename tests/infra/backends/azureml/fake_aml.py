@@ -13,6 +13,7 @@ class FakeAmlJobs:
     def __init__(self):
         self.jobs, self.calls, self.models, self.nodes = {}, [], {}, {}
         self.max_instances: dict[str, int] = {}  # compute -> its maxNodeCount now (max_nodes); unset: not known
+        self.clusters: dict[str, dict] = {}  # compute -> its AmlCompute properties (cluster_state); unset: at rest
 
     def submit(self, job):
         self.calls.append(("submit", job.name))
@@ -54,6 +55,11 @@ class FakeAmlJobs:
 
     def max_nodes(self, compute):
         return self.max_instances.get(compute)
+
+    def cluster_state(self, compute):
+        """A cluster at rest (Compute - Get's AmlCompute properties): Steady, no nodes, no errors."""
+        return self.clusters.get(compute, {"allocationState": "Steady", "currentNodeCount": 0, "targetNodeCount": 0,
+                                           "errors": None})
 
     def finish(self, name, summary):
         self.jobs[name].update(status="Completed", summary=summary)
