@@ -25,6 +25,7 @@ API = {
     # docs/architecture.md). The account and pool `up` declares keep azure-native's 2024-07-01 (cluster.py says why).
     "batch": "2025-06-01",
     "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group
+    "roleAssignments": "2022-04-01",  # authorization: Role Assignments - List For Scope (user-subscription Batch)
     "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
 }
 
@@ -182,19 +183,25 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         demands = [("NFS server", offers[s].family, offers[s].vcpus) for s in needs.vm_sizes if s in offers]
         spot_vcpus = 0
         found = []
-        if needs.backend == "azureml":  # AmlCompute nodes count against the subscription's compute quota
+        # AmlCompute nodes, and a user-subscription Batch account's ("The quotas in your subscription for regional
+        # compute cores, per-series compute cores ... are used and enforced. Standard Batch core quotas don't apply":
+        # https://learn.microsoft.com/azure/batch/batch-account-create-portal), count against the subscription's
+        # compute quota.
+        on_subscription = needs.backend == "azureml" or needs.pool_allocation == "user-subscription"
+        if on_subscription:
             if needs.spot:
                 spot_vcpus = needs.gpu_vcpus
             else:
                 demands.append((f"{needs.max_nodes} x {needs.gpu.name}", family.family, needs.gpu_vcpus))
-        else:
+        if needs.backend == "batch":
             batch = f"{sub}/providers/Microsoft.Batch"
             found.append(verdicts.batch_accounts_verdict(needs, subscription, arm.get(
                 f"{batch}/locations/{needs.location}/quotas", API["batch"]), arm.list(f"{batch}/batchAccounts",
                                                                                        API["batch"])))
             path = f"{group_id}/providers/Microsoft.Batch/batchAccounts/{needs.batch_account}"
             account = arm.get(path, API["batch"], missing_ok=True)
-            found.append(verdicts.batch_quota_verdict(needs, family.family, account))
+            if not on_subscription:  # the account's own core quota (batch-service)
+                found.append(verdicts.batch_quota_verdict(needs, family.family, account))
             limits = verdicts.batch_limits_verdict(needs, account, arm.list(f"{path}/pools", API["batch"])
                                                    if account else [], needs.batch_pool)
             if limits:
@@ -205,6 +212,10 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         return found
 
     step("quota", quota)
+    if needs.pool_allocation == "user-subscription":
+        step("batch service role", lambda: [verdicts.batch_service_role_verdict(needs, subscription, arm.list(
+            f"{sub}/providers/Microsoft.Authorization/roleAssignments", API["roleAssignments"],
+            {"$filter": f"principalId eq '{needs.batch_service_object_id}'"}))])
     group_exists = arm.get(group_id, API["providers"], missing_ok=True) is not None
 
     def roles() -> list[Check]:

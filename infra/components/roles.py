@@ -13,7 +13,7 @@ from pulumi_azure_native import authorization
 from infra.core.role_ids import (  # noqa: F401
     ACR_PULL, AZUREML_COMPUTE_OPERATOR, AZUREML_DATA_SCIENTIST, BATCH_ACCOUNT_CONTRIBUTOR, BATCH_JOB_SUBMITTER,
     BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, BLOB_DATA_WRITER, CONTRIBUTOR, COST_MANAGEMENT_READER, CUSTOM_ROLES,
-    READER, ROLE_NAMES,
+    KEY_VAULT_SECRETS_OFFICER, READER, ROLE_NAMES,
     ROLE_PERMISSIONS, custom_role_id, role_key)
 
 # Who a grant is for, as ARM's principalType: managed identities are service principals. Setting it skips ARM's

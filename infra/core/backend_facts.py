@@ -39,7 +39,7 @@ FACTS: dict[str, BackendFacts] = {f.name: f for f in (
     BackendFacts("batch", only_keys=("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "nfsEncryptionAtHost",
                                      "dataLocalCache",
                                      "trainingDataWaitMinutes", "trainingRetries", "allocationTimeoutMinutes",
-                                     "batchPoolAllocation"),
+                                     "batchPoolAllocation", "batchServiceObjectId"),
                  fixed_costs={"Batch account": 0.0},  # Batch itself is free: only its nodes bill
                  node_os_disk_gb=POOL_OS_DISK_GB),
     # Its successor: an Azure ML workspace, compute cluster and command job.

@@ -75,7 +75,7 @@ ALLOWED = {
     "nfsKind": ("vm", "azure-files"),
     "amlDataMode": ("download", "mount"),
     "amlWorkspaceAccess": ("private", "public"),
-    "batchPoolAllocation": ("batch-service", "user-subscription"),  # user-subscription: refused, not yet declared
+    "batchPoolAllocation": ("batch-service", "user-subscription"),
 }
 SAS_EXPIRY_HOURS = RANGES["sasExpiryHours"]  # security.py checks issued SAS against its high end
 MAX_NODES_LIMIT = RANGES["maxNodes"].high

@@ -111,12 +111,15 @@ class NetworkConfig:
 class NodesConfig:
     """The GPU nodes (Batch pool or Azure ML compute cluster)."""
     KEYS = {"gpuSku": "gpu_sku", "minNodes": "min_nodes", "maxNodes": "max_nodes", "spot": "spot",
-            "batchPoolAllocation": "pool_allocation"}
+            "batchPoolAllocation": "pool_allocation", "batchServiceObjectId": "batch_service_object_id"}
     gpu_sku: str
     min_nodes: int
     max_nodes: int
     spot: bool = False  # Spot nodes (evictable, billed at the variable Spot rate) on either backend
     pool_allocation: str = "batch-service"  # the Batch account's pool allocation mode (Pulumi.yaml says why)
+    # user-subscription: the "Microsoft Azure Batch" service principal's object ID in the tenant (its grant on the
+    # account's Key Vault names it; infra/backends/batch/cluster.py)
+    batch_service_object_id: str = ""
 
     @property
     def sku(self) -> GpuSku:
@@ -147,16 +150,16 @@ class NodesConfig:
             raise ConfigError("computeSubnet", f"{network.compute_subnet} has {usable} usable addresses, fewer than "
                                                f"maxNodes {max_nodes}; use a larger prefix")
         allocation = check_one_of("batchPoolAllocation", values["batchPoolAllocation"])
-        if allocation == "user-subscription":
-            # What the mode needs (https://learn.microsoft.com/azure/batch/batch-account-create-portal#additional-
-            # configuration-for-user-subscription-mode): a Key Vault the account references, the Batch service's
-            # role on the subscription, Azure AD authentication. Not declared yet: refused rather than half made.
-            raise ConfigError("batchPoolAllocation", "user-subscription is not yet supported (the account's Key Vault "
-                                                     "reference and the Batch service's role on the subscription are "
-                                                     "not declared yet): use batch-service, or backend: azureml for "
-                                                     "the subscription's own quota")
+        batch_service = str(values.get("batchServiceObjectId") or "")
+        if allocation == "user-subscription" and not GUID.fullmatch(batch_service):
+            # The Key Vault grant the mode needs names the service principal by its object ID, which differs per
+            # tenant (infra/backends/batch/cluster.py: USER_SUBSCRIPTION_DOC).
+            raise ConfigError("batchServiceObjectId", f"{batch_service or 'unset'}: batchPoolAllocation "
+                              "user-subscription needs the object ID of the \"Microsoft Azure Batch\" service principal "
+                              "in your tenant: `az ad sp show --id ddbf3205-c6bd-46ae-8127-60eb93363864 --query id -o tsv`")
         return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, spot=values["spot"],
-                   pool_allocation=allocation)
+                   pool_allocation=allocation,
+                   batch_service_object_id=batch_service if allocation == "user-subscription" else "")
 
 
 @dataclass(frozen=True, kw_only=True)

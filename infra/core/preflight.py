@@ -89,6 +89,8 @@ class Needs:
     vm_sizes: tuple[str, ...] = ()  # plain VMs the stack creates (the NFS server)
     batch_account: str = ""  # "" when the stack has none (backend azureml)
     batch_pool: str = ""  # its pool's name
+    pool_allocation: str = "batch-service"  # the Batch account's (batchPoolAllocation)
+    batch_service_object_id: str = ""  # user-subscription: the "Microsoft Azure Batch" service principal's object ID
     write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
     policy_targets: tuple[PolicyTarget, ...] = field(default=())
 
@@ -151,6 +153,8 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
     return Needs(location=config.location, resource_group=group, gpu=CATALOG[config.nodes.gpu_sku],
                  max_nodes=config.nodes.max_nodes, spot=config.nodes.spot, backend=config.backend,
                  namespaces=namespaces, vm_sizes=vm_sizes, batch_account=batch_account, batch_pool=batch_pool,
+                 pool_allocation=config.nodes.pool_allocation if batch_account else "batch-service",
+                 batch_service_object_id=config.nodes.batch_service_object_id if batch_account else "",
                  write_actions=tuple(writes), policy_targets=tuple(targets))
 
 
@@ -328,6 +332,41 @@ def batch_accounts_verdict(needs_: Needs, subscription: str, quotas: Mapping[str
                                              f"region in {needs_.location} ({BATCH_QUOTA_DOC})")
     return Check("batch accounts", OK, f"{len(here)} of {limit} Batch accounts in {needs_.location}: room for "
                                        f"{needs_.batch_account}")
+
+
+# User-subscription mode: the "Microsoft Azure Batch" service principal's role on the subscription, a subscription
+# owner's one-time grant (https://learn.microsoft.com/azure/batch/batch-account-create-portal, "Allow Batch to access
+# the subscription": Contributor or Owner; the narrower built-in Azure Batch Service Orchestration Role grants "the
+# required permissions to Azure Batch Resource Provider to manage compute and other backing resources in the
+# subscription"). Role Assignments - List For Scope on the subscription filtered by principalId
+# (https://learn.microsoft.com/rest/api/authorization/role-assignments/list-for-scope) lists the assignments at,
+# above and below it: value[].properties{roleDefinitionId, principalId, scope}.
+BATCH_SERVICE_ROLES = {"a35466a1-cfd6-450a-b35e-683fcdf30363": "Azure Batch Service Orchestration Role",
+                       "b24988ac-6180-42a0-ab88-20f7382dd24c": "Contributor",
+                       "8e3af657-a8ff-443c-a75c-2fe8c4bcb635": "Owner"}
+
+
+def batch_service_role_verdict(needs_: Needs, subscription: str, assignments: Sequence[Mapping[str, Any]]) -> Check:
+    sub = f"/subscriptions/{subscription}".lower()
+    for assignment in assignments:
+        props = assignment.get("properties") or {}
+        role = str(props.get("roleDefinitionId", "")).rstrip("/").rsplit("/", 1)[-1].lower()
+        scope = str(props.get("scope", "")).rstrip("/").lower()
+        covers = scope in (sub, "") or scope.startswith("/providers/microsoft.management/managementgroups/")
+        if role in BATCH_SERVICE_ROLES and covers and str(props.get("principalId", "")).lower() == \
+                needs_.batch_service_object_id.lower():
+            return Check("batch service role", OK, f"the Batch service ({needs_.batch_service_object_id}) holds "
+                                                   f"{BATCH_SERVICE_ROLES[role]} on {props.get('scope')}: it may "
+                                                   "create the pool's VMs in this subscription (user-subscription)")
+    return Check("batch service role", FAIL, f"the Batch service (\"Microsoft Azure Batch\", object "
+                                             f"{needs_.batch_service_object_id}) has no role on subscription "
+                                             f"{subscription}, so a user-subscription pool cannot allocate nodes: a "
+                                             "subscription owner runs once `az role assignment create "
+                                             f"--assignee-object-id {needs_.batch_service_object_id} "
+                                             "--assignee-principal-type ServicePrincipal --role "
+                                             "a35466a1-cfd6-450a-b35e-683fcdf30363 --scope /subscriptions/"
+                                             f"{subscription}` (Azure Batch Service Orchestration Role), or use "
+                                             "batchPoolAllocation: batch-service")
 
 
 # An existing account's other limits (Batch Account - Get: properties.poolQuota, activeJobAndJobScheduleQuota; the

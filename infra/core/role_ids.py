@@ -34,9 +34,16 @@ BATCH_ACCOUNT_CONTRIBUTOR = "29fe4964-1e60-436b-bd3a-77fd4c178b3c"
 # the guard reads its budget's current spend with it, on the resource group.
 COST_MANAGEMENT_READER = "72fafb9e-0641-4937-9268-a91bfd8191a3"
 AZUREML_COMPUTE_OPERATOR = "e503ece1-11d0-4e8e-8e2c-7a6c3bf38815"
+# Key Vault Secrets Officer: "Perform any action on the secrets of a key vault" (data actions
+# Microsoft.KeyVault/vaults/secrets/*: get, list, set, delete, recover...;
+# https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/security#key-vault-secrets-officer): the
+# "Microsoft Azure Batch" service principal's on a user-subscription account's own vault (infra/backends/batch/
+# cluster.py), the Get, List, Set, Delete (and Recover) secret permissions Batch's docs ask for, and nothing more.
+KEY_VAULT_SECRETS_OFFICER = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
 # Roles that manage a whole resource, granted only on a resource of this ARM type (the scope's last type segments).
 RESOURCE_ROLES = {BATCH_ACCOUNT_CONTRIBUTOR: "Microsoft.Batch/batchAccounts/pools",
-                  AZUREML_COMPUTE_OPERATOR: "Microsoft.MachineLearningServices/workspaces/computes"}
+                  AZUREML_COMPUTE_OPERATOR: "Microsoft.MachineLearningServices/workspaces/computes",
+                  KEY_VAULT_SECRETS_OFFICER: "Microsoft.KeyVault/vaults"}
 # The stack's one custom role (declared by infra/components/storage.py, assignable in the stack's resource group
 # only): Storage Blob Data Contributor's data actions without its control-plane Actions `containers/delete` and
 # `containers/write`. An ABAC condition constrains data actions only ("Conditions are ... on data actions":
@@ -92,7 +99,8 @@ ROLE_NAMES = {BLOB_DATA_WRITER: "Blob Data Writer (custom)", ACR_PULL: "AcrPull"
               BLOB_DATA_CONTRIBUTOR: "Storage Blob Data Contributor", BATCH_JOB_SUBMITTER: "Azure Batch Job Submitter",
               READER: "Reader", CONTRIBUTOR: "Contributor", AZUREML_DATA_SCIENTIST: "AzureML Data Scientist",
               BATCH_ACCOUNT_CONTRIBUTOR: "Azure Batch Account Contributor",
-              AZUREML_COMPUTE_OPERATOR: "AzureML Compute Operator", COST_MANAGEMENT_READER: "Cost Management Reader"}
+              AZUREML_COMPUTE_OPERATOR: "AzureML Compute Operator", COST_MANAGEMENT_READER: "Cost Management Reader",
+              KEY_VAULT_SECRETS_OFFICER: "Key Vault Secrets Officer"}
 
 
 def role_key(role_definition_id: str, scope: str) -> str:

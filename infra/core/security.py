@@ -372,7 +372,8 @@ def _role_on_its_resource(props: Props) -> str | None:
     if re.fullmatch(pattern, scope.rstrip("/"), re.IGNORECASE):
         return None
     return (f"grants {ROLE_NAMES[role]} on {scope!r}: it is granted on one {RESOURCE_ROLES[role]} resource only "
-            "(what the budget guard scales), never on its account, workspace or resource group")
+            "(what the budget guard scales, or the one vault a Batch account uses), never on its account, workspace "
+            "or resource group")
 
 
 # --- Service rules: values the provider's types accept and Azure refuses at the service ---------------------------

@@ -28,17 +28,35 @@ def allocation_mode_line(cfg, vcpus: str) -> str:
     (https://learn.microsoft.com/azure/batch/batch-quota-limit): in Batch-service mode each account has its own core
     quotas, which "for some types of subscription have been reduced ... in some cases to zero", and a subscription
     gets 1-3 Batch accounts per region by default; user-subscription mode uses the subscription's per-family quota
-    across all accounts, but needs a Key Vault reference and the Batch service's role on the subscription
-    (https://learn.microsoft.com/azure/batch/batch-account-create-portal, which says "For most cases, you should use
-    the default Batch service pool allocation mode"), a subscription owner's grant no stack makes. batch-service is
-    the default: it needs nothing outside the stack's resource group, and Batch's own docs advise it."""
-    kind = "Spot" if cfg.nodes.spot else f"dedicated {cfg.nodes.sku.quota_family}"
-    return (f"Pool allocation: {cfg.nodes.pool_allocation} (batchPoolAllocation). The nodes draw on the Batch "
-            f"account's own {kind} core quota, {vcpus} at maxNodes, requested for this "
-            "account alone, and this subscription may hold only 1-3 Batch accounts per region "
-            f"({cfg.location}; `python -m infra preflight` counts them). The default needs nothing outside the "
-            "resource group; user-subscription (the subscription's shared per-family quota, as Azure ML uses) needs a "
-            "Key Vault reference and the Batch service's role on the subscription, not declared yet.")
+    across all accounts ("The quotas in your subscription for regional compute cores, per-series compute cores, and
+    other resources are used and enforced": batch-account-create-portal), but needs a Key Vault reference and the
+    Batch service's role on the subscription, a subscription owner's grant no stack makes (cluster.py says what
+    each needs). batch-service stays the default: it needs nothing outside the stack's resource group, and Batch's
+    docs advise it ("For most cases, you should use the default Batch service pool allocation mode")."""
+    from infra.backends.batch.cluster import BATCH_ORCHESTRATION_ROLE, BATCH_SERVICE_APP_ID, USER_SUBSCRIPTION_DOC
+
+    family = cfg.nodes.sku.quota_family
+    if cfg.nodes.pool_allocation == "user-subscription":
+        kind = ("Spot (low-priority) vCPU quota of the region" if cfg.nodes.spot else
+                f"per-family vCPU quota for {family}")
+        return (f"Pool allocation: user-subscription (batchPoolAllocation). The nodes are VMs in this subscription "
+                f"and draw on its {kind} in {cfg.location}, {vcpus} at maxNodes, shared with every other "
+                "user-subscription Batch account and Azure ML workspace there (`python -m infra preflight` reads its "
+                "usage). The stack declares the account's Key Vault and grants the Batch service (object "
+                f"{cfg.nodes.batch_service_object_id}, batchServiceObjectId) Key Vault Secrets Officer on it; a "
+                "subscription owner grants that service principal, once per subscription, its role on the "
+                "subscription: `az role assignment create --assignee-object-id "
+                f"{cfg.nodes.batch_service_object_id} --assignee-principal-type ServicePrincipal --role "
+                f"{BATCH_ORCHESTRATION_ROLE} --scope /subscriptions/{cfg.subscription_id or '<subscription>'}` (Azure Batch Service "
+                f"Orchestration Role; the docs also name Contributor; app {BATCH_SERVICE_APP_ID}; "
+                f"{USER_SUBSCRIPTION_DOC}). The default, batch-service, needs none of this.")
+    kind = "Spot" if cfg.nodes.spot else f"dedicated {family}"
+    return (f"Pool allocation: batch-service (batchPoolAllocation, the default: Batch's docs advise it for most "
+            f"cases and it needs nothing outside the resource group). The nodes draw on the Batch account's own "
+            f"{kind} core quota, {vcpus} at maxNodes, requested for this account alone, and this subscription may "
+            f"hold only 1-3 Batch accounts per region ({cfg.location}; `python -m infra preflight` counts them). "
+            "user-subscription draws on the subscription's shared per-family quota instead (as Azure ML does); it "
+            "needs a Key Vault the stack declares and a subscription owner's one-time grant to the Batch service.")
 
 
 class BatchBackend:
@@ -82,8 +100,12 @@ class BatchBackend:
             pull_identity_id=nodes.id, nfs_source=nfs.mount_source,
             nfs_options=nfs.mount_options,
             # The nodes prefetch the launched job's image when they start: it must be pushed by then.
-            depends_on=[registry.acr_pull, nfs, *registry.images.values()]), child)
+            depends_on=[registry.acr_pull, nfs, *registry.images.values()],
+            key_vault_name=naming.key_vault(cfg.team, cfg.stack, cfg.location, "batch", cfg.naming_subscription)),
+            child)
         foundation.monitoring.watch_batch("batch", cluster.account.id)
+        if cluster.key_vault:  # user-subscription: the account's vault, whose audit events say what Batch keeps there
+            foundation.monitoring.watch_key_vault("batch-key-vault", cluster.key_vault.id)
         job, deployer_grants = None, []
         if self.launches_on_up(cfg):
             # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).

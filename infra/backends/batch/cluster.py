@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-from pulumi_azure_native import authorization, batch
+from pulumi_azure_native import authorization, batch, keyvault
 
 from infra.components import roles
 from infra.backends.batch import spec as batch_spec
@@ -67,12 +67,33 @@ HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-h
                                      version=HPC_IMAGE_VERSION)
 NODE_AGENT = "batch.node.ubuntu 24.04"
 AUTOSCALE_INTERVAL = "PT5M"
-# batchPoolAllocation -> the account's poolAllocationMode. Only batch-service is declared today: the config refuses
-# user-subscription until this module declares what that mode needs (a Key Vault reference on the account, the Batch
-# service's role on the subscription: https://learn.microsoft.com/azure/batch/batch-account-create-portal, whose
-# advice is the default: "For most cases, you should use the default Batch service pool allocation mode").
+# batchPoolAllocation -> the account's poolAllocationMode ("For most cases, you should use the default Batch service
+# pool allocation mode": https://learn.microsoft.com/azure/batch/batch-account-create-portal, the default here).
 POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
                    "user-subscription": batch.PoolAllocationMode.USER_SUBSCRIPTION}
+# What user-subscription mode needs (USER_SUBSCRIPTION_DOC, section "Configure user subscription mode"; read in
+# MicrosoftDocs/azure-docs articles/batch/batch-account-create-portal.md at commit 02f6e1bf):
+# - Azure AD authentication only: "If the mode is UserSubscription, clients must use Microsoft Entra ID"
+#   (BatchAccountCreateParameters.poolAllocationMode); the account here allows AAD only in either mode.
+# - "an Azure Key Vault ... in the same subscription and region as the Batch account", referenced by the account
+#   (keyVaultReference {id, url}), and the "Microsoft Azure Batch" service principal allowed "a minimum of Get, List,
+#   Set, and Delete" secret permissions ("also select Recover" with soft delete). The doc version read asks for a
+#   vault access policy; this vault uses Azure RBAC (as every vault of the project: security.py key-vault-locked)
+#   and grants the same secret actions with Key Vault Secrets Officer on this vault alone. NOT VERIFIED against
+#   the service that an RBAC vault is accepted (the portal's own flow offers both permission models).
+#   The vault's firewall denies all but trusted Azure services: "Azure Batch ... Key Vault for User Subscription
+#   Batch accounts" is one (https://learn.microsoft.com/azure/key-vault/general/overview-vnet-service-endpoints#
+#   trusted-services).
+# - "register your subscription with Batch": the service principal's role on the whole subscription, once per
+#   subscription ("You need Owner permissions in the subscription"). Not declared here: a stack grants on its own
+#   resource group only (security.py role-assignment-in-stack-group), and a second stack's identical assignment
+#   would be refused (RoleAssignmentExists). The doc version read names Contributor or Owner; the narrower built-in
+#   "Azure Batch Service Orchestration Role" (BATCH_ORCHESTRATION_ROLE, "Grants the required permissions to Azure
+#   Batch Resource Provider to manage compute and other backing resources in the subscription", built in since
+#   2024-09) is the one plan names and preflight accepts beside them.
+USER_SUBSCRIPTION_DOC = "https://learn.microsoft.com/azure/batch/batch-account-create-portal"
+BATCH_SERVICE_APP_ID = "ddbf3205-c6bd-46ae-8127-60eb93363864"  # "Microsoft Azure Batch", the same in every tenant
+BATCH_ORCHESTRATION_ROLE = "a35466a1-cfd6-450a-b35e-683fcdf30363"
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
@@ -95,6 +116,7 @@ class ClusterArgs:
     nfs_source: pulumi.Input[str]
     nfs_options: str
     depends_on: list[pulumi.Resource]  # what the nodes need first (the pull permission, the pushed images)
+    key_vault_name: str = ""  # user-subscription: the account's Key Vault (naming.key_vault)
 
 
 class Cluster(pulumi.ComponentResource):
@@ -102,10 +124,19 @@ class Cluster(pulumi.ComponentResource):
         super().__init__("dltrain:cluster:Cluster", name, None, opts)
         nodes = args.nodes
         child = pulumi.ResourceOptions(parent=self)
+        self._name = name
+        self.key_vault = self.vault_grant = None
+        if nodes.pool_allocation == "user-subscription":
+            self.key_vault, self.vault_grant = self._create_vault(args)
         self.account = batch.BatchAccount(
             f"{name}-batch", account_name=args.account_name,
             resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             pool_allocation_mode=POOL_ALLOCATION[nodes.pool_allocation],  # batchPoolAllocation (plan says why)
+            # keyVaultReference {id, url}: the vault's URI as Key Vault forms it, https://{vault-name}.vault.azure.net/
+            # (https://learn.microsoft.com/azure/key-vault/general/about-keys-secrets-certificates#object-identifiers).
+            key_vault_reference=batch.KeyVaultReferenceArgs(
+                id=self.key_vault.id, url=pulumi.Output.concat("https://", self.key_vault.name, ".vault.azure.net/"))
+            if self.key_vault else None,
             allowed_authentication_modes=[batch.AuthenticationMode.AAD],  # Azure AD only: no account keys
             identity=batch.BatchAccountIdentityArgs(type=batch.ResourceIdentityType.SYSTEM_ASSIGNED),
             public_network_access=batch.PublicNetworkAccessType.ENABLED,
@@ -113,7 +144,7 @@ class Cluster(pulumi.ComponentResource):
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
                           for rule in security.firewall_ip_rules(args.allowed_ip_ranges)])),
-            opts=child)
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None))
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
             pool_name=POOL, display_name=f"{nodes.sku.gpus}x {nodes.sku.gpu_model} per node ({nodes.gpu_sku})",
@@ -168,9 +199,31 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on,
                                         replace_on_changes=REPLACE_ON_CHANGES, delete_before_replace=True))
         self.endpoint = self.account.account_endpoint
-        self._name = name
         self.register_outputs({"batch_account": self.account.name, "pool": self.pool.name,
-                               "endpoint": self.endpoint})
+                               "endpoint": self.endpoint, "key_vault": self.key_vault.id if self.key_vault else ""})
+
+    def _create_vault(self, args: ClusterArgs) -> tuple[keyvault.Vault, authorization.RoleAssignment]:
+        """The user-subscription account's Key Vault (USER_SUBSCRIPTION_DOC: same subscription and region) and the
+        Batch service's grant on it. RBAC, purge protection and a deny-by-default firewall as every vault here
+        (security.py: key-vault-locked); only trusted Azure services, Batch among them, pass it: nobody else needs
+        the vault. Soft-deleted vaults keep their name for the retention days (7, the least Azure allows:
+        https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview): a stack destroyed and brought
+        up again within them meets its old vault's name (`python -m infra leftovers` lists it)."""
+        tenant = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self)).tenant_id
+        vault = keyvault.Vault(
+            f"{self._name}-kv", resource_group_name=args.resource_group_name, location=args.location,
+            tags=args.tags, vault_name=args.key_vault_name,
+            properties=keyvault.VaultPropertiesArgs(
+                tenant_id=tenant, sku=keyvault.SkuArgs(family="A", name="standard"),
+                enable_rbac_authorization=True, enable_soft_delete=True, enable_purge_protection=True,
+                soft_delete_retention_in_days=7, public_network_access="Enabled",  # firewalled: trusted services
+                network_acls=keyvault.NetworkRuleSetArgs(default_action="Deny", bypass="AzureServices")),
+            opts=pulumi.ResourceOptions(parent=self))
+        grant = roles.assign(f"{self._name}-batch-service-kv", role=roles.KEY_VAULT_SECRETS_OFFICER,
+                             principal_id=args.nodes.batch_service_object_id, scope=vault.id, parent=self,
+                             description="The Batch service (Microsoft Azure Batch) keeps the user-subscription "
+                                         "account's secrets in its Key Vault (batch-account-create-portal)")
+        return vault, grant
 
     def grant(self, label: str, principal_id: pulumi.Input[str], role: str, *, principal_type: str,
               description: str) -> authorization.RoleAssignment:

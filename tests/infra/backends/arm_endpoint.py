@@ -18,6 +18,8 @@ Shapes, from Azure/azure-rest-api-specs examples:
 - machinelearningservices stable/2025-12-01 Compute/get/AmlCompute.json (properties.properties{vmSize, scaleSettings,
   allocationState, allocationStateTransitionTime, errors, currentNodeCount, targetNodeCount, nodeStateCounts}),
   a compute not there 404;
+- authorization 2022-04-01 RoleAssignments_ListForScope (value[{properties{roleDefinitionId, principalId,
+  principalType, scope}, id, type, name}]), filtered by `$filter=principalId eq '...'`;
 - authorization Permissions - List (value[{actions, notActions, dataActions, notDataActions}]);
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
@@ -148,6 +150,7 @@ class ArmEndpoint:
             "fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": []}}
         self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
                        price_item(gpu[0], location, 31.0, "", windows=True)]
+        self.role_assignments: list[dict[str, Any]] = []  # the subscription's (role_assignment() makes one)
         self.computes: dict[str, dict[str, Any]] = {}  # an Azure ML workspace's, by name (Compute - Get's body)
         self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
         self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
@@ -257,6 +260,9 @@ class ArmEndpoint:
                 "value": self.deleted_vaults})),
             ("GET", group, lambda m: (200, self.group) if self.group else (404, _error(
                 "ResourceGroupNotFound", f"Resource group '{m['rg']}' could not be found."))),
+            ("GET", sub + r"/providers/Microsoft\.Authorization/roleAssignments", lambda m: (200, {
+                "value": [a for a in self.role_assignments if f"principalId eq '{a['properties']['principalId']}'"
+                          in (query.get("$filter") or [""])[0]]})),
             ("GET", r"(?P<scope>.+)/providers/Microsoft\.Authorization/permissions", lambda m: (200, {
                 "value": self.permissions})),
             ("POST", r"(?P<scope>.+)/providers/Microsoft\.PolicyInsights/checkPolicyRestrictions", lambda m: (
@@ -302,3 +308,11 @@ def aml_compute(name: str, current: int, target: int, state: str = "Resizing",
                                                    "idleNodeCount": current, "unusableNodeCount": 0,
                                                    "leavingNodeCount": 0, "preemptedNodeCount": 0},
                                "enableNodePublicIp": False}}}
+
+
+def role_assignment(principal: str, role: str, scope: str) -> dict[str, Any]:
+    """One Role Assignments - List For Scope entry as RoleAssignments_ListForScope.json (2022-04-01) writes it."""
+    return {"properties": {"roleDefinitionId": f"{scope}/providers/Microsoft.Authorization/roleDefinitions/{role}",
+                           "principalId": principal, "principalType": "ServicePrincipal", "scope": scope},
+            "id": f"{scope}/providers/Microsoft.Authorization/roleAssignments/b0f43c54-e787-4862-89b1-a653fa9cf747",
+            "type": "Microsoft.Authorization/roleAssignments", "name": "b0f43c54-e787-4862-89b1-a653fa9cf747"}

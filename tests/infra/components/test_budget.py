@@ -92,7 +92,8 @@ def test_every_check_passes_with_a_budget_and_the_trigger_url_is_never_shown(ev)
 def test_the_guards_roles_are_refused_anywhere_wider_than_one_pool_or_cluster(role):
     base = "/subscriptions/s/resourceGroups/rg"
     ok = {role_ids.BATCH_ACCOUNT_CONTRIBUTOR: "/providers/Microsoft.Batch/batchAccounts/ba/pools/gpu",
-          role_ids.AZUREML_COMPUTE_OPERATOR: "/providers/Microsoft.MachineLearningServices/workspaces/w/computes/gpu"}
+          role_ids.AZUREML_COMPUTE_OPERATOR: "/providers/Microsoft.MachineLearningServices/workspaces/w/computes/gpu",
+          role_ids.KEY_VAULT_SECRETS_OFFICER: "/providers/Microsoft.KeyVault/vaults/kv"}  # a Batch account's vault
     wider = ["", "/providers/Microsoft.Batch/batchAccounts/ba", "/providers/Microsoft.MachineLearningServices/"
              "workspaces/w", "/providers/Microsoft.Storage/storageAccounts/st"]
 

@@ -135,35 +135,7 @@ def test_a_pool_without_resize_errors_gives_no_warning():
     assert allocation.capacity_warning(other, 2) is None  # a pool mistake, not capacity: status names it
 
 
-# --- The pool allocation mode (batchPoolAllocation) ---------------------------------------------------------------
-
-def test_plan_states_the_allocation_mode_its_quota_and_the_vcpus_at_max_nodes():
-    from infra.cli import plan
-    from infra.core import config
-
-    cfg = config.from_stack_file("dev")
-    [line] = [line for line in plan.before_up(cfg) if line.startswith("Pool allocation:")]
-    assert line.startswith("Pool allocation: batch-service (batchPoolAllocation). The nodes draw on the Batch account's "
-                           f"own dedicated {cfg.nodes.sku.quota_family} core quota, "
-                           f"{cfg.nodes.max_nodes * cfg.nodes.sku.vcpus} vCPUs ({cfg.nodes.max_nodes} node(s) x "
-                           f"{cfg.nodes.sku.vcpus}) at maxNodes")
-    assert "1-3 Batch accounts per region" in line and "Key Vault reference" in line
-
-
-def test_user_subscription_mode_is_refused_in_one_line_until_it_is_declared(tmp_path):
-    import shutil
-
-    from infra import REPO_ROOT
-    from infra.core import config
-    from infra.core.config_schema import ConfigError
-
-    shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    stack = (REPO_ROOT / "Pulumi.dev.yaml").read_text()
-    key = "  azure-dl-training:batchPoolAllocation: user-subscription\n"
-    (tmp_path / "Pulumi.dev.yaml").write_text(stack.replace("config:\n", "config:\n" + key, 1))
-    with pytest.raises(ConfigError, match=r"batchPoolAllocation.*user-subscription is not yet supported .*use "
-                                          r"batch-service, or backend: azureml"):
-        config.from_stack_file("dev", tmp_path)
+# The pool allocation mode (batchPoolAllocation): test_user_subscription.py.
 
 
 def test_a_submit_right_after_a_waited_out_job_was_cancelled_waits_out_the_sample_gap(batch, pauses):
