@@ -113,7 +113,7 @@ def _new_team(args: argparse.Namespace) -> int:
 
     try:
         result = teams.new_team(args.name, args.template, args.backend, args.project_dir, args.subscription,
-                                args.location)
+                                args.location, args.own_images)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -473,6 +473,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     new_team.add_argument("--subscription", metavar="ID", help="the subscription the stack deploys to (writes "
                           "azure-native:subscriptionId; default: the --from stack's); docs/teams.md, layouts")
     new_team.add_argument("--location", metavar="REGION", help="the Azure region (default: the --from stack's)")
+    new_team.add_argument("--own-images", action="store_true", help="build the training images at `up` instead of "
+                          "importing the fleet's shared images (default: the sharedImages the stacks here use most; "
+                          "docs/teams.md)")
     new_team.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     new_team.set_defaults(run=_new_team)
 

@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from infra.backends import Declares, Describes, backend
-from infra.core import budget, cost, security
+from infra.core import budget, cost, security, shared_images
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
@@ -126,8 +126,9 @@ def before_up(cfg, today: date | None = None) -> list[str]:
 
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
     at_host = security.encryption_at_host_line(cfg.nfs)
+    importer = shared_images.before_up_line(cfg.registry.shared_images)  # sharedImages: the platform registry's role
     return [*cfg.placeholders, *([warning] if warning else []), *([at_host] if at_host else []),
-            *_describing(cfg).before_up(cfg)]
+            *([importer] if importer else []), *_describing(cfg).before_up(cfg)]
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:
@@ -305,6 +306,8 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
                   cfg, estimate) + _spot_lines(cfg)
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
+    lines += ["", "Training images (built here, or imported by digest: sharedImages)"] + shared_images.plan_lines(
+        cfg.registry.frameworks, cfg.registry.shared_images, cfg.registry.registry_sku)
     lines += ["", "Training job"] + _job_lines(cfg)
     lines += ["", "Before `pulumi up`", f"  - run `python -m infra preflight --stack {cfg.stack}`: it asks the subscription "
               "what below it can (providers, size, quota, roles, Azure Policy, price)"] + [

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from infra import REPO_ROOT
-from infra.core import budget, config, cost, fleet_limits
+from infra.core import budget, config, cost, fleet_limits, shared_images
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
 from infra.core.config import PROJECT, StackConfig
 from infra.core.config_schema import ConfigError
+from infra.core.shared_images import SharedImages
 from infra.core.engine_config import EngineConfig
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
@@ -200,6 +201,7 @@ class NewTeam:
     reserved_from: dict[str, str]  # each reserved range -> where it came from
     left_out: tuple[str, ...] = ()  # the template team's own keys it set, not copied (TEAM_OWN_KEYS)
     quota_lines: tuple[str, ...] = ()  # the group it joins over a default quota (fleet_limits.limit_warnings)
+    images_line: str = ""  # where its training images come from (sharedImages, the fleet's default)
 
 
 def member(cfg: StackConfig) -> fleet_limits.Member:
@@ -220,10 +222,33 @@ def _with_subscription(text: str, subscription: str) -> str:
                   flags=re.MULTILINE)
 
 
+def fleet_shared_images(fleet: Fleet, frameworks: tuple[str, ...]) -> tuple[SharedImages | None, list[str]]:
+    """The sharedImages the stacks here use most (on a tie, the first stack's), keeping only what `frameworks` runs,
+    and the stacks that use it; (None, []) when none imports an image of `frameworks`."""
+    users: dict[tuple, list[str]] = {}
+    found: dict[tuple, SharedImages] = {}
+    for stack in fleet.engines:
+        try:
+            shared = fleet.config(stack).registry.shared_images
+        except ConfigError:
+            continue  # a stack refused by its own plan sets no default
+        kept = tuple(i for i in shared.images if i.framework in frameworks) if shared else ()
+        if kept:
+            key = (shared.registry_id, kept)
+            found.setdefault(key, SharedImages(shared.registry_id, kept))
+            users.setdefault(key, []).append(stack)
+    if not users:
+        return None, []
+    key = max(users, key=lambda k: len(users[k]))  # max keeps the first of equals: stack order
+    return found[key], users[key]
+
+
 def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT,
-             subscription: str | None = None, location: str | None = None) -> NewTeam:
+             subscription: str | None = None, location: str | None = None, own_images: bool = False) -> NewTeam:
     """Write Pulumi.NAME.yaml from Pulumi.TEMPLATE.yaml, or refuse (ConfigError) with nothing written. `subscription`
-    and `location` put the new stack in another (subscription, region) group than the template's."""
+    and `location` put the new stack in another (subscription, region) group than the template's. The new stack
+    imports the fleet's shared images (the sharedImages the stacks here use most) unless the template sets its own
+    or `own_images` (then it builds every image itself)."""
     config.check_team(name)  # also what keeps NAME a plain file name
     subscription = config.check_subscription_id(subscription) if subscription else None
     path = root / f"Pulumi.{name}.yaml"
@@ -256,6 +281,25 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     if location:
         values["location"] = location  # checked with the rest below, as the written file
     drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
+    # One build for the fleet: a new team imports the images the other stacks here import (by digest), so its
+    # `up` builds none; --own-images (or a template with its own sharedImages) decides otherwise.
+    shared, users = (None, []) if own_images else fleet_shared_images(fleet, source.registry.frameworks)
+    if own_images:
+        drop.add(shared_images.KEY)
+        images_line = "images: built here by `up` (--own-images: no sharedImages)"
+    elif source.registry.shared_images:
+        shared = source.registry.shared_images
+        images_line = (f"images: as Pulumi.{template}.yaml's sharedImages "
+                       f"({shared_images.summary(source.registry.frameworks, shared)})")
+    elif shared:
+        values[shared_images.KEY] = shared_images.flow_text(shared, source.registry.frameworks)
+        images_line = (f"images: the fleet's shared images, imported by digest from {shared.registry_name} as "
+                       f"{len(users)} other stack(s) here do ({', '.join(users)}; "
+                       f"{shared_images.summary(source.registry.frameworks, shared)}): its plan builds none; "
+                       "`new-team --own-images` builds them here instead")
+    else:
+        images_line = ("images: built here by `up` (no stack here sets sharedImages; docs/teams.md, one build for the "
+                       "fleet)")
     if chosen != source.backend:
         values["backend"] = chosen
         # The keys of the other backends would be refused (backend_facts.BACKEND_ONLY_KEYS).
@@ -278,9 +322,11 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
                                     "nothing written") from None
     got = {"team": written.team, "addressSpace": str(written.network.address_space),
            "backend": written.backend, "reservedAddressSpaces": sorted(written.network.reserved_address_spaces),
-           "location": written.location, "subscriptionId": written.subscription_id}
+           "location": written.location, "subscriptionId": written.subscription_id,
+           shared_images.KEY: written.registry.shared_images}
     want = {"team": name, "addressSpace": str(new), "backend": chosen, "reservedAddressSpaces": reserved,
-            "location": location or source.location, "subscriptionId": subscription or source.subscription_id}
+            "location": location or source.location, "subscriptionId": subscription or source.subscription_id,
+            shared_images.KEY: shared}
     if got != want:
         wrong = next(key for key in want if got[key] != want[key])
         raise ConfigError(wrong, f"Pulumi.{template}.yaml writes it in a form new-team cannot rewrite (over several "
@@ -298,7 +344,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
         except ConfigError:
             continue
     quota = fleet_limits.limit_warnings(members, only=members[0].group)
-    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own, tuple(quota))
+    return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own, tuple(quota),
+                   images_line)
 
 
 def new_team_lines(result: NewTeam, template: str) -> list[str]:
@@ -313,6 +360,7 @@ def new_team_lines(result: NewTeam, template: str) -> list[str]:
             f"  joins {fleet_limits.group_name((cfg.subscription_id or fleet_limits.UNSET, cfg.location))}: " + (
                 "over a default quota:" if result.quota_lines else "within the documented default quotas"),
             *(f"    {line}" for line in result.quota_lines),
+            *([f"  {result.images_line}"] if result.images_line else []),
             "next:",
             f"  1. edit {result.path.name}: allowedIpRanges (your egress IPs; `curl -s https://ifconfig.me`), and what "
             f"differs for this team (location, gpuSku, maxNodes, "
@@ -339,6 +387,8 @@ JSON_KEYS = {
     "gpuSku": "the GPU VM size",
     "minNodes": "minNodes", "maxNodes": "maxNodes",
     "spot": "true when the GPU nodes are Spot (their own vCPU quota, one for every family)",
+    "images": "per training image, \"built\" (Docker at `up`) or where sharedImages imports it from "
+              "(<platform registry>/<repository>@sha256:...)",
     "usdPerHourAtMin": "estimated USD per hour at minNodes",
     "usdPerHourAtMax": "estimated USD per hour at maxNodes",
     "usdPerMonthAtMin": f"usdPerHourAtMin x {cost.HOURS_PER_MONTH} hours",
@@ -379,6 +429,7 @@ def team_rows(root: Path) -> list[dict]:
         row.update(team=cfg.team, backend=cfg.backend, location=cfg.location, subscription=cfg.subscription_id,
                    gpuSku=cfg.nodes.gpu_sku,
                    minNodes=cfg.nodes.min_nodes, maxNodes=cfg.nodes.max_nodes, spot=cfg.nodes.spot,
+                   images=shared_images.row_images(cfg.registry.frameworks, cfg.registry.shared_images),
                    usdPerHourAtMin=round(estimate.at(cfg.nodes.min_nodes), 2),
                    usdPerHourAtMax=round(estimate.at(cfg.nodes.max_nodes), 2),
                    usdPerMonthAtMin=round(cost.monthly(estimate.at(cfg.nodes.min_nodes)), 2),
@@ -523,5 +574,6 @@ def fleet_lines(rows: list[dict]) -> list[str]:
     members = [fleet_limits.member_of_row(r) for r in rows if not r["error"]]
     warnings = fleet_limits.limit_warnings(members)
     return [*fleet_limits.totals_lines(fleet_limits.totals(members), cost.HOURS_PER_MONTH),
+            shared_images.fleet_line({r["stack"]: r["images"] for r in rows if not r["error"]}),
             *(["Quotas (offline, the documented defaults):", *(f"  {line}" for line in warnings)] if warnings else
               ["Quotas (offline): every (subscription, region) group is within the documented defaults"])]

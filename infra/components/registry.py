@@ -1,9 +1,9 @@
 """Registry: ACR with one training image per framework, pulled by the nodes' managed identity.
 
 The admin user stays disabled. The nodes pull with their identity (infra/components/identity.py), granted AcrPull
-here; the
-images are pushed by a token scoped to their repositories, whose password is generated at deploy time
-and kept as a secret (infra/components/acr_token.py).
+here. Each image is either built here and pushed by a token scoped to the built repositories, whose password is
+generated at deploy time and kept as a secret (infra/components/acr_token.py), or, when sharedImages names it,
+imported by digest from the platform registry (infra/components/image_import.py): no build, no token.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pulumi_azure_native import containerregistry, network, privatedns
 
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
-from infra.core import security
+from infra.components.image_import import ImageImport
+from infra.core import security, shared_images
 from infra.core.config_sections import RegistryConfig
 from training import frameworks
 
@@ -110,7 +111,10 @@ class Registry(pulumi.ComponentResource):
             f"{name}-acr", resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             registry_name=args.registry_name, sku=containerregistry.SkuArgs(name=cfg.registry_sku),
             admin_user_enabled=False, network_rule_set=self._closed(args) if cfg.registry_sku == NETWORK_RULES_SKU
-            else None, opts=child)
+            else None,
+            # Import into a registry with firewall rules needs it to "allow access by trusted services" (on by
+            # default; container-registry-import-images): said here, as the provider's default already sends it.
+            network_rule_bypass_options=containerregistry.NetworkRuleBypassOptions.AZURE_SERVICES, opts=child)
         if cfg.registry_sku == NETWORK_RULES_SKU:
             self._private_endpoint(name, args)
 
@@ -118,9 +122,51 @@ class Registry(pulumi.ComponentResource):
         self.acr_pull = roles.assign(f"{name}-acr-pull", role=roles.ACR_PULL, principal_id=args.pull_principal_id,
                                      scope=self.registry.id, parent=self)
 
+        shared = cfg.shared_images
+        built = shared_images.built_here(cfg.frameworks, shared)
+        # sharedImages: each image it names is copied in by digest (ACR import, the deployer's identity); the job
+        # runs that copy. Keyed by framework like the built ones, so the backends wait on either alike.
+        imports = {
+            image.framework: ImageImport(
+                f"{name}-{image.framework}-import", registry_id=self.registry.id,
+                login_server=self.registry.login_server, source_registry_id=shared.registry_id,
+                source_image=image.source, framework=image.framework, opts=child)
+            for image in (shared.images if shared else ())}
+        self.images: dict[str, pulumi.Resource] = dict(imports)
+        self.push_scope_map = self.push_token = self.push_password = None
+        if built:
+            self._build(name, args, built)
+        # By digest for the job (it runs exactly what was built or imported); by tag for the pool's prefetch list
+        # of a built image, which Azure can only change by replacing the pool (a digest there would redeploy it on
+        # every rebuild); an imported image has no tag, so the pool names its digest, which moves only when
+        # sharedImages does.
+        # Each name carries what a node's pull needs, so whatever boots nodes with it (the pool's prefetch, a
+        # job) is created after them: the pull grant and, for Premium, the private endpoint's DNS records (before
+        # them the name resolves to the public endpoint, which admits no node).
+        ready = [self.acr_pull.id, *([self.dns_zone_group.id, self.dns_link.id]
+                                     if cfg.registry_sku == NETWORK_RULES_SKU else [])]
+
+        def after_pull_path(value: pulumi.Input[str]) -> pulumi.Output[str]:
+            return pulumi.Output.all(value, *ready).apply(lambda values: values[0])
+
+        self.image_refs = {framework: after_pull_path(self.images[framework].ref) for framework in cfg.frameworks}
+        self.image_names = {framework: after_pull_path(imports[framework].ref) if framework in imports
+                            else after_pull_path(pulumi.Output.concat(self.registry.login_server,
+                                                                      f"/{framework}:{cfg.image_tag}"))
+                            for framework in cfg.frameworks}
+        self.register_outputs({
+            "login_server": self.registry.login_server,
+            "image_refs": self.image_refs,
+        })
+
+    def _build(self, name: str, args: RegistryArgs, frameworks: tuple[str, ...]) -> None:
+        """The images built here: Docker on the deployer, pushed with a token that may push these repositories
+        only."""
+        cfg = args.registry
+        child = pulumi.ResourceOptions(parent=self)
         self.push_scope_map = containerregistry.ScopeMap(
             f"{name}-push-scope", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
-            scope_map_name="training-image-push", actions=push_scope(cfg.frameworks),
+            scope_map_name="training-image-push", actions=push_scope(frameworks),
             description="Push the training images, nothing else", opts=child)
         self.push_token = containerregistry.Token(
             f"{name}-push-token", resource_group_name=args.resource_group_name, registry_name=self.registry.name,
@@ -132,7 +178,7 @@ class Registry(pulumi.ComponentResource):
 
         login = docker_build.RegistryArgs(address=self.registry.login_server, username=self.push_token.name,
                                           password=self.push_password.password)
-        self.images = {
+        self.images.update({
             framework: docker_build.Image(
                 f"{name}-{framework}-image",
                 # Paths relative to the project folder, where Pulumi runs the program.
@@ -144,24 +190,5 @@ class Registry(pulumi.ComponentResource):
                 push=True,
                 build_on_preview=False,  # a preview (and a PR review) must not spend 20 minutes building CUDA images
                 opts=child)
-            for framework in cfg.frameworks
-        }
-        # By digest for the job (it runs exactly what was built); by tag for the pool's prefetch list, which
-        # Azure can only change by replacing the pool (a digest there would redeploy it on every rebuild).
-        # Each name carries what a node's pull needs, so whatever boots nodes with it (the pool's prefetch, a
-        # job) is created after them: the pull grant and, for Premium, the private endpoint's DNS records (before
-        # them the name resolves to the public endpoint, which admits no node).
-        ready = [self.acr_pull.id, *([self.dns_zone_group.id, self.dns_link.id]
-                                     if cfg.registry_sku == NETWORK_RULES_SKU else [])]
-
-        def after_pull_path(value: pulumi.Input[str]) -> pulumi.Output[str]:
-            return pulumi.Output.all(value, *ready).apply(lambda values: values[0])
-
-        self.image_refs = {framework: after_pull_path(image.ref) for framework, image in self.images.items()}
-        self.image_names = {framework: after_pull_path(pulumi.Output.concat(self.registry.login_server,
-                                                                             f"/{framework}:{cfg.image_tag}"))
-                            for framework in cfg.frameworks}
-        self.register_outputs({
-            "login_server": self.registry.login_server,
-            "image_refs": self.image_refs,
+            for framework in frameworks
         })

@@ -15,7 +15,7 @@ from typing import Any
 from infra.core.backend_facts import facts
 from infra.core.config_schema import (IMAGE_OF_LOOP, IMAGES, NFS_DISK_SIZE_GB, RANGES, SHARED_IMAGES, ConfigError,
                                       check_one_of, check_range)
-from infra.core import skus
+from infra.core import shared_images as platform_images, skus
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 AZURE_RESERVED_IPS_PER_SUBNET = 5
@@ -187,11 +187,13 @@ class MonitoringConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RegistryConfig:
-    """The container registry and the training images built into it."""
-    KEYS = {"frameworks": "frameworks", "registrySku": "registry_sku", "imageTag": "image_tag"}
+    """The container registry and the training images built into it (or imported: sharedImages)."""
+    KEYS = {"frameworks": "frameworks", "registrySku": "registry_sku", "imageTag": "image_tag",
+            "sharedImages": "shared_images"}
     frameworks: tuple[str, ...]
     registry_sku: str
     image_tag: str
+    shared_images: platform_images.SharedImages | None = None  # the platform's images, imported by digest
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> RegistryConfig:
@@ -207,7 +209,8 @@ class RegistryConfig:
         sku = check_one_of("registrySku", values["registrySku"])
         if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}", values["imageTag"]):
             raise ConfigError("imageTag", f"{values['imageTag']!r} is not a valid Docker tag (letters, digits, _ . -)")
-        return cls(frameworks=images, registry_sku=sku, image_tag=values["imageTag"])
+        return cls(frameworks=images, registry_sku=sku, image_tag=values["imageTag"],
+                   shared_images=platform_images.parse(values["sharedImages"], images))
 
 
 @dataclass(frozen=True, kw_only=True)
