@@ -129,6 +129,113 @@ class JobsInDicts:
         return []  # the project's multi-instance task is read as a whole; no subtask is listed
 
 
+class ScarceCapacity:
+    """`account` as it looks when Azure gives its pool fewer nodes than a job asks for: a pool whose last resize
+    stopped at `have` nodes with `error` in its resizeErrors (ResizeError {code, message, values[{name, value}]},
+    REST spec 2025-06-01; default AccountCoreQuotaReached, one of PoolResizeErrorCodes), answered by Pools - Get
+    and Nodes - List, and a multi-instance task that asks for more nodes than that held back, active and never
+    started, as Batch holds it until all its nodes are there. `arrive()` plays the missing nodes coming (late,
+    but in time): the resize error goes and the held tasks reach `account`, which runs them. Ending a held job
+    (Job - Terminate, Job - Delete: what `submit` does at its deadline, or `cancel`) drops its task; with no task
+    left waiting the pool gives its nodes back (the autoscale formula's give-back, infra/backends/batch/
+    allocation.py, evaluated at once here), so no node is left billing; its resizeErrors stay those of the last
+    resize that stopped short. Everything else is `account`'s."""
+
+    QUOTA = {"code": "AccountCoreQuotaReached", "message": "The specified account has reached core quota",
+             "values": [{"name": "Reason", "value": "The Batch account's dedicated core quota for the VM family "
+                                                     "is reached"}]}
+
+    def __init__(self, account: BatchAccount, have: int, error: dict[str, Any] | None = None):
+        self.account, self.have, self.error = account, have, error or self.QUOTA
+        self.held: dict[str, dict[str, Any]] = {}  # job id -> its task, waiting for nodes
+        self.ended: dict[str, dict[str, Any]] = {}  # job id -> the task of a job ended while it waited (never ran)
+        # job id -> Job - Update's changes while its task is held (onAllTasksComplete: the account would complete a
+        # job of no task at once), applied once the task reaches the account
+        self.updates: dict[str, dict[str, Any]] = {}
+        self.arrived = False
+
+    def __getattr__(self, name: str):  # the rest of the BatchAccount protocol: the account's own
+        return getattr(self.account, name)
+
+    def add_task(self, job_id: str, task: dict[str, Any]) -> None:
+        wanted = int((task.get("multiInstanceSettings") or {}).get("numberOfInstances") or 1)
+        self.account.job(job_id)  # 404 JobNotFound as the service answers
+        if self.arrived or wanted <= self.have:
+            self.account.add_task(job_id, task)
+        else:
+            self.held[job_id] = task
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return {**self.account.job(job_id), **self.updates.get(job_id, {})}
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        return [{**job, **self.updates.get(job["id"], {})} for job in self.account.list_jobs()]
+
+    def update_job(self, job_id: str, changes: dict[str, Any]) -> None:
+        if job_id in self.held:
+            self.account.job(job_id)
+            self.updates.setdefault(job_id, {}).update(changes)
+        else:
+            self.account.update_job(job_id, changes)
+
+    def task(self, job_id: str, task_id: str) -> dict[str, Any]:
+        held = self.held.get(job_id) or self.ended.get(job_id)
+        if held is not None and held["id"] == task_id:
+            self.account.job(job_id)
+            return held
+        return self.account.task(job_id, task_id)
+
+    def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
+        if job_id in self.held or job_id in self.ended:
+            self.task(job_id, task_id)
+            return []
+        return self.account.subtasks(job_id, task_id)
+
+    def task_file(self, job_id: str, task_id: str, path: str) -> bytes:
+        if job_id in self.held or job_id in self.ended:  # a task that never ran on a node has no files
+            raise file_not_found()
+        return self.account.task_file(job_id, task_id, path)
+
+    def _end_held(self, job_id: str, keep: bool) -> None:
+        self.updates.pop(job_id, None)
+        task = self.held.pop(job_id, None)
+        if task is None:
+            return
+        if keep:  # a terminated job keeps its task, which never ran
+            self.ended[job_id] = task
+        if not self.held and not self.arrived:
+            self.have = 0  # nothing waits: the nodes that came go back
+
+    def terminate_job(self, job_id: str, reason: str) -> None:
+        self.account.terminate_job(job_id, reason)
+        self._end_held(job_id, keep=True)
+
+    def delete_job(self, job_id: str) -> None:
+        self.account.delete_job(job_id)
+        self._end_held(job_id, keep=False)
+        self.ended.pop(job_id, None)
+
+    def pool(self, pool_id: str) -> dict[str, Any]:
+        pool = dict(self.account.pool(pool_id))
+        if self.arrived:
+            return pool
+        return {**pool, "allocationState": "steady", "currentDedicatedNodes": self.have, "currentLowPriorityNodes": 0,
+                "resizeErrors": [self.error]}  # the last resize's, until one succeeds (arrive)
+
+    def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
+        nodes = self.account.pool_nodes(pool_id)
+        return nodes if self.arrived else nodes[:self.have]
+
+    def arrive(self) -> None:
+        """The nodes Azure could not give come: every held task reaches the account."""
+        self.arrived = True
+        held, self.held = self.held, {}
+        for job_id, task in held.items():
+            self.account.add_task(job_id, task)
+            if job_id in self.updates:
+                self.account.update_job(job_id, self.updates.pop(job_id))
+
+
 def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
