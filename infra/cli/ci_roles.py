@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core import ci_roles, config
+from infra.core import ci_roles, config, shared_images
 from infra.core.config_schema import ConfigError
 
 
@@ -38,7 +38,7 @@ def command(args: argparse.Namespace) -> int:
     from infra.cli.teams import Fleet  # the stack files, each read once
 
     fleet = Fleet(args.project_dir)
-    stacks, refused = [], []
+    stacks, refused, platform = [], [], {}  # platform: a platform registry's ID -> the stacks importing from it
     for stack in fleet.engines:
         try:
             cfg = config.from_engine_config(stack, fleet.engine(stack), fleet.project)
@@ -47,6 +47,8 @@ def command(args: argparse.Namespace) -> int:
             continue
         if cfg.subscription_id in (None, subscription):
             stacks.append((cfg.team, cfg.stack))
+            if cfg.registry.shared_images:
+                platform.setdefault(cfg.registry.shared_images.registry_id, []).append(cfg.stack)
     if refused:
         print(f"error: {refused[0]} (its custom role cannot be named; `python -m infra plan --stack` says why)",
               file=sys.stderr)
@@ -56,10 +58,17 @@ def command(args: argparse.Namespace) -> int:
     if args.condition_only:
         print(text)
     elif args.json:
-        print(json.dumps({"stacks": [s for _, s in stacks], "roles": roles, "condition": text}, indent=2))
+        print(json.dumps({"stacks": [s for _, s in stacks], "roles": roles, "condition": text,
+                          "importerOn": {registry: users for registry, users in sorted(platform.items())}},
+                         indent=2))
     else:
         print(f"Roles the deploy identity may grant in subscription {subscription} "
               f"(stacks: {', '.join(s for _, s in stacks) or 'none'}):")
         print("\n".join(f"  {guid}  {name}" for guid, name in sorted(roles.items(), key=lambda item: item[1])))
         print(f"\nCondition (version 2.0) for its Role Based Access Control Administrator assignment:\n{text}")
+        for registry, users in sorted(platform.items()):
+            # sharedImages: `up` imports from the platform registry with the deploy identity (docs/teams.md).
+            print(f"\nsharedImages ({', '.join(users)}): the deploy identity needs {shared_images.IMPORTER_ROLE} on "
+                  f"the platform registry, granted once by whoever may grant it there:\n  az role assignment create "
+                  f"--assignee <its object id> --role \"{shared_images.IMPORTER_ROLE}\" --scope {registry}")
     return 0
