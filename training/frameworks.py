@@ -57,9 +57,9 @@ class Framework:
 
 
 TORCH = Image("pytorch", requirements="training/requirements-torch.txt", venv=".venv-torch",
-              venv_requirements="training/requirements-torch.txt", package="torch")
+              venv_requirements="training/requirements-torch-venv.txt", package="torch")
 TF = Image("tensorflow", requirements="training/requirements-tf-gpu.txt", venv=".venv-tf",
-           venv_requirements="training/requirements-tf-cpu.txt", package="tensorflow")
+           venv_requirements="training/requirements-tf-venv.txt", package="tensorflow")
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "training.pytorch.loop", TORCH, dist=("horovod", "ddp"), optimizers=("sgd", "lars"),

@@ -105,17 +105,24 @@ START_TASK_ENV = ("AZ_BATCH_ACCOUNT_NAME", "AZ_BATCH_POOL_ID", "AZ_BATCH_NODE_ID
                   "AZ_BATCH_NODE_MOUNTS_DIR")
 
 
-def batch_env(root: Path, addresses: list[str], index: int, job_id: str, task_id: str) -> dict[str, str]:
+def batch_env(root: Path, addresses: list[str], index: int, job_id: str, task_id: str,
+              node_id: str | None = None) -> dict[str, str]:
     """The variables Batch sets for a multi-instance task's commands on node `index` of the task's nodes
-    (`addresses`, the primary first), in the formats of the page above."""
+    (`addresses`, the primary first), in the formats of the page above; `node_id`: the node's ID in the pool
+    (default tvm-`index`)."""
     return {
-        "AZ_BATCH_ACCOUNT_NAME": "rehearsal", "AZ_BATCH_POOL_ID": "gpu", "AZ_BATCH_NODE_ID": f"tvm-{index}",
+        "AZ_BATCH_ACCOUNT_NAME": "rehearsal", "AZ_BATCH_POOL_ID": "gpu", "AZ_BATCH_NODE_ID": node_id or f"tvm-{index}",
         "AZ_BATCH_NODE_IS_DEDICATED": "true", "AZ_BATCH_JOB_ID": job_id, "AZ_BATCH_TASK_ID": task_id,
         **{name: str(path) for name, path in {**node_folders(root), **task_folders(root, job_id, task_id)}.items()},
         "AZ_BATCH_HOST_LIST": ",".join(addresses), "AZ_BATCH_NODE_LIST": ";".join(addresses),
         "AZ_BATCH_MASTER_NODE": f"{addresses[0]}:6000",
         "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true" if index == 0 else "false",
     }
+
+
+def node_id(node: Node) -> str:
+    """The node's ID in the pool (BatchNode.id; AZ_BATCH_NODE_ID in its tasks)."""
+    return f"tvm-{node.index}"
 
 
 def _glob_match(pattern: list[str], names: list[str]) -> bool:
@@ -151,6 +158,17 @@ class RehearsalBatch:
         self.preempted: dict[str, str] = {}  # job -> the node preempted under its running task, until requeued
         self.requeued_at: list[float] = []  # time.monotonic() of each requeue after a preemption
         self.uploaded: dict[str, list[str]] = {}  # job -> the blobs its output files uploaded  # time.monotonic() of each retry, for the fault tests
+        # Node scheduling (Compute Node - Disable Scheduling, asked by a node's `launch` after a node fault:
+        # training/cluster/keep_out.py): pool node index -> the option asked. A disabled node takes no new task.
+        self.disabled: dict[int, str] = {}
+        # Principals with a role that allows node operations on the pool. None by default, as the program grants
+        # none (docs/architecture.md, "When a node fails mid-run"); a test adds the pool's identity as a team would
+        # add the custom role. The Batch endpoint's token check reads it (devtools/rehearsal/run.py).
+        self.node_operators: set[str] = set()
+        # What every task's commands get besides Batch's variables once the nodes reach the account
+        # (reach_from_nodes): AZ_BATCH_ACCOUNT_URL and the node's managed identity endpoint.
+        self.account_env: dict[str, str] = {}
+        self.placed: dict[str, list[list[int]]] = {}  # job -> each attempt's pool node indexes, the primary first
 
     # --- the account behind the Batch endpoint (devtools/rehearsal/batch_endpoint.BatchAccount) ----------------
     def add_job(self, job: dict[str, Any]) -> None:
@@ -217,17 +235,22 @@ class RehearsalBatch:
             raise rest.task_not_found()
         return task
 
+    def _task_nodes(self, job_id: str, count: int) -> list[Node]:
+        """The nodes of the job's newest attempt (the primary first), else the first `count` of the pool."""
+        placed = self.placed.get(job_id)
+        return [self.nodes.nodes[i] for i in placed[-1]] if placed else self.nodes.nodes[:count]
+
     def subtasks(self, job_id: str, task_id: str) -> list[dict[str, Any]]:
         """The subtasks of a multi-instance task: one per node but the primary's (ids 1..n-1; Tasks_ListSubTasks)."""
         task = self.task(job_id, task_id)
-        nodes = self.nodes.nodes[:task["multiInstanceSettings"]["numberOfInstances"]]
-        return [{"id": index, "nodeInfo": {"nodeId": f"tvm-{index}", "poolId": "gpu"},
+        nodes = self._task_nodes(job_id, task["multiInstanceSettings"]["numberOfInstances"])
+        return [{"id": index, "nodeInfo": {"nodeId": node_id(node), "poolId": "gpu"},
                  "state": "completed" if task["state"] == "completed" else "running"}
-                for index in range(1, len(nodes))]
+                for index, node in enumerate(nodes) if index > 0]
 
     def task_file(self, job_id: str, task_id: str, path: str) -> bytes:
         self.task(job_id, task_id)
-        file = self._task_dir(self.nodes.nodes[0], job_id, task_id) / path
+        file = self._task_dir(self._task_nodes(job_id, 1)[0], job_id, task_id) / path
         if not file.is_file():
             raise rest.file_not_found()
         return file.read_bytes()
@@ -240,8 +263,50 @@ class RehearsalBatch:
                 "currentDedicatedNodes": len(self.nodes.nodes), "currentLowPriorityNodes": 0}
 
     def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
-        self.pool(pool_id)  # its local nodes are dedicated, and idle between jobs
-        return [{"id": f"node-{i}", "state": "idle", "isDedicated": True} for i, _ in enumerate(self.nodes.nodes)]
+        """Nodes - List: its local nodes are dedicated; a node runs the task of a running job's newest attempt, is
+        offline once its scheduling is disabled and it runs none (taskcompletion: "Enter offline state when all
+        Tasks have completed", BatchNodeDisableSchedulingOption in the REST spec 2025-06-01), else idle. Node IDs
+        are tvm-<index>, the same as AZ_BATCH_NODE_ID; ipAddress is the node's address, as in AZ_BATCH_HOST_LIST
+        (what keep_out maps a blamed host by)."""
+        self.pool(pool_id)
+        busy = {i for job_id, task in self.tasks.items() if task["state"] == "running"
+                for i in (self.placed.get(job_id) or [[]])[-1]}
+        return [{"id": node_id(node), "state": "running" if node.index in busy else
+                 "offline" if node.index in self.disabled else "idle",
+                 "schedulingState": "disabled" if node.index in self.disabled else "enabled",
+                 "ipAddress": node.address, "isDedicated": True} for node in self.nodes.nodes]
+
+    def disable_node_scheduling(self, pool_id: str, node: str, option: str) -> None:
+        """Compute Node - Disable Scheduling (POST /pools/{poolId}/nodes/{nodeId}/disablescheduling): the node takes
+        no new task from now on; with taskcompletion the task it runs goes on to its end (REST spec 2025-06-01,
+        BatchNodeDisableSchedulingOption). 404 NodeNotFound for a node not in the pool."""
+        self.pool(pool_id)
+        found = [n for n in self.nodes.nodes if node_id(n) == node]
+        if not found:
+            raise rest.BatchRefusal(404, "NodeNotFound", "The specified node does not exist.")
+        with self.lock:
+            self.disabled[found[0].index] = option
+        self.log(f"rehearsal: node {found[0].hostname} ({node}): scheduling disabled ({option}); Batch schedules no "
+                 "new task on it")
+
+    def reach_from_nodes(self, account_url: str, identity_env: dict[str, str]):
+        """The account's endpoint and the managed identity endpoint, reachable from every node at the host's URLs
+        (devtools/rehearsal/node_ports.py), and named in every task's environment: AZ_BATCH_ACCOUNT_URL, which
+        Batch sets for all tasks (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables),
+        and the token endpoint's variables (the node's IMDS here: devtools/rehearsal/azure_ad.py). Returns the
+        relay, to close (a context manager) before the nodes go."""
+        import contextlib
+
+        from devtools.rehearsal.node_ports import NodePorts
+
+        try:
+            ports = NodePorts([self.nodes.holders[n.index].pid for n in self.nodes.nodes],
+                              [account_url, identity_env.get("IDENTITY_ENDPOINT", "")])
+        except OSError as err:  # the job still runs; only a node fault's keep_out cannot ask the account
+            self.log(f"rehearsal: the nodes cannot reach the account's endpoint ({err}); AZ_BATCH_ACCOUNT_URL not set")
+            return contextlib.nullcontext()
+        self.account_env = {"AZ_BATCH_ACCOUNT_URL": account_url, **identity_env}
+        return ports
 
     def _end_with_tasks(self, job_id: str) -> None:
         # onAllTasksComplete terminatejob: the job completes once its task has (Batch's job/add reference).
@@ -289,7 +354,8 @@ class RehearsalBatch:
     def _batch_env(self, node: Node, job_id: str, task_id: str, nodes: list[Node] | None = None) -> dict[str, str]:
         """Batch's variables on `node` for a task on `nodes` (default: the whole pool), the primary first."""
         nodes = nodes or self.nodes.nodes
-        return batch_env(BATCH_ROOT, [n.address for n in nodes], nodes.index(node), job_id, task_id)
+        env = batch_env(BATCH_ROOT, [n.address for n in nodes], nodes.index(node), job_id, task_id, node_id(node))
+        return {**self.account_env, **env} if job_id else env
 
     def _run(self, job_id: str, node: Node, command_line: str, env: dict[str, str], cwd: Path, out: Path,
              timeout: float | None) -> int:
@@ -368,7 +434,18 @@ class RehearsalBatch:
         if multi["numberOfInstances"] > len(self.nodes.nodes):
             raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; the rehearsal pool has "
                                f"{len(self.nodes.nodes)} (--nodes)")
-        nodes = self.nodes.nodes[:multi["numberOfInstances"]]
+        # Batch places the task on nodes that take tasks: not one whose scheduling is disabled. On Azure the pool's
+        # autoscale adds a node for a task that waits (infra/backends/batch/spec.py, autoscale_formula); here the
+        # pool's spare nodes stand for it, and with none the rehearsal says so rather than wait.
+        schedulable = [n for n in self.nodes.nodes if n.index not in self.disabled]
+        if multi["numberOfInstances"] > len(schedulable):
+            raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; {len(schedulable)} of the "
+                               f"rehearsal pool's {len(self.nodes.nodes)} take tasks (scheduling disabled on "
+                               f"{', '.join(node_id(self.nodes.nodes[i]) for i in sorted(self.disabled))}); on Azure "
+                               "the task waits for autoscale to add nodes; here give the pool a spare node")
+        nodes = schedulable[:multi["numberOfInstances"]]
+        with self.lock:
+            self.placed.setdefault(job_id, []).append([n.index for n in nodes])
         task_env = {e["name"]: e["value"] for e in task.get("environmentSettings", [])}
         limit = wall_clock_seconds(task.get("constraints", {}).get("maxWallClockTime"))
         task_dir = self._task_dir_on_node(job_id, task_id)
@@ -428,6 +505,7 @@ class RehearsalBatch:
             while True:
                 try:
                     code = self._attempt(job_id, task)
+                    task["nodeInfo"] = {"nodeId": node_id(self._task_nodes(job_id, 1)[0]), "poolId": "gpu"}
                 except subprocess.TimeoutExpired:
                     code, info["failureInfo"] = -1, {"category": "usererror", "code": "MaxWallClockTimeExpiry",
                                                      "message": "The task ran longer than its maxWallClockTime"}
@@ -468,7 +546,7 @@ class RehearsalBatch:
         except Exception as err:  # noqa: BLE001 - a rehearsal fault becomes the task's failure, as on Batch
             info.update(exitCode=-1, result="failure", failureInfo={"category": "servererror", "code": "RehearsalError",
                                                                     "message": str(err)})
-        primary = self.nodes.nodes[0]
+        primary = self._task_nodes(job_id, 1)[0]  # where the newest attempt's application command ran
         working_dir = self._task_dir_on_node(job_id, task["id"]) / "wd"
         try:
             self.uploaded[job_id] = self._upload_outputs(primary, task, working_dir)

@@ -118,10 +118,11 @@ def _say(text: str) -> None:
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
              processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None,
-             stay: bool = False) -> Rehearsal:
+             stay: bool = False, spare_nodes: int = 0) -> Rehearsal:
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
     submitted): the tests' ways to break things as Azure can. `stay`: after the job, serve the verbs of other shells
-    and people until SIGINT or SIGTERM (stay_up)."""
+    and people until SIGINT or SIGTERM (stay_up). `spare_nodes`: nodes in the pool beyond the job's, standing for
+    the ones autoscale adds when a node is taken out of scheduling (devtools/rehearsal/batch.py)."""
     from devtools.emulator import Azurite
     from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.batch import RehearsalBatch
@@ -150,7 +151,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     export.mkdir(parents=True, exist_ok=True)
     _say(f"rehearsal of stack {stack}: {framework} on {nodes} node(s) x {inputs.slots} process(es)")
 
-    with Azurite(location=work / "azurite") as azurite, Pool(work / "nodes", nodes, export, mount_name) as pool:
+    with Azurite(location=work / "azurite") as azurite, \
+            Pool(work / "nodes", nodes + spare_nodes, export, mount_name) as pool:
         account = Account(azurite, ev)
         containers = account.create_containers()
         scripts = account.upload_scripts()
@@ -167,7 +169,9 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                      "users)")
             identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
             batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say, slots=inputs.slots)
-            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)), authorized=_batch_token(ad, ev)) as endpoint:
+            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)),
+                               authorized=_batch_token(ad, ev, batch.node_operators)) as endpoint, \
+                    batch.reach_from_nodes(endpoint.url, ad.env()):  # the account and tokens, from the nodes too
                 env = write_endpoints(work, ev, endpoint.url, ad)
                 _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "
                      f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
@@ -290,9 +294,10 @@ def rehearsed_config(stack: str):
     return dataclasses.replace(cfg, access=dataclasses.replace(cfg.access, members=(*cfg.access.members, MEMBER_GROUP)))
 
 
-def _batch_token(ad, ev):
+def _batch_token(ad, ev, node_operators: set[str] = frozenset()):
     """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer, or to a
-    principal the program grants Azure Batch Job Submitter on the Batch account (the team's members)."""
+    principal the program grants Azure Batch Job Submitter on the Batch account (the team's members), or to one in
+    `node_operators` (read at each request: RehearsalBatch.node_operators)."""
     from infra.core.role_ids import BATCH_JOB_SUBMITTER, role_key
 
     account = ev.one("azure-native:batch:BatchAccount").state["id"]
@@ -300,7 +305,7 @@ def _batch_token(ad, ev):
                   if str(a.inputs.get("scope", "")) == account
                   and role_key(str(a.inputs.get("roleDefinitionId", "")), account) == BATCH_JOB_SUBMITTER}
     deployer = _deployer_token(ad)
-    return lambda token: deployer(token) or ad.tokens.get(token) in submitters
+    return lambda token: deployer(token) or ad.tokens.get(token) in submitters or ad.tokens.get(token) in node_operators
 
 
 def stay_up(nfs_timer, status_url: str, poll_s: float = 1.0) -> None:
