@@ -107,3 +107,54 @@ def batch_folders_exist(env: Mapping[str, str]) -> None:
     for name in ("AZ_BATCH_NODE_ROOT_DIR", "AZ_BATCH_NODE_SHARED_DIR", "AZ_BATCH_TASK_DIR", "AZ_BATCH_TASK_WORKING_DIR"):
         if name in env:
             Path(env[name]).mkdir(parents=True, exist_ok=True)
+
+
+# How a rehearsal node (devtools/rehearsal/nodes.py: a set of this machine's namespaces, not a VM) stands in for the
+# host Batch composes the container on (the rule the container rehearsal states in its report):
+NODE_RULE = ("a local node is namespaces of this machine, not a VM: its `host` network is the node's "
+             "(--network=host joins the node's network namespace: container:<the node's anchor>), its Batch root is "
+             "bound from the node's folder here, the pool's NFS mount (which Batch mounts inside that root) is bound "
+             "at its place, and the container gets the node's own cores (--cpuset-cpus)")
+HOST_NETWORK = {"--network=host", "--net=host"}
+
+
+def on_local_node(args: list[str], *, anchor: str, batch_root: str, node_root: str, mounts: dict[str, str],
+                  cpus: str) -> list[str]:
+    """`docker create` arguments composed for a Batch node (docker_create_args) made to run on a rehearsal node
+    (NODE_RULE): `--network=host` (either form) -> `--network=container:ANCHOR`; the Batch root's bind `-v
+    ROOT:ROOT` -> `-v NODE_ROOT:ROOT`; then a bind per NFS mount (host folder -> its path under ROOT) and
+    `--cpuset-cpus CPUS`, before the image. Nothing else changes."""
+    out, index, network = [], 0, False
+    while index < len(args):
+        word = args[index]
+        if word in HOST_NETWORK or (word in ("--network", "--net") and args[index + 1] == "host"):
+            out.append(f"--network=container:{anchor}")
+            index += 1 if word in HOST_NETWORK else 2
+            network = True
+            continue
+        if word == "-v" and args[index + 1] == f"{batch_root}:{batch_root}":
+            out += ["-v", f"{node_root}:{batch_root}"]
+            index += 2
+            continue
+        out.append(word)
+        index += 1
+    if not network:
+        raise ValueError("the task's containerRunOptions do not ask for the host network: a rehearsal node's "
+                         "containers would not be on its network")
+    image = _image_index(out)
+    extra = [word for source, target in sorted(mounts.items()) for word in ("-v", f"{source}:{target}")]
+    return [*out[:image], *extra, "--cpuset-cpus", cpus, *out[image:]]
+
+
+def _image_index(args: list[str]) -> int:
+    """Where the image is in `docker create` arguments of docker_create_args' form: the first word that is neither
+    an option nor an option's value (every option there takes its value as `--opt=value` or as the next word,
+    except the flags below)."""
+    flags = {"--rm", "--init", "--privileged", "-d", "--detach", "-i", "-t", "--read-only"}
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if not word.startswith("-"):
+            return index
+        index += 1 if ("=" in word or word in flags) else 2
+    raise ValueError("no image in the docker create arguments")

@@ -127,7 +127,11 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 class Pool:
     """`count` nodes on 10.<x>.<y>.0/24 behind bridge `name`; `export` is the NFS share every node mounts."""
 
-    def __init__(self, work: Path, count: int, export: Path, mount_name: str, users: ImageUsers = IMAGE_USERS):
+    def __init__(self, work: Path, count: int, export: Path, mount_name: str, users: ImageUsers = IMAGE_USERS,
+                 join_net=None):
+        """`join_net(node)`, when given, returns the pid of a process whose network namespace becomes the node's
+        (the node's container anchor, devtools/rehearsal/containers.py: the task containers join it as their
+        `host` network); that process is part of the node, not of its tasks, so `kill` spares it."""
         if os.geteuid() != 0:
             raise RehearsalUnavailable("the rehearsal needs root: network namespaces, bind mounts, and the job's "
                                        "sshd logs in as root as it does in the container (run it as root)")
@@ -138,6 +142,8 @@ class Pool:
             raise RehearsalUnavailable(f"--work {work}: the nodes' folders go into an overlay mount's options, which "
                                        "cannot hold ',', ':' or '\\'; name a folder without them")
         self.users = users
+        self.join_net = join_net
+        self.kept: dict[int, int] = {}  # node index -> the process whose network namespace the node joined
         self.holders: dict[int, subprocess.Popen] = {}  # node index -> the process holding its namespaces
         self.net_ids: dict[int, tuple[int, int] | None] = {}  # node index -> its network namespace's identity
         # Names unique to this pool, not only to this process: a pool's links must never meet those of the pool
@@ -218,8 +224,12 @@ class Pool:
             f"hostname {q(node.hostname)}",
         ]
         script = " && ".join(mounts) + f" && echo ready && exec tail --pid={os.getpid()} -f /dev/null"
-        holder = subprocess.Popen(["unshare", "--net", "--mount", "--uts", "--propagation", "private", "bash", "-c",
-                                   script],
+        if self.join_net:  # the node's network is that process's; its mounts and hostname are its own as before
+            self.kept[node.index] = self.join_net(node)
+            start = ["nsenter", f"--net=/proc/{self.kept[node.index]}/ns/net", "unshare", "--mount", "--uts"]
+        else:
+            start = ["unshare", "--net", "--mount", "--uts"]
+        holder = subprocess.Popen([*start, "--propagation", "private", "bash", "-c", script],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ready = select.select([holder.stdout], [], [], READY_TIMEOUT_S)[0]
         line = holder.stdout.readline() if ready else ""  # "ready", or "" when the script failed
@@ -248,10 +258,11 @@ class Pool:
         return ",".join(map(str, mine))
 
     def kill(self, node: Node) -> int:
-        """Stop every process of the node (what removing its container does), but the holder of its namespaces
-        (the node itself stays); returns how many."""
+        """Stop every process of the node (what removing its container does), but the holder of its namespaces and
+        the process whose network it joined (the node itself stays); returns how many."""
         holder = self.holders.get(node.index)
-        pids = [pid for pid in self._pids(node) if not holder or pid != holder.pid]
+        spared = {holder.pid if holder else None, self.kept.get(node.index)}
+        pids = [pid for pid in self._pids(node) if pid not in spared]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -54,9 +54,14 @@ DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 # Small enough for 2 CPU cores in about a minute: what the job trains instead of the stack's trainingArgs.
 DEFAULT_ARGS = ("--num-classes 4 --image-size 64 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 "
                 "--workers 1 --base-lr 0.05 --warmup-steps 3")
-NOT_REHEARSED = (
+# Without --container; with it, the report says what ran in the image instead (devtools/rehearsal/containers.py).
+CONTAINER_NOT_REHEARSED = (
     "the container: commands run in the local training environment with the image's ENV and users, not in the image "
-    "(images are checked by hadolint and a pip resolution per image in the tests)",
+    "(`rehearse --container`, as root, runs them in the image built on a local stand-in base: make test-containers)")
+IMAGE_NOT_REHEARSED = ("the image as Azure gets it: its CUDA base, NCCL, and Horovod built with MPI and NCCL (the "
+                       "stand-in's differences are listed under `container`)")
+NOT_REHEARSED = (
+    CONTAINER_NOT_REHEARSED,
     "GPUs, NCCL and InfiniBand: ranks talk over Gloo/TCP on CPU; each node runs --processes-per-node ranks, "
     "not one per GPU of the size",
     "mpirun: across nodes Horovod starts the remote ranks over the job's SSH with its Gloo controller here "
@@ -91,6 +96,7 @@ class Rehearsal:
     failure: dict | None = None
     interconnect_gbps: float | None = None  # the job's interconnect check (multi-node), from summary.json
     efficiency: dict | None = None  # summary.json's efficiency view (training/efficiency.py)
+    container: list[str] | None = None  # with --container: what ran in the image, what the stand-in leaves out
 
 
 def _node_env(framework: str) -> dict[str, str]:
@@ -117,7 +123,7 @@ def _say(text: str) -> None:
 
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
-             processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None,
+             processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None, container: bool = False,
              stay: bool = False, spare_nodes: int = 0) -> Rehearsal:
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
     submitted): the tests' ways to break things as Azure can. `stay`: after the job, serve the verbs of other shells
@@ -147,6 +153,9 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     mount = pool_spec["mountConfiguration"][0]
     mount_name = next(iter(mount.values()))["relativeMountPath"]
     node_env = _node_env(framework)
+    if container:  # the job's commands in the image, on a real Docker engine (devtools/rehearsal/containers.py)
+        from devtools.rehearsal.containers import in_containers
+        Pool, RehearsalBatch = in_containers(framework, _say)
     export = work / "nfs-export"
     export.mkdir(parents=True, exist_ok=True)
     _say(f"rehearsal of stack {stack}: {framework} on {nodes} node(s) x {inputs.slots} process(es)")
@@ -216,7 +225,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 placement.append(f"rank {len(placement)} on {names.get(address, '?')} ({address})")
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
-                         info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"))
+                         info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"),
+                         container=batch.report_lines() if container else None)
 
 
 def default_work(stack: str) -> Path:
@@ -523,7 +533,10 @@ def report(result: Rehearsal) -> str:
              + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),
              f"  downloaded with `infra download` to {result.downloaded}",
              "  not rehearsed:"]
-    lines += [f"    - {item}" for item in NOT_REHEARSED]
+    if result.container:
+        lines[-1:-1] = ["  container:", *(f"    - {item}" for item in result.container)]
+    lines += [f"    - {item}" for item in
+              ((IMAGE_NOT_REHEARSED, *NOT_REHEARSED[1:]) if result.container else NOT_REHEARSED)]
     return "\n".join(lines)
 
 
@@ -567,6 +580,10 @@ def main(argv: list[str]) -> int:
                         help="after the job, keep the stack up (storage, Batch, the nodes, the NFS server's staging on "
                              "a restage request) for other shells' verbs, e.g. a team member's `infra upload`, "
                              "`restage`, `submit`, `logs`, `download` with the member file; until Ctrl-C")
+    parser.add_argument("--container", action="store_true",
+                        help="run the job's commands in the framework's image, started as Batch starts container tasks, "
+                             "on a real Docker engine (root; the image is built on a local stand-in base: "
+                             "devtools/rehearsal/containers.py)")
     parser.add_argument("--serve", action="store_true",
                         help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "
                              "verbs' --rehearsal reach it again; until Ctrl-C")
@@ -583,7 +600,7 @@ def main(argv: list[str]) -> int:
         if args.dist:
             train_args += f" --dist {shlex.quote(args.dist)}"
         result = rehearse(args.stack, args.nodes, args.framework, train_args, work, args.processes_per_node,
-                          stay=args.stay)
+                          stay=args.stay, container=args.container)
         model = result.downloaded / "run" / "model.onnx"
         if model.is_file():
             _say(f"model.onnx from `outputs` in onnxruntime: logits of shape {check_model(model, result.framework)}")

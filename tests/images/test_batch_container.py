@@ -53,3 +53,28 @@ def test_the_job_leaves_the_gpus_to_batch():
 def test_a_size_without_infiniband_asks_for_no_device():
     options = batch_spec.container_run_options(job_inputs("Standard_NC24ads_A100_v4").sku)
     assert "--device" not in options and "/opt/microsoft" not in options
+
+
+def test_a_rehearsal_node_stands_in_for_the_host_by_the_node_rule():
+    task = batch_spec.task_spec(job_inputs(), "j")
+    args = batch_container.docker_create_args(task, ENV, "local:base", "train-0")
+    local = batch_container.on_local_node(args, anchor="node0-anchor", batch_root=ROOT, node_root="/w/node0/batch",
+                                          mounts={"/w/export": f"{ROOT}/fsmounts/data"}, cpus="0")
+    assert "--network=host" not in local and "--network=container:node0-anchor" in local
+    assert local[local.index("-v") + 1] == f"/w/node0/batch:{ROOT}"
+    image = local.index("local:base")
+    assert local[image - 4:image] == ["-v", f"/w/export:{ROOT}/fsmounts/data", "--cpuset-cpus", "0"]
+    # Everything else as composed, in order: only the network, the root's source and the additions differ.
+    rest = [w for w in local[:image - 4] + local[image:]
+            if w not in ("--network=container:node0-anchor", f"/w/node0/batch:{ROOT}")]
+    assert rest == [w for w in args if w not in ("--network=host", f"{ROOT}:{ROOT}")]
+    # The other spelling of the host network, too; a task without it is refused (its containers would be off-node).
+    spelled = ["--name", "n", "--network", "host", "img", "true"]
+    assert batch_container.on_local_node(spelled, anchor="a", batch_root=ROOT, node_root="/x", mounts={},
+                                         cpus="1")[2:4] == ["--network=container:a", "--cpuset-cpus"]
+    try:
+        batch_container.on_local_node(["--name", "n", "img"], anchor="a", batch_root=ROOT, node_root="/x",
+                                      mounts={}, cpus="1")
+        raise AssertionError("a task without the host network was not refused")
+    except ValueError as err:
+        assert "host network" in str(err)

@@ -221,6 +221,16 @@ def build_command(hosts: list[Host], train_flags: list[str], *, python: str, hor
     return command + [python, "-m", "training", command_name, *train_flags]
 
 
+def horovod_has_mpi() -> bool:
+    """Whether this environment's Horovod was built with MPI (horovodrun's own check): an image can have Open MPI's
+    mpirun and a Horovod built for Gloo only (the container rehearsal's stand-in), where `horovodrun --mpi` refuses."""
+    try:
+        from horovod.common.util import mpi_built
+    except ImportError:
+        return False
+    return bool(mpi_built())
+
+
 def _horovodrun() -> str:
     beside = Path(sys.executable).parent / "horovodrun"  # the one in this environment, not another on PATH
     return str(beside) if beside.exists() else "horovodrun"
@@ -276,7 +286,7 @@ def main(argv: list[str]) -> int:
         os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
-                            has_mpi=shutil.which("mpirun") is not None, command_name=args.run)
+                            has_mpi=shutil.which("mpirun") is not None and horovod_has_mpi(), command_name=args.run)
     ranks = sum(h.slots for h in hosts)
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:

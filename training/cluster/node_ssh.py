@@ -30,6 +30,7 @@ naming sshd's own message and the fix, and exit code 2.
 Examples:
   python -m training node-ssh --port 2222 --keys-dir /mnt/nfs/.jobs/JOB
   python -m training node-ssh --port 2222 --keys-dir /tmp/keys --no-start   # write the files only
+  python -m training node-ssh --port 2222 --keys-dir /mnt/nfs/.jobs/JOB --client-only   # the application command's
 """
 from __future__ import annotations
 
@@ -191,6 +192,27 @@ def ssh_home() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir)
 
 
+def write_client_config(node: NodeSsh, home: Path) -> None:
+    """The primary's ssh client config (the job's port, key and known hosts) under `home`, from the key the
+    coordination command made in the task-shared folder."""
+    client_dir = home / ".ssh"
+    client_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write_private(client_dir / "config", ssh_client_config(node))
+
+
+def client_only(node: NodeSsh, home: Path) -> None:
+    """`--client-only`: the client config again, in the application command's own container. Whether Batch runs a
+    multi-instance task's coordination and application commands in one container its docs do not say
+    (devtools/rehearsal/containers.py); when it does not, the config the coordination command wrote under the
+    container's own home is not there, and only the Batch folders (the task-shared one, with the job's key) are."""
+    if not node.primary:
+        raise UsageError("--client-only is for the primary (AZ_BATCH_IS_CURRENT_NODE_MASTER=true), which launches")
+    if not node.identity.exists():
+        raise UsageError(f"no job key at {node.identity}: the coordination command (node-ssh without --client-only) "
+                         "makes it on the primary first")
+    write_client_config(node, home)
+
+
 def prepare(node: NodeSsh, home: Path) -> None:
     """Write every file this node needs; the primary also makes and publishes the job's key."""
     node.ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -202,9 +224,7 @@ def prepare(node: NodeSsh, home: Path) -> None:
         _keygen(node.identity, "job key")
         # Replaces a previous attempt's key: only this attempt's primary can log in.
         _write_private(node.keys_dir / AUTHORIZED_KEYS, node.identity.with_suffix(".pub").read_text())
-        client_dir = home / ".ssh"
-        client_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _write_private(client_dir / "config", ssh_client_config(node))
+        write_client_config(node, home)
 
 
 def start(node: NodeSsh, sshd: str = SSHD) -> None:
@@ -244,8 +264,16 @@ def main(argv: list[str]) -> int:
                              "entry, where OpenSSH reads it; not $HOME, which OpenSSH ignores)")
     parser.add_argument("--sshd", default=SSHD, help=f"the sshd binary (default: {SSHD})")
     parser.add_argument("--no-start", action="store_true", help="write the files, do not start sshd")
+    parser.add_argument("--client-only", action="store_true",
+                        help="on the primary, write only the ssh client config, from the job key the coordination "
+                             "command made (the application command runs this first: its container may be another)")
     args = parser.parse_args(argv)
     node = node_from_env(os.environ, args.port, args.keys_dir)
+    if args.client_only:
+        client_only(node, args.home or ssh_home())
+        print(f"node-ssh: primary {node.address}: ssh client config for hosts {','.join(node.hosts)}", file=sys.stderr,
+              flush=True)
+        return 0
     prepare(node, args.home or ssh_home())
     if not args.no_start:
         start(node, args.sshd)

@@ -193,7 +193,11 @@ def application_command(inputs: JobInputs, job: str) -> str:
     # One launch: on a multi-node job `train` checks the interconnect itself before training (--interconnect-check)
     launch = [*launcher, "--", *train_words(inputs, job)]
     outputs = batch_path("AZ_BATCH_TASK_WORKING_DIR", "outputs")
-    return _script(_IMPORTABLE, prelude, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
+    # The ssh client config again, in this command's container: whether Batch runs the coordination command in the
+    # same container the docs do not say (devtools/rehearsal/containers.py plays the stricter case, where the
+    # coordination command's ~/.ssh/config is not here); the job's key is in the task-shared folder either way.
+    client = f"python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)} --client-only || exit $?"
+    return _script(_IMPORTABLE, prelude, client, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
                    f"mkdir -p {outputs}",
                    f"(cd {run_dir(job)} && tar --exclude=./checkpoints -cf - .) | tar -xf - -C {outputs}",
                    "exit $rc")

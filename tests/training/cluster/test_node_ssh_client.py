@@ -84,3 +84,25 @@ def test_ssh_as_the_launch_runs_it_uses_the_jobs_port_and_key_when_home_is_elsew
     assert f"identityfile {task}/ssh/id_ed25519" in options, f"the job's key is not in effect: {in_effect}"
     assert {"user root", "batchmode yes", f"userknownhostsfile {task}/ssh/known_hosts"} <= options, in_effect
     assert (passwd_home / ".ssh" / "config").exists() and not (elsewhere / ".ssh").exists()
+
+
+def test_client_only_writes_the_primarys_config_from_the_job_key_the_coordination_made(tmp_path):
+    """The application command's first step (--client-only): its container may not be the coordination command's, so
+    it writes the client config again from the task-shared folder; without the job key it says who makes it."""
+    from training.cluster import node_ssh
+
+    shared = tmp_path / "task"
+    env = {"AZ_BATCH_HOST_LIST": HOSTS, "AZ_BATCH_TASK_SHARED_DIR": str(shared),
+           "AZ_BATCH_IS_CURRENT_NODE_MASTER": "true"}
+    node = node_ssh.node_from_env(env, 2222, tmp_path / "keys")
+    with pytest.raises(node_ssh.UsageError, match="no job key at .*coordination command"):
+        node_ssh.client_only(node, tmp_path / "home")
+    assert not (tmp_path / "home" / ".ssh" / "config").exists()
+    node.ssh_dir.mkdir(parents=True)
+    node.identity.write_text("key")  # what the coordination command's node-ssh made on the primary
+    node_ssh.client_only(node, tmp_path / "home")
+    config = (tmp_path / "home" / ".ssh" / "config").read_text()
+    assert config == node_ssh.ssh_client_config(node) and f"IdentityFile {node.identity}" in config
+    other = node_ssh.node_from_env({**env, "AZ_BATCH_IS_CURRENT_NODE_MASTER": "false"}, 2222, tmp_path / "keys")
+    with pytest.raises(node_ssh.UsageError, match="for the primary"):
+        node_ssh.client_only(other, tmp_path / "home")
