@@ -451,6 +451,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     from infra.cli import ci_roles
 
     ci_roles.add_parser(commands)
+    from infra.cli import images
+
+    images.add_parser(commands)  # the platform's image build (docs/teams.md)
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.backend_facts import BACKENDS

@@ -112,3 +112,23 @@ def test_the_plan_triggers_cover_what_changed_stacks_calls_fleet_wide():
         glob = [p for p in paths if re.fullmatch(p.replace(".", r"\.").replace("**", ".*").replace("*", "[^/]*"),
                                                  probe)]
         assert glob, f"a change to {probe} is fleet-wide but triggers no plan"
+
+
+def test_the_platform_image_build_builds_each_image_of_the_table_once_and_prints_shared_images():
+    """One image build for the fleet (docs/teams.md): the images workflow builds the Dockerfiles `up` would build
+    (the frameworks table's), pushes them to the platform registry, and hands their digests to `shared-images`."""
+    from training import frameworks
+
+    workflow = _load(REPO_ROOT / ".github" / "workflows" / "platform-images.yml")
+    assert set(workflow["on"]["push"]["paths"]) == {"images/**", "training/**"}
+    steps = workflow["jobs"]["build"]["steps"]
+    builds = {s["id"]: s["with"] for s in steps if str(s.get("uses", "")).startswith("docker/build-push-action@")}
+    assert {name: spec["file"] for name, spec in builds.items()} == {
+        image.name: image.dockerfile for image in frameworks.images()}
+    for name, spec in builds.items():
+        assert spec["context"] == "." and spec["platforms"] == "linux/amd64" and spec["push"] is True
+        assert spec["tags"].endswith(f"/dltrain/{name}:${{{{ github.sha }}}}")
+    (summary,) = [s for s in steps if "shared-images" in s.get("run", "")]
+    for name in builds:
+        assert summary["env"][f"{name.upper()}_DIGEST"] == f"${{{{ steps.{name}.outputs.digest }}}}"
+        assert f'--image "{name}=dltrain/{name}@${name.upper()}_DIGEST"' in summary["run"]

@@ -87,3 +87,38 @@ def test_teams_says_which_stacks_import_and_which_build(project, capsys, monkeyp
     others = ", ".join(sorted(s for s in rows if s != "vision"))
     assert (f"Images: 1 stack(s) import the platform's images by digest (from dltrainplatform); "
             f"{len(rows) - 1} build their own at `up` ({others})") in teams.table(list(rows.values()))
+
+
+def _verb(project, *extra):
+    return main(["shared-images", "--registry", PLATFORM, "--image", f"pytorch=dltrain/pytorch@sha256:{'c' * 64}",
+                 "--image", f"tensorflow=dltrain/tensorflow@sha256:{'d' * 64}", *extra, "--project-dir", str(project)])
+
+
+def test_shared_images_prints_the_value_and_writes_it_per_stack(project, capsys):
+    assert _verb(project) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith("azure-dl-training:sharedImages: {registry: ") and f"sha256:{'d' * 64}" in line
+    assert _verb(project, "--write", "vision", "--write", "dev") == 0  # vision sets it (block style), dev not
+    out = capsys.readouterr().out
+    assert f"wrote sharedImages in Pulumi.vision.yaml (was: pytorch dltrainplatform/{TORCH})" in out
+    assert "wrote sharedImages in Pulumi.dev.yaml (was: pytorch built, tensorflow built)" in out
+    vision, dev = (config.from_stack_file(s, project).registry.shared_images for s in ("vision", "dev"))
+    assert [i.source for i in vision.images] == [f"dltrain/pytorch@sha256:{'c' * 64}"]  # vision runs pytorch only
+    assert [i.framework for i in dev.images] == ["pytorch", "tensorflow"]
+    text = (project / "Pulumi.vision.yaml").read_text()
+    assert text.count("sharedImages") == 1 and TORCH not in text
+    assert text.startswith((REPO_ROOT / "Pulumi.vision.yaml").read_text().split("\nconfig:")[0])  # its comments kept
+
+
+def test_shared_images_refuses_in_one_line_and_writes_nothing(project, capsys):
+    before = {p.name: p.read_text() for p in project.glob("Pulumi.*.yaml")}
+    assert main(["shared-images", "--registry", PLATFORM, "--image", "pytorch=dltrain/pytorch:latest", "--write",
+                 "dev", "--project-dir", str(project)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config key 'sharedImages': pytorch: 'dltrain/pytorch:latest' is not pinned" in err
+    # All or none: vision would take it, trial runs pytorch too, but a stack running none of the images stops all.
+    only_tf = ["shared-images", "--registry", PLATFORM, "--image", f"tensorflow=dltrain/tensorflow@sha256:{'d' * 64}",
+               "--write", "dev", "--write", "vision", "--project-dir", str(project)]
+    assert main(only_tf) == 2
+    assert "--write: vision runs pytorch, none of the images given; leave it out" in capsys.readouterr().err
+    assert {p.name: p.read_text() for p in project.glob("Pulumi.*.yaml")} == before
