@@ -466,7 +466,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
                     "nor any range they reserve, those listed in reservedAddressSpaces; print the next steps. "
                     "Refuses a name the team key refuses, or an existing file (nothing written). Says whether the "
                     "(subscription, region) group it joins is over a default quota (--subscription, --location: "
-                    "another group). Exit status: 0 written, 2 refused.")
+                    "another group). Gives the new team the fleet's shared images (the sharedImages the stacks here use "
+                    "most, for the images it runs; --own-images: build them at `up`). Exit status: 0 written, 2 "
+                    "refused.")
     new_team.add_argument("name", metavar="NAME", help=f"the team's name, also its stack's: {RANGES['team']} lowercase "
                                                        "letters or digits, starting with a letter")
     # trial: one T4 node and Azure Files, the cheap start (dev is two 8x A100 nodes and an NFS VM).
