@@ -111,7 +111,7 @@ class ClusterArgs:
     allowed_ip_ranges: tuple[str, ...]  # the deployers' egress (allowedIpRanges), admitted by the account
     compute_subnet_id: pulumi.Input[str]
     registry_server: pulumi.Input[str]
-    image_names: dict[str, pulumi.Input[str]]  # registry/name:tag, no digest (see Registry.image_names)
+    image_names: dict[str, pulumi.Input[str]]  # name:tag if built, name@digest if imported (Registry.image_names)
     pull_identity_id: pulumi.Input[str]
     nfs_source: pulumi.Input[str]
     nfs_options: str
