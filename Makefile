@@ -108,10 +108,13 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 	@$(MAKE) --no-print-directory -k -j3 --output-sync=target $(TEST_SUITES)
 
 # The images' containers on a real Docker engine (devtools/docker_engine.py: Debian's docker.io unpacked by setup,
-# started per run, root only): the engine's own lifecycle, the job's containerRunOptions parsed by Docker, and the
-# Dockerfiles built on the stand-in base (tests/images/test_containers*.py). Minutes: apart from make test.
-test-containers: .venv/.installed $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options and both Dockerfiles built on a local stand-in base (root; not part of make test)
-	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py)
+# started per run, root only): the engine's own lifecycle, the job's containerRunOptions parsed by Docker, the
+# Dockerfiles built on the stand-in base (tests/images/test_containers*.py), then the rehearsal's Batch job in the
+# PyTorch image on 2 nodes (tests/devtools/rehearsal/test_rehearsal_container.py: `rehearse --container`).
+# Minutes: apart from make test. Without root each test skips with one line saying what is not played.
+test-containers: .venv/.installed $(VENV_pytorch)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options, both Dockerfiles built on a local stand-in base, the rehearsal's job in the image (root; not part of make test)
+	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py \
+	    tests/devtools/rehearsal/test_rehearsal_container.py)
 
 test-images: .venv/.installed  ## pip resolves each training image's pins for the image's own Python (asks PyPI; not part of make test)
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_image_pins_resolve.py)
@@ -127,7 +130,8 @@ timed = echo '$(1)' && $(TIMED) $@ $(1)
 # test-venv: two processes, each running a whole test file at a time (a file's tests keep their order and its fixtures),
 # so its rehearsals run beside the other files rather than after them.
 test-venv:  # all of tests/ but tests/training/pytorch and tensorflow (tests/conftest.py leaves them to their environments) and the images' pip resolution (make test-images)
-	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py --ignore-glob='tests/images/test_containers*')
+	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py --ignore-glob='tests/images/test_containers*' \
+	    --ignore-glob='tests/devtools/rehearsal/test_rehearsal_container*')
 test-torch:
 	@$(call timed,.venv-torch/bin/python -m pytest tests/training/pytorch)
 test-tf:

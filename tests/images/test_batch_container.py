@@ -78,3 +78,36 @@ def test_a_rehearsal_node_stands_in_for_the_host_by_the_node_rule():
         raise AssertionError("a task without the host network was not refused")
     except ValueError as err:
         assert "host network" in str(err)
+
+
+def test_the_stand_in_changes_only_the_horovod_step_of_each_dockerfile():
+    from devtools.rehearsal.containers import CONTEXT_WHEELS, stand_in_dockerfile
+    from infra import REPO_ROOT
+    from training import frameworks
+
+    for image in frameworks.images():
+        text = (REPO_ROOT / image.dockerfile).read_text()
+        changed = stand_in_dockerfile(text, wheels=True).splitlines()
+        step = next(i for i, line in enumerate(changed) if line.startswith("RUN images/build_horovod.sh "))
+        assert changed[step - 1] == f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/" and "--ops gloo" in changed[step]
+        assert changed[:step - 1] + [changed[step].replace("--ops gloo", "--ops nccl")] + changed[step + 1:] == \
+            text.splitlines()
+        assert stand_in_dockerfile(text, wheels=False).splitlines() == \
+            [line.replace("--ops nccl", "--ops gloo") if i == step - 1 else line for i, line in enumerate(text.splitlines())]
+    try:
+        stand_in_dockerfile("FROM x\nRUN true\n", wheels=False)
+        raise AssertionError("a Dockerfile without the Horovod step was changed")
+    except ValueError as err:
+        assert "build_horovod.sh" in str(err)
+
+
+def test_container_mode_where_the_engine_cannot_run_is_one_line(monkeypatch, tmp_path):
+    from devtools.rehearsal import containers
+    from devtools.rehearsal.nodes import RehearsalUnavailable
+
+    monkeypatch.setattr(containers.docker_engine, "unavailable", lambda: "not played: a real Docker engine (why)")
+    try:
+        containers.ContainerPool(tmp_path, 2, tmp_path, "data", framework="pytorch")
+        raise AssertionError("the pool did not refuse")
+    except RehearsalUnavailable as err:
+        assert str(err) == "--container: not played: a real Docker engine (why)"
