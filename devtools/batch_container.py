@@ -18,7 +18,8 @@ Batch's documented composition for a task with `containerSettings`:
   here; on GPU sizes it "automatically enables GPU for container tasks, so you shouldn't include the --gpus
   argument" (the job does not: tests/images/test_batch_container.py).
 Whether a multi-instance task's coordination and application commands share one container the docs do not say (the
-job's sshd, started by the coordination command, must still run when the application command starts).
+job's sshd, started by the coordination command, must still run when the application command starts): the container
+rehearsal plays the stricter reading, a container per command (devtools/rehearsal/containers.py, CONTAINER_MODEL).
 The docs do not list the exact flags Batch itself passes: the bind mount at the same path, `-e` per variable and
 `-w` for the working directory are the Docker forms of the three documented rules, and the task's options come
 after them, so where both set a flag the task's wins, as its last word on the command line does in Docker.

@@ -24,7 +24,8 @@ Rules played (each from the page cited where it is applied):
   usererror or servererror (Azure/azure-rest-api-specs, Batch data plane 2025-06-01; checked by
   tests/devtools/rehearsal/batch_rest_spec.py).
 The container is the one thing not played: the commands run in a local training environment with the image's
-environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py).
+environment applied, on nodes that are network namespaces (devtools/rehearsal/nodes.py); with `rehearse --container`
+they run in the image (devtools/rehearsal/containers.py: ContainerBatch).
 
 The account's state (jobs, tasks, where the primary's task folder is) is written to STATE_FILE in the rehearsal's
 folder on every change; once the rehearsal has ended, `python -m devtools rehearse --serve` serves it

@@ -55,10 +55,11 @@ def stand_in_dockerfile(text: str, wheels: bool) -> str:
     """The Dockerfile with the stand-in's one change (pure): its Horovod step with `--ops gloo` for `--ops nccl`,
     and, with `wheels`, the cached wheels copied to the step's `--cache` folder just before it."""
     lines = text.splitlines(keepends=True)
-    steps = [i for i, line in enumerate(lines) if line.startswith("RUN images/build_horovod.sh ") and "--ops nccl" in line]
+    steps = [i for i, line in enumerate(lines)
+             if line.startswith("RUN images/build_horovod.sh ") and "--ops nccl" in line]
     if len(steps) != 1 or "--cache /tmp/wheels" not in lines[steps[0]]:
-        raise ValueError("the Dockerfile has no single `RUN images/build_horovod.sh ... --ops nccl --cache /tmp/wheels` "
-                         "step for the stand-in to change")
+        raise ValueError("the Dockerfile has no single `RUN images/build_horovod.sh ... --ops nccl --cache "
+                         "/tmp/wheels` step for the stand-in to change")
     step = steps[0]
     lines[step] = lines[step].replace("--ops nccl", "--ops gloo")
     if wheels:
@@ -116,7 +117,8 @@ class ContainerPool(Pool):
     def __enter__(self) -> "ContainerPool":
         try:
             # The data root `make test-containers` keeps, so the image's layers are reused.
-            self.engine = self._engine_stack.enter_context(docker_engine.running(data_root=docker_engine.CACHE / "data"))
+            self.engine = self._engine_stack.enter_context(
+                docker_engine.running(data_root=docker_engine.CACHE / "data"))
             self.image = rehearsal_image(self.engine, self.framework, self.log)
             for node in self.nodes:
                 # The node's name resolves to its address in its containers, as Azure's DNS resolves a VM's
@@ -163,7 +165,14 @@ class ContainerBatch(RehearsalBatch):
     def _run(self, job_id, node, command_line, env, cwd, out, timeout):
         if not job_id:  # the pool's start task
             return super()._run(job_id, node, command_line, env, cwd, out, timeout)
-        name = self._container(job_id, node, env, Path(cwd))
+        try:
+            name = self._container(job_id, node, env, Path(cwd))
+        except (RuntimeError, OSError) as err:  # Docker refused (or the engine is stopping): the command fails
+            out_host = node.host_path(out)
+            out_host.mkdir(parents=True, exist_ok=True)
+            with open(out_host / "stderr.txt", "a") as stderr:
+                stderr.write(f"rehearsal: the task's container did not start: {err}\n")
+            return 125  # docker run's own code for a container that did not run
         # The docker CLI runs as the node's process (its output is the task's stdout/stderr; a cancel or a node
         # fault ends it with the node's other processes); the command runs in the container, with the container's
         # environment and working directory.

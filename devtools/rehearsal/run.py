@@ -581,8 +581,8 @@ def main(argv: list[str]) -> int:
                              "a restage request) for other shells' verbs, e.g. a team member's `infra upload`, "
                              "`restage`, `submit`, `logs`, `download` with the member file; until Ctrl-C")
     parser.add_argument("--container", action="store_true",
-                        help="run the job's commands in the framework's image, started as Batch starts container tasks, "
-                             "on a real Docker engine (root; the image is built on a local stand-in base: "
+                        help="run the job's commands in the framework's image, started as Batch starts container "
+                             "tasks, on a real Docker engine (root; the image is built on a local stand-in base: "
                              "devtools/rehearsal/containers.py)")
     parser.add_argument("--serve", action="store_true",
                         help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "

@@ -92,8 +92,9 @@ def test_the_stand_in_changes_only_the_horovod_step_of_each_dockerfile():
         assert changed[step - 1] == f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/" and "--ops gloo" in changed[step]
         assert changed[:step - 1] + [changed[step].replace("--ops gloo", "--ops nccl")] + changed[step + 1:] == \
             text.splitlines()
-        assert stand_in_dockerfile(text, wheels=False).splitlines() == \
-            [line.replace("--ops nccl", "--ops gloo") if i == step - 1 else line for i, line in enumerate(text.splitlines())]
+        assert stand_in_dockerfile(text, wheels=False).splitlines() == [
+            line.replace("--ops nccl", "--ops gloo") if i == step - 1 else line
+            for i, line in enumerate(text.splitlines())]
     try:
         stand_in_dockerfile("FROM x\nRUN true\n", wheels=False)
         raise AssertionError("a Dockerfile without the Horovod step was changed")

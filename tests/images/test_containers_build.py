@@ -104,5 +104,13 @@ def test_the_jobs_ssh_works_inside_the_built_image_when_home_is_elsewhere(engine
         assert {"port 2222", "user root"} <= set(shown.stdout.splitlines()), shown.stdout
         logged_in = in_task(f"ssh {address} echo logged in as $(id -un)")  # the job's own sshd, its key only
         assert logged_in.returncode == 0 and logged_in.stdout.strip() == "logged in as root", logged_in.stderr
+        # The application command's first step (node-ssh --client-only), in the same container, as when Batch runs
+        # both commands in one: it rewrites the same config, and ssh still logs in (the rehearsal plays the other
+        # case, a container per command: tests/devtools/rehearsal/test_rehearsal_container.py).
+        client = in_task("/bin/bash -c 'cd \"$AZ_BATCH_TASK_SHARED_DIR\" && PYTHONPATH=. python -m training node-ssh "
+                         f"--port {batch_spec.SSH_PORT} --keys-dir {batch_spec.keys_dir('j')} --client-only'")
+        assert client.returncode == 0 and "ssh client config for hosts" in client.stderr, client.stderr
+        again = in_task(f"ssh {address} echo logged in")
+        assert again.returncode == 0 and again.stdout.strip() == "logged in", again.stderr
     finally:
         engine.docker("rm", "-f", name, check=False)
