@@ -143,3 +143,11 @@ def test_an_image_sharedimages_does_not_name_is_still_built_here():
     assert ev.outputs["imageRefs"]["tensorflow"].startswith(f"{login}/tensorflow:")
     text, _ = plan.render(ev)
     assert "tensorflow: built here by `up`" in text and "pytorch: imported by digest" in text
+
+
+def test_azure_ml_runs_the_imported_image_once_imported():
+    ev = offline.evaluate(with_shared("nlp", pytorch=TORCH), now=NOW)  # nlp: Azure ML, pytorch
+    assert ev.of_type("docker-build:index:Image") == []
+    version = ev.one("azure-native:machinelearningservices:EnvironmentVersion", "pytorch")
+    assert version.inputs["properties"]["image"] == f"{ev.outputs['registryLoginServer']}/pytorch@sha256:{'a' * 64}"
+    assert ev.one("pulumi-python:dynamic:Resource", "pytorch-import").urn in version.dependencies
