@@ -6,6 +6,7 @@ Commands:
   benchmark        synthetic ResNet50 throughput: our best settings vs the Horovod benchmark recipe
   overlap-benchmark  compiled models and the gradient exchange: wall per step with a slowed all-reduce (CPU)
   gpu-smoke        the GPU paths on a real GPU in < 8 minutes (TF32 switch, training, compile, nvjpeg); not in make test
+  pace             ResNet50 on one GPU lever by lever (compile modes, fused SGD, batch, nvjpeg); not in make test
   data-demo        the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
   stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
   fleet-benchmark  teams, plan and new-team over 100 and 300 stack files, beside the repo's own stacks
@@ -24,6 +25,7 @@ from training.errors import UsageError
 
 COMMANDS = {"synth-data": "devtools.synth_data", "benchmark": "devtools.benchmark",
             "overlap-benchmark": "devtools.overlap_benchmark", "gpu-smoke": "devtools.gpu_smoke",
+            "pace": "devtools.pace",
             "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark",
             "fleet-benchmark": "devtools.fleet_benchmark",
             "rehearse": "devtools.rehearsal.run"}

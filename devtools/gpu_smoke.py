@@ -11,7 +11,8 @@ What it runs, each with a PASS/FAIL line and its time:
   2. train    a few hundred steps at the GPU defaults (bf16, channels-last, the loader's defaults) on synthetic
               data, DDP, eager, the ONNX export and its check on the GPU model where onnxruntime is installed
   3. compile  the same, --compile (DDP: the recipe the catalog's figure was measured with, batch 256), fewer steps
-  4. nvjpeg   ImageNet-sized JPEG files (made here) through --loader nvjpeg
+  4. graphs   --compile --compile-mode reduce-overhead (CUDA graphs) under DDP, the trainer's own loop
+  5. nvjpeg   ImageNet-sized JPEG files (made here) through --loader nvjpeg
 and each training run's efficiency line (img/s per GPU against the size's figure where the recipe matches).
 """
 from __future__ import annotations
@@ -100,6 +101,8 @@ def main(argv: list[str]) -> int:
             ("train", lambda: train(root / "eager", *synthetic, "--steps", str(args.steps))),
             ("compile", lambda: train(root / "compiled", *synthetic, "--compile", "--batch-size", "256",
                                       "--steps", str(max(60, args.steps * 2 // 3)))),
+            ("graphs", lambda: train(root / "graphs", *synthetic, "--compile", "--compile-mode", "reduce-overhead",
+                                     "--batch-size", "256", "--steps", "60", "--no-export")),
             ("nvjpeg", lambda: _make_jpegs(jpegs) or train(root / "nvjpeg", "--data", str(jpegs), "--loader",
                                                            "nvjpeg", "--batch-size", "128", "--steps", "60",
                                                            "--log-every", "20", "--workers",

@@ -27,6 +27,9 @@ OPTIMIZERS = ("auto", "sgd", "lars")
 # ResNet reference (mlcommons/training image_classification, `--optimizer=LARS`) and its submissions train with.
 LARS_ABOVE_GLOBAL_BATCH = 8192
 LOADERS = ("auto", "dali", "nvjpeg", "pil")
+# torch.compile's modes (https://docs.pytorch.org/docs/stable/generated/torch.compile.html): reduce-overhead
+# replays the compiled kernels as CUDA graphs; max-autotune-no-cudagraphs autotunes kernels (long compiles).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # Without a GPU, the flags sized for one take these values unless given (resolve_for_device). Measured on 2 shared
 # cores (README's local quickstart): ResNet50 at 224 px and batch 32 ran at 0.5 img/s, 10 minutes for 5 epochs of
 # 90 images; at 64 px and batch 16 about 10 img/s, so a small folder's 10 epochs take minutes. One loader process:
@@ -98,6 +101,10 @@ class TrainConfig:
     compile: bool = _opt(False, "torch.compile the model (pytorch, with --dist ddp: DDP splits the compiled graph at "
                                 "its gradient buckets, so the all-reduce still overlaps backward; Horovod's hooks "
                                 "would wait for the whole compiled backward, so --dist horovod runs eager)")
+    compile_mode: str = _opt("default", "torch.compile's mode with --compile: default; reduce-overhead (CUDA "
+                                        "graphs: each step's kernels replayed as graphs, fewer launches, more "
+                                        "memory); max-autotune-no-cudagraphs (autotuned kernels, minutes more to "
+                                        "compile)", COMPILE_MODES)
     xla: bool = _opt(False, "XLA-compile the forward and backward pass (tensorflow)")
     fp16_allreduce: bool = _opt(False, "compress gradients to fp16 for the allreduce (horovod)")
     expected_img_per_sec: float = _opt(0.0, "img/s per GPU this node size should reach at 224 px, from its benchmark "
@@ -191,6 +198,8 @@ class TrainConfig:
             # python -m devtools overlap-benchmark (docs/training.md, "Compiled runs and the gradient exchange")
             raise UsageError("--compile with --dist horovod would exchange gradients only after the whole compiled "
                              "backward (Horovod's hooks fire then); use --dist ddp --compile, or leave --compile out")
+        if self.compile_mode != "default" and not self.compile:
+            raise UsageError(f"--compile-mode {self.compile_mode} applies with --compile; add --compile")
         if self.xla and fw.compiler != "xla":
             raise UsageError(f"--xla applies to --framework {which(lambda f: f.compiler == 'xla')} only "
                              f"({self.framework}: {f'use --{fw.compiler}' if fw.compiler else fw.no_compiler})")

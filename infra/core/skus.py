@@ -64,10 +64,10 @@ class GpuSku:
     allreduce_floor_gbps: float | None = None
     # ResNet50 img/s per GPU this size should reach with PyTorch at 224 px, from a measured benchmark (None: not
     # measured on this GPU): jobs pass it to train (--expected-img-per-sec), whose progress lines and summary give the
-    # run's share of it and what bounds the run; `infra status` prices the shortfall. Measured (the benchmark
-    # table in docs/training.md, 2026-11-24): one H100 80 GB HBM3 (ND H100 v5's GPU), our settings on synthetic data
-    # (bf16, channels-last, torch.compile, batch 256) 5,155 img/s, the best of three runs (4,996-5,155). Not the H100
-    # NVL (NC H100 v5), nor H200, A100, V100 or T4: none measured here.
+    # run's share of it and what bounds the run; `infra status` prices the shortfall. Measured (docs/training.md,
+    # "Lever by lever on one H100", 2026-11-26): one H100 80 GB HBM3 (ND H100 v5's GPU), the trainer itself on
+    # synthetic data (DDP, bf16, channels-last, torch.compile, batch 256, the fused SGD step) 5,363 img/s; before the
+    # fused step, 2026-11-24, 4,996-5,155. Not the H100 NVL (NC H100 v5), nor H200, A100, V100 or T4: none measured.
     benchmark_img_per_sec: float | None = None
     # The azurehpc-health-checks configuration of this size (conf/<name>.conf, https://github.com/Azure/azurehpc-health-checks,
     # the name its run-health-checks.sh derives from the VM size: lower case, without "standard_"), which the Batch
@@ -141,7 +141,7 @@ CATALOG: dict[str, GpuSku] = {
                quota_family="standardNDAMSv4_A100Family", health_conf="nd96amsr_a100_v4"),
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
                quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0,
-               benchmark_img_per_sec=5155.0, health_conf="nd96isr_h100_v5"),
+               benchmark_img_per_sec=5363.0, health_conf="nd96isr_h100_v5"),
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,

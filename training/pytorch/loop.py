@@ -109,7 +109,7 @@ class TorchLoop:
     def fit(self, start, stop_at, lr_for, after_step) -> int:
         cfg, device = self.cfg, self.torch_device
         self.dist.sync_initial_state(self.model, self.optimizer)  # fresh or resumed: rank 0's state everywhere
-        train_model = torch.compile(self.model) if cfg.compile else self.model
+        train_model = torch.compile(self.model, mode=cfg.compile_mode) if cfg.compile else self.model
         autocast = (torch.autocast(device.type, dtype=AUTOCAST_DTYPES[cfg.precision])
                     if cfg.precision in AUTOCAST_DTYPES else contextlib.nullcontext())
         step = start

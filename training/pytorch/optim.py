@@ -69,4 +69,9 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     (the runner's plan); the one given here is only the constructor's placeholder."""
     if cfg.optimizer == "lars":
         return Lars(lars_param_groups(model, cfg.weight_decay), lr=cfg.base_lr, momentum=cfg.momentum)
-    return torch.optim.SGD(model.parameters(), lr=cfg.base_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    # On a GPU the fused step: one kernel for every parameter's update rather than foreach's few per group
+    # ("fused (bool, optional): whether the fused implementation is used", CUDA among its devices:
+    # https://docs.pytorch.org/docs/stable/generated/torch.optim.SGD.html); the same arithmetic.
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.SGD(model.parameters(), lr=cfg.base_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                           fused=fused or None)

@@ -108,3 +108,26 @@ def test_compile_runs_under_ddp_only():
         TrainConfig(compile=True).validate()
     TrainConfig(compile=True, dist="ddp").validate()
     TrainConfig(dist="horovod").validate()
+
+
+def test_compile_mode_needs_compile():
+    from training.config import TrainConfig
+    from training.errors import UsageError
+
+    with pytest.raises(UsageError, match="--compile-mode reduce-overhead applies with --compile; add --compile"):
+        TrainConfig(compile_mode="reduce-overhead", dist="ddp").validate()
+    TrainConfig(compile=True, compile_mode="reduce-overhead", dist="ddp").validate()
+
+
+def test_sgd_is_fused_on_a_gpu_only():
+    """The fused step is torch's one-kernel SGD update on CUDA; on CPU the default (for-each) path stays."""
+    import torch
+
+    from training.config import TrainConfig
+    from training.pytorch import optim
+
+    cpu = optim.build(torch.nn.Linear(2, 2), TrainConfig(optimizer="sgd"))
+    assert cpu.param_groups[0]["fused"] is None
+    if torch.cuda.is_available():
+        gpu = optim.build(torch.nn.Linear(2, 2).cuda(), TrainConfig(optimizer="sgd"))
+        assert gpu.param_groups[0]["fused"] is True

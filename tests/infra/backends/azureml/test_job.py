@@ -120,5 +120,5 @@ def test_a_job_the_stack_cannot_run_is_refused_in_one_line(overrides, message):
 def test_a_measured_size_passes_its_expected_rate_before_the_interconnect_check():
     h100 = dataclasses.replace(stack_inputs(), gpu_sku="Standard_ND96isr_H100_v5", nodes=2)
     assert aml_job.command_line(h100).endswith(
-        "--expected-img-per-sec 5155 --interconnect-check --interconnect-floor-gbps 20")
+        "--expected-img-per-sec 5363 --interconnect-check --interconnect-floor-gbps 20")
     assert "--expected-img-per-sec" not in aml_job.command_line(stack_inputs())  # ND96asr_v4: not measured
