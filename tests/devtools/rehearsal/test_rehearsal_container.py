@@ -61,3 +61,36 @@ def test_the_job_runs_in_the_image_on_two_nodes_and_the_model_comes_back(tmp_pat
         names = engine.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
     assert [name for name in names if name.startswith("dlr")] == []
 
+
+
+def test_the_azure_ml_jobs_command_runs_in_the_same_image(tmp_path):
+    """The Azure ML backend's command (infra/backends/azureml/job.py: one `python -m training train` per process,
+    Azure ML's `${{inputs.data}}` and `${{outputs.run}}` replaced by the folders it mounts) in the image as the
+    container rehearsal builds it: the image's own environment and PYTHONPATH, the job's code snapshot as the
+    working directory (the SDK's examples run `python main.py` from `code`), the job's environment variables and
+    shared memory size, and no Batch folder. One process (Azure ML's mpirun is not played)."""
+    from devtools.rehearsal.containers import rehearsal_image
+    from infra.backends.azureml import job
+    from tests.devtools.rehearsal.rehearsal_runs import pets
+
+    inputs = job.AmlJobInputs(
+        stack="dev", framework="pytorch", nodes=1, gpu_sku="Standard_NC24ads_A100_v4", environment="e:1",
+        compute="gpu", data_mode="download", max_hours=1, identity_client_id="client",
+        train_args=("--image-size", "32", "--batch-size", "4", "--steps", "2", "--workers", "1", "--log-every", "1"))
+    data, run = pets(tmp_path / "data"), tmp_path / "run"
+    run.mkdir()
+    code = job.code_snapshot(tmp_path / "code")
+    command = job.command_line(inputs).replace("${{inputs.data}}", "/mnt/azureml/data").replace(
+        "${{outputs.run}}", "/mnt/azureml/run")
+    env = [word for name, value in job.environment_variables(inputs).items() for word in ("-e", f"{name}={value}")]
+    with docker_engine.running(data_root=docker_engine.CACHE / "data") as engine:
+        image = rehearsal_image(engine, "pytorch")
+        # Its name resolves, as a VM's does (Horovod's Gloo segfaults in hvd.init() when it does not).
+        ran = engine.docker("run", "--rm", "--network", "none", "--hostname", "node0", "--add-host",
+                            "node0:127.0.0.1", "--shm-size", job.SHM_SIZE, *env,
+                            "-v", f"{data}:/mnt/azureml/data:ro", "-v", f"{run}:/mnt/azureml/run", "-v",
+                            f"{code}:/mnt/azureml/code:ro", "-w", "/mnt/azureml/code", image, "/bin/bash", "-c",
+                            command, check=False, timeout=600)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    assert "done: step 2" in ran.stdout, ran.stdout[-3000:]
+    assert (run / "model.onnx").is_file() and (run / "summary.json").is_file()
