@@ -183,13 +183,20 @@ def native_workers(hosts: list[Host], here: str, train_flags: list[str], *, pyth
     return plan
 
 
-def run_native(plan: list[tuple[list[str], str]]) -> int:
-    """Start every worker, wait for all; the first failure stops the others (a worker alone would wait for its
-    peers forever). Returns the first non-zero exit status, or 0."""
+def start_native(plan: list[tuple[list[str], str]]) -> list:
+    """Start every worker of the plan (native_workers), TF_CONFIG in its environment."""
     import subprocess
+
+    return [subprocess.Popen(argv, env={**os.environ, "TF_CONFIG": config}) for argv, config in plan]
+
+
+def wait_first_failure(procs: list) -> int:
+    """Wait for all the processes; the first failure stops the others (a worker alone would wait for its peers
+    forever). Returns the first non-zero exit status, or 0."""
     import time
 
-    procs = [subprocess.Popen(argv, env={**os.environ, "TF_CONFIG": config}) for argv, config in plan]
+    if len(procs) == 1:
+        return procs[0].wait()
     while True:
         codes = [p.poll() for p in procs]
         failed = [c for c in codes if c]
@@ -262,6 +269,9 @@ def main(argv: list[str]) -> int:
     hosts = parse_hosts(args.hosts) if args.hosts else hosts_from_batch(os.environ, args.slots)
     # The frameworks' own collective timeouts, for every rank (forwarded to the other nodes by name)
     os.environ.update(collective_env(os.environ))
+    output_dir = Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR))
+    if args.run == "train":
+        os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it
     if dist_of(train_flags) == "native" and args.run == "train":
         # One worker per node (it drives all the node's GPUs); this node is Batch's primary, where launch runs:
         # AZ_BATCH_MASTER_NODE is its IP:PORT (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables).
@@ -272,7 +282,10 @@ def main(argv: list[str]) -> int:
               file=sys.stderr, flush=True)
         for argv, config in plan:
             print(f"launch: worker TF_CONFIG={config}: {shlex.join(argv)}", file=sys.stderr, flush=True)
-        return 0 if args.dry_run else run_native(plan)
+        if args.dry_run:
+            return 0
+        # Classified, recorded and kept out as Horovod's ranks are: the workers run the same watchdog and excepthook
+        return run_attempt(None, hosts, output_dir, args.ssh_port, start=lambda: start_native(plan))
     if dist_of(train_flags) == "ddp":
         # DDP's processes started by horovodrun/mpirun: each maps the launcher's rank variables
         # (torch_rank_env) and meets the others at the first host.
@@ -281,9 +294,6 @@ def main(argv: list[str]) -> int:
         except ValueError:
             raise UsageError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") from None
         os.environ.update(ddp_rendezvous(hosts, port))
-    output_dir = Path(flag_value(train_flags, "--output-dir", DEFAULT_OUTPUT_DIR))
-    if args.run == "train":
-        os.environ[RUN_DIR_ENV] = str(output_dir.resolve())  # where a rank that refuses its input records it
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
                             has_mpi=shutil.which("mpirun") is not None and horovod_has_mpi(), command_name=args.run)
@@ -321,9 +331,11 @@ def gpus_failing(hosts: list[Host]) -> list[tuple[str, str]]:
     return gpu_check.failing([(h.name, h.slots) for h in hosts], lambda name: name in LOCAL_NAMES or name == here)
 
 
-def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_port: int | None = None,
-                check_gpus: Callable[[list[Host]], list[tuple[str, str]]] = gpus_failing) -> int:
-    """Run the ranks' launcher (horovodrun) as a child, passing on the signals Batch or a person send, then say
+def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, ssh_port: int | None = None,
+                check_gpus: Callable[[list[Host]], list[tuple[str, str]]] = gpus_failing,
+                start: Callable[[], list] | None = None) -> int:
+    """Run the ranks' launcher (horovodrun; or `start()`'s processes, --dist native's workers, the first failure
+    stopping the others) as a child, passing on the signals Batch or a person send, then say
     what the attempt ended as: one line (`fault: node HOST: ...` or `fault: code: ...`), its record in
     OUTPUT_DIR/attempts.jsonl, the blamed nodes taken out of scheduling (training/cluster/keep_out.py) and the
     exit code of its kind (training/errors.py). Batch retries any non-zero exit; a retry after a code fault of the
@@ -356,16 +368,18 @@ def run_attempt(command: list[str], hosts: list[Host], output_dir: Path, ssh_por
                                    f"fault: node {','.join(h for h, _ in bad)}: gpu check ("
                                    f"{'; '.join(f'{h}: {why}' for h, why in bad)})")
     else:
-        proc = subprocess.Popen(command)
+        procs = start() if start else [subprocess.Popen(command)]
         signalled: list[int] = []
 
-        def forward(signum, frame):  # horovodrun ends its ranks itself
+        def forward(signum, frame):  # horovodrun ends its ranks itself; a native worker is one process
             signalled.append(signum)
-            proc.send_signal(signum)
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signum)
 
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, forward)
-        rc = proc.wait()
+        rc = wait_first_failure(procs)
         if signalled:  # stopped from outside (a cancel, a preemption, maxWallClockTime): no node to blame
             verdict = attempts.Verdict("stopped", 128 + signalled[0], "stopped by a signal", (),
                                        f"fault: none: stopped by signal {signalled[0]} (a cancel, an eviction or the "

@@ -304,3 +304,27 @@ def test_an_attempt_stopped_from_outside_blames_no_node(tmp_path):
     assert "fault: none: stopped by signal 15" in err and "disable scheduling" not in err
     [attempt] = attempts.previous_attempts(out)
     assert (attempt["kind"], attempt["blamed_hosts"]) == ("stopped", [])
+
+
+def test_native_workers_are_classified_too_and_the_first_failure_stops_the_others(tmp_path, capfd):
+    """--dist native (one worker per node, started by launch itself): run_attempt with `start`, as main passes it.
+    Worker 1 leaves its code-fault record and fails; worker 0, which would wait for it forever, is stopped; the
+    attempt is a code fault, recorded like Horovod's."""
+    import subprocess
+    import time
+
+    out = tmp_path / "run"
+    fail = [sys.executable, "-c", "import json, pathlib, sys; d = pathlib.Path(sys.argv[1]) / '.faults'; "
+            "d.mkdir(parents=True, exist_ok=True); (d / 'rank-1.json').write_text(sys.argv[2]); sys.exit(65)",
+            str(out), json.dumps(_rec(1, "code", reason="exception"))]
+    workers = []
+
+    def start():
+        workers.extend([subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]), subprocess.Popen(fail)])
+        return workers
+
+    began = time.monotonic()
+    assert run_attempt(None, [Host("10.0.0.4", 1), Host("10.0.0.5", 1)], out, start=start) == EXIT_CODE_FAULT
+    assert time.monotonic() - began < 10 and workers[0].returncode == -15  # stopped, not waited for
+    assert capfd.readouterr().err.splitlines()[0] == "fault: code: code 1"
+    assert json.loads((out / "attempts.jsonl").read_text())["kind"] == "code"
