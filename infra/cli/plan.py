@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from infra.backends import Declares, Describes, backend
-from infra.core import budget, cost, security, shared_images
+from infra.core import budget, cost, security, security_invariants, security_sas, shared_images
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
@@ -107,7 +107,7 @@ def verdicts(evaluation: Evaluation) -> list[tuple[str, str, str]]:
     sas_requests = [i.args for i in evaluation.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
     period = evaluation.config.storage.sas_expiry_hours  # the account's sasPolicy period, which Block enforces
     sas_failures = [message for args in sas_requests
-                    if (message := security.check_sas_request(args, period_hours=period))]
+                    if (message := security_sas.check_sas_request(args, period_hours=period))]
     results.append(("FAIL" if sas_failures else "PASS", "sas-least-privilege",
                     "; ".join(sas_failures) or f"{len(sas_requests)} SAS: container-scoped, https only, least permission, "
                                               f"signed start, valid {period} h: within the account's SAS "
@@ -125,7 +125,7 @@ def before_up(cfg, today: date | None = None) -> list[str]:
     from infra.core.skus import retirement_warning
 
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
-    at_host = security.encryption_at_host_line(cfg.nfs)
+    at_host = security_invariants.encryption_at_host_line(cfg.nfs)
     importer = shared_images.before_up_line(cfg.registry.shared_images)  # sharedImages: the platform registry's role
     return [*cfg.placeholders, *([warning] if warning else []), *([at_host] if at_host else []),
             *([importer] if importer else []), *_describing(cfg).before_up(cfg)]

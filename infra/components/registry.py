@@ -17,7 +17,7 @@ from pulumi_azure_native import containerregistry, network, privatedns
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
 from infra.components.image_import import ImageImport
-from infra.core import security, shared_images
+from infra.core import security_firewalls, shared_images
 from infra.core.config_sections import RegistryConfig
 from training import frameworks
 
@@ -69,14 +69,14 @@ class Registry(pulumi.ComponentResource):
     @staticmethod
     def _closed(args: RegistryArgs) -> containerregistry.NetworkRuleSetArgs:
         """Deny by default on the public endpoint and admit the deployers only (`up` builds and pushes the images
-        from there; single addresses bare, as the storage firewall takes them: security.firewall_ip_rules). The
-        nodes come through the private endpoint, which the public endpoint's rules do not govern. (The NAT
+        from there; single addresses bare, as the storage firewall takes them: security_firewalls.firewall_ip_rules).
+        The nodes come through the private endpoint, which the public endpoint's rules do not govern. (The NAT
         gateway's address is not admitted: with the compute subnet's Microsoft.ContainerRegistry service endpoint,
         the nodes' traffic reached the registry from their private addresses, which no IP rule matches.)"""
         return containerregistry.NetworkRuleSetArgs(
             default_action=containerregistry.DefaultAction.DENY,
             ip_rules=[containerregistry.IPRuleArgs(i_p_address_or_range=source, action=containerregistry.Action.ALLOW)
-                      for source in security.firewall_ip_rules(args.allowed_ip_ranges)])
+                      for source in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)])
 
     def _private_endpoint(self, name: str, args: RegistryArgs) -> None:
         """Premium: the registry's private endpoint in the VNet, its privatelink.azurecr.io zone linked to the VNet,

@@ -17,7 +17,7 @@ import pulumi
 from pulumi_azure_native import storage
 
 from infra.components import roles
-from infra.core import security
+from infra.core import security_firewalls, security_sas
 from infra.core.config_sections import StorageConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
@@ -65,8 +65,8 @@ class Storage(pulumi.ComponentResource):
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
             allow_blob_public_access=False,
             # The SAS lifetime the stack issues as the account's SAS expiration policy, Block: the stack's own SAS
-            # fit it by construction (signed start, sasExpiryHours long); security.ORG_SAS_POLICY_HOURS says why.
-            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(cfg.sas_expiry_hours),
+            # fit it by construction (signed start, sasExpiryHours long); security_sas.ORG_SAS_POLICY_HOURS says why.
+            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security_sas.sas_expiration_period(cfg.sas_expiry_hours),
                                              expiration_action=storage.ExpirationAction.BLOCK),
             # Deny by default: only the VNet subnets and the deployers' listed IPs get through; trusted Azure
             # services (Batch output upload, diagnostics) bypass the firewall.
@@ -76,9 +76,10 @@ class Storage(pulumi.ComponentResource):
                 virtual_network_rules=[storage.VirtualNetworkRuleArgs(virtual_network_resource_id=subnet_id,
                                                                       action=storage.Action.ALLOW)
                                        for subnet_id in args.subnet_ids],
-                # Single addresses bare: the storage firewall refuses /31 and /32 (security.firewall_ip_rules).
+                # Single addresses bare: the storage firewall refuses /31 and /32
+                # (security_firewalls.firewall_ip_rules).
                 ip_rules=[storage.IPRuleArgs(i_p_address_or_range=rule, action=storage.Action.ALLOW)
-                          for rule in security.firewall_ip_rules(args.allowed_ip_ranges)],
+                          for rule in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)],
             ),
             encryption=storage.EncryptionArgs(
                 key_source=storage.KeySource.MICROSOFT_STORAGE,

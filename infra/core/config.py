@@ -32,7 +32,7 @@ from infra.core.config_sections import (AccessConfig, AmlConfig, BudgetConfig, M
                                         TrainingConfig)
 from infra.core.engine_config import EngineConfig
 from infra.core.regions import REGIONS
-from infra.core.security import sas_expiry_hours_problem
+from infra.core.security_sas import sas_expiry_hours_problem
 
 PROJECT = "azure-dl-training"
 # Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.

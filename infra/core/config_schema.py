@@ -51,7 +51,7 @@ RANGES = {
     "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
     "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan
     # Bounded: a leaked SAS dies on its own within 7 days, the most Azure Policy's SAS built-in lets the storage
-    # accounts' expiration policy (Block) allow (security.ORG_SAS_POLICY_HOURS says why).
+    # accounts' expiration policy (Block) allow (security_sas.ORG_SAS_POLICY_HOURS says why).
     "sasExpiryHours": Range(1, 168, " hours"),
     "logRetentionDays": Range(30, 730, " days"),  # what Log Analytics accepts on the PerGB2018 tier
     "nfsDiskCount": Range(1, 16),

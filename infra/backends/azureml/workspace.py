@@ -34,7 +34,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
-from infra.core import security
+from infra.core import security_firewalls, security_invariants
 from infra.core.config_sections import AmlConfig, NodesConfig
 from infra.core.containers import AML_DATASTORES
 
@@ -119,7 +119,7 @@ class AzureMl(pulumi.ComponentResource):
                 network_acls=keyvault.NetworkRuleSetArgs(
                     default_action="Deny", bypass="AzureServices",
                     ip_rules=[keyvault.IPRuleArgs(value=rule)
-                              for rule in security.firewall_ip_rules(args.allowed_ip_ranges)],
+                              for rule in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)],
                     virtual_network_rules=[keyvault.VirtualNetworkRuleArgs(id=args.compute_subnet_id),
                                            keyvault.VirtualNetworkRuleArgs(id=args.storage_subnet_id)])),
             opts=child)
@@ -127,7 +127,7 @@ class AzureMl(pulumi.ComponentResource):
         public = args.aml.workspace_access == "public"
         self.workspace = ml.Workspace(
             f"{name}-ws", resource_group_name=rg, location=args.location,
-            tags={**args.tags, **({security.PUBLIC_ACCESS_TAG: "public"} if public else {})},
+            tags={**args.tags, **({security_invariants.PUBLIC_ACCESS_TAG: "public"} if public else {})},
             workspace_name=generation.apply(args.workspace_name),
             identity=ml.ManagedServiceIdentityArgs(type="SystemAssigned"),
             sku=ml.SkuArgs(name="Basic", tier="Basic"),

@@ -24,7 +24,7 @@ from pulumi_azure_native import authorization, batch, keyvault
 
 from infra.components import roles
 from infra.backends.batch import spec as batch_spec
-from infra.core import security
+from infra.core import security_firewalls
 from infra.core.backend_facts import POOL_OS_DISK_GB
 from infra.core.config_sections import NfsConfig, NodesConfig, TrainingConfig
 
@@ -143,7 +143,7 @@ class Cluster(pulumi.ComponentResource):
             network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
-                          for rule in security.firewall_ip_rules(args.allowed_ip_ranges)])),
+                          for rule in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)])),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None))
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,

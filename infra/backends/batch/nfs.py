@@ -30,7 +30,7 @@ from pulumi_azure_native import compute, managedidentity, network, storage
 from infra.backends.batch.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
                                                 VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 from infra.components import roles
-from infra.core import security
+from infra.core import security_sas
 from infra.core.config_sections import NfsConfig
 
 # Azure does not support host caching on disks of 4 TiB (4096 GiB) and more
@@ -167,7 +167,7 @@ class NfsServer(pulumi.ComponentResource):
             enable_https_traffic_only=False, allow_shared_key_access=False,
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2, allow_blob_public_access=False,
             # No SAS can be signed here (no shared keys); the policy is for organisations' sasPolicy rules.
-            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security.sas_expiration_period(1),
+            sas_policy=storage.SasPolicyArgs(sas_expiration_period=security_sas.sas_expiration_period(1),
                                              expiration_action=storage.ExpirationAction.BLOCK),
             network_rule_set=storage.NetworkRuleSetArgs(
                 default_action=storage.DefaultAction.DENY, bypass=storage.Bypass.NONE,

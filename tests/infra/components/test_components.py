@@ -10,7 +10,7 @@ from infra import REPO_ROOT
 from infra.cli import plan
 from infra.preview import offline
 from infra.components import registry, roles
-from infra.core import config, containers, naming, security
+from infra.core import config, containers, naming, security_firewalls
 from tests.infra.conftest import NOW
 from infra.core.role_ids import role_key
 
@@ -68,7 +68,7 @@ def test_storage_account_invariants(ev):
     subnet_ids = sorted(s.state["id"] for s in ev.of_type("azure-native:network:Subnet"))
     assert sorted(r["virtualNetworkResourceId"] for r in rules["virtualNetworkRules"]) == subnet_ids
     assert [r["iPAddressOrRange"] for r in rules.get("ipRules", [])] == list(
-        security.firewall_ip_rules(cfg.network.allowed_ip_ranges))
+        security_firewalls.firewall_ip_rules(cfg.network.allowed_ip_ranges))
     assert p["encryption"]["requireInfrastructureEncryption"] is True
     assert account.retain_on_delete == cfg.storage.retain_outputs
     assert ev.one("azure-native:resources:ResourceGroup").retain_on_delete == cfg.storage.retain_outputs

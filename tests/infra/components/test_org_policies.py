@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from infra.cli import plan
-from infra.core import config, security
+from infra.core import config, security, security_firewalls, security_sas
 from infra.core.config_schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
@@ -22,7 +22,7 @@ def test_every_storage_account_blocks_sas_beyond_the_stacks_lifetime(stack):
     for account in accounts:
         # The NFS (Azure Files) account signs no SAS (no shared keys): the shortest period.
         hours = 1 if account.inputs["kind"] == "FileStorage" else ev.config.storage.sas_expiry_hours
-        assert account.inputs["sasPolicy"] == {"sasExpirationPeriod": security.sas_expiration_period(hours),
+        assert account.inputs["sasPolicy"] == {"sasExpirationPeriod": security_sas.sas_expiration_period(hours),
                                                "expirationAction": "Block"}, account.urn
         [check] = [c for c in security.RESOURCE_CHECKS if c.name == "storage-sas-policy"]
         assert check.validate(account.inputs) is None, account.urn
@@ -30,7 +30,7 @@ def test_every_storage_account_blocks_sas_beyond_the_stacks_lifetime(stack):
     requests = [i.args for i in ev.invocations if i.token == "azure-native:storage:listStorageAccountServiceSAS"]
     assert requests
     for args in requests:
-        assert security.check_sas_request(args, NOW, period_hours=ev.config.storage.sas_expiry_hours) is None
+        assert security_sas.check_sas_request(args, NOW, period_hours=ev.config.storage.sas_expiry_hours) is None
 
 
 # The built-in's policyRule (Azure/azure-policy, built-in-policies/policyDefinitions/Storage/
@@ -57,10 +57,10 @@ def test_the_check_is_the_builtin_7_day_sas_rule(policy, denied):
 
 
 def test_the_period_is_days_and_hours_as_azure_writes_it():
-    assert security.sas_expiration_period(168) == "7.00:00:00"
-    assert security.sas_expiration_period(30) == "1.06:00:00"
-    assert security.sas_expiration_period(1) == "0.01:00:00"
-    assert security.sas_period_hours("1.06:30:00") == 30.5 and security.sas_period_hours("7 days") is None
+    assert security_sas.sas_expiration_period(168) == "7.00:00:00"
+    assert security_sas.sas_expiration_period(30) == "1.06:00:00"
+    assert security_sas.sas_expiration_period(1) == "0.01:00:00"
+    assert security_sas.sas_period_hours("1.06:30:00") == 30.5 and security_sas.sas_period_hours("7 days") is None
 
 
 def test_plan_refuses_a_sas_lifetime_the_period_would_block_in_one_line(tmp_path):
@@ -138,7 +138,7 @@ def test_a_premium_registry_is_closed_but_to_the_deployers_and_reached_by_the_no
     rules = acr.inputs["networkRuleSet"]
     assert rules["defaultAction"] == "Deny"
     assert [r["iPAddressOrRange"] for r in rules["ipRules"]] == list(
-        security.firewall_ip_rules(premium.config.network.allowed_ip_ranges))
+        security_firewalls.firewall_ip_rules(premium.config.network.allowed_ip_ranges))
     assert all(r["action"] == "Allow" for r in rules["ipRules"])
     subnets = {s.name.rsplit("-", 1)[-1]: s for s in premium.of_type("azure-native:network:Subnet")}
     for subnet in subnets.values():

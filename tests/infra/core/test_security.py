@@ -7,7 +7,7 @@ from pulumi_policy import StackValidationArgs
 from pulumi_policy.policy import PolicyResource
 
 from infra.cli import plan
-from infra.core import config, config_schema, security
+from infra.core import config, config_schema, security, security_firewalls, security_sas
 from infra.policy.pack import policies
 
 GOOD_ACCOUNT = {
@@ -179,11 +179,11 @@ def test_a_grant_in_another_resource_group_is_refused_by_name_and_a_check_withou
 
 def test_firewall_ip_rules_give_single_addresses_bare_and_split_a_31():
     # Storage refuses /31 and /32 and asks for the individual addresses; Key Vault and Batch take them too.
-    assert security.firewall_ip_rules(["20.50.1.7/32", "20.50.1.8", "20.60.1.0/31", "20.70.0.0/24"]) == (
+    assert security_firewalls.firewall_ip_rules(["20.50.1.7/32", "20.50.1.8", "20.60.1.0/31", "20.70.0.0/24"]) == (
         "20.50.1.7", "20.50.1.8", "20.60.1.0", "20.60.1.1", "20.70.0.0/24")
-    assert security.firewall_ip_rules(["20.50.1.7", "20.50.1.7/32"]) == ("20.50.1.7",)  # one rule, not two
+    assert security_firewalls.firewall_ip_rules(["20.50.1.7", "20.50.1.7/32"]) == ("20.50.1.7",)  # one rule, not two
     props = {**GOOD_ACCOUNT, "networkRuleSet": {**GOOD_ACCOUNT["networkRuleSet"], "ipRules": [
-        {"iPAddressOrRange": rule} for rule in security.firewall_ip_rules(["20.50.1.7/32", "20.60.1.0/31"])]}}
+        {"iPAddressOrRange": rule} for rule in security_firewalls.firewall_ip_rules(["20.50.1.7/32", "20.60.1.0/31"])]}}
     assert violations(ACCOUNT, props) == []
 
 
@@ -198,7 +198,7 @@ def test_config_hint_for_allowed_ip_ranges_suggests_what_the_firewalls_take():
         config.parse("x", {"allowedIpRanges": []})
     assert "/32" not in str(err.value) and "bare" in str(err.value)
     cfg = config.parse("x", {"allowedIpRanges": ["20.50.1.7"]})  # a bare address, as ifconfig.me prints it
-    assert security.firewall_ip_rules(cfg.network.allowed_ip_ranges) == ("20.50.1.7",)
+    assert security_firewalls.firewall_ip_rules(cfg.network.allowed_ip_ranges) == ("20.50.1.7",)
 
 
 SUBNET = security.SUBNET
@@ -265,13 +265,13 @@ GOOD_SAS = {"canonicalizedResource": "/blob/acct/outputs", "protocols": "https",
     ({"canonicalizedResource": "/blob/acct/secrets"}, "unknown container"),
 ])
 def test_sas_request_checks(change, words):
-    assert security.check_sas_request(GOOD_SAS, NOW) is None
-    assert words in security.check_sas_request({**GOOD_SAS, **change}, NOW)
+    assert security_sas.check_sas_request(GOOD_SAS, NOW) is None
+    assert words in security_sas.check_sas_request({**GOOD_SAS, **change}, NOW)
 
 
 def test_a_sas_longer_than_the_stacks_own_period_is_refused():
     """The account's period is the stack's sasExpiryHours: a 168-hour SAS on a 72-hour account is blocked."""
-    assert "(72 hours)" in security.check_sas_request(GOOD_SAS, NOW, period_hours=72)
+    assert "(72 hours)" in security_sas.check_sas_request(GOOD_SAS, NOW, period_hours=72)
 
 
 def test_every_stack_passes_every_check(ev):

@@ -14,7 +14,7 @@ from infra.components import roles
 from infra.backends.shared import StackOutputs
 from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
 from infra.core.containers import AML_DATASTORES
-from infra.core import naming, security
+from infra.core import naming, security, security_firewalls
 from tests.infra.conftest import NOW
 from infra.core.role_ids import role_key
 
@@ -105,7 +105,7 @@ def test_the_key_vault_is_rbac_only_purge_protected_and_firewalled(aml_ev):
     acls = vault["networkAcls"]
     assert acls["defaultAction"] == "Deny"
     assert [rule["value"] for rule in acls["ipRules"]] == list(
-        security.firewall_ip_rules(aml_ev.config.network.allowed_ip_ranges))
+        security_firewalls.firewall_ip_rules(aml_ev.config.network.allowed_ip_ranges))
     assert {rule["id"] for rule in acls["virtualNetworkRules"]} == {aml_ev.outputs["computeSubnetId"],
                                                                    aml_ev.outputs["storageSubnetId"]}
 
