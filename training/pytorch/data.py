@@ -17,7 +17,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training.errors import UsageError
 from training.data.folder import MEAN, STD, num_classes, scan, verify_images
-from training.pytorch.sampling import batches_per_epoch, first_readable, training_crop, training_sampler
+from training.pytorch.sampling import (EpochTagged, batches_per_epoch, first_readable, training_crop,
+                                       training_sampler)
 from training.runner import synthetic_steps_per_epoch
 
 
@@ -25,7 +26,7 @@ class FolderDataset(Dataset):
     def __init__(self, samples: list[tuple[Path, int]], image_size: int, train: bool, seed: int):
         from torchvision import transforms
 
-        self.samples, self.seed, self.epoch, self.image_size, self.train = samples, seed, 0, image_size, train
+        self.samples, self.seed, self.image_size, self.train = samples, seed, image_size, train
         self.normalize = transforms.Compose([transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
         self.evaluation = transforms.Compose([transforms.Resize(int(image_size * 256 / 224)),
                                               transforms.CenterCrop(image_size)])
@@ -33,17 +34,19 @@ class FolderDataset(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int):
-        return first_readable(self.samples, index, lambda path, label: (self._transformed(path, index), label))
+    def __getitem__(self, key: int | tuple[int, int]):
+        """`key`: a validation sample's index, or (epoch, index) of a training sample (sampling.EpochTagged)."""
+        epoch, index = key if isinstance(key, tuple) else (0, key)
+        return first_readable(self.samples, index, lambda path, label: (self._transformed(path, epoch, index), label))
 
-    def _transformed(self, path: Path, index: int) -> torch.Tensor:
+    def _transformed(self, path: Path, epoch: int, index: int) -> torch.Tensor:
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms import functional as F
 
         with Image.open(path) as image:
             if not self.train:
                 return self.normalize(self.evaluation(image.convert("RGB")))
-            crop = training_crop(image, self.seed, self.epoch, index)
+            crop = training_crop(image, self.seed, epoch, index)
             cropped = F.resized_crop(image.convert("RGB"), crop.top, crop.left, crop.height, crop.width,
                                      [self.image_size, self.image_size], InterpolationMode.BILINEAR, antialias=True)
             return self.normalize(F.hflip(cropped) if crop.flip else cropped)
@@ -55,13 +58,12 @@ class PilBatches:
     def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, pin_memory: bool):
         self.dataset = FolderDataset(samples, cfg.image_size, train=True, seed=cfg.seed)
         self.sampler = training_sampler(len(samples), cfg, rank, size)
-        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=self.sampler,
+        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=EpochTagged(self.sampler),
                                  num_workers=cfg.workers, pin_memory=pin_memory, drop_last=True,
-                                 persistent_workers=False)  # workers re-fork per epoch and see dataset.epoch
+                                 persistent_workers=cfg.workers > 0)  # the epoch travels in each key
 
     def epoch_batches(self, epoch: int, start_batch: int):
         self.sampler.set_epoch(epoch)
-        self.dataset.epoch = epoch
         self.sampler.start_batch = start_batch
         return iter(self.loader)
 

@@ -50,7 +50,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from training.data.folder import MEAN, STD
-from training.pytorch.sampling import Crop, first_readable, training_crop, training_sampler
+from training.pytorch.sampling import Crop, EpochTagged, first_readable, training_crop, training_sampler
 
 # What nvJPEG takes as is; anything else (ImageNet has a PNG and some CMYK files named .JPEG) is decoded by PIL in
 # the worker, as the PIL loader decodes every file, and travels as pixels.
@@ -86,14 +86,16 @@ class EncodedDataset(Dataset):
     """Dataset index -> Sample, in DataLoader workers: file reading, no decoding."""
 
     def __init__(self, samples: list[tuple[Path, int]], seed: int):
-        self.samples, self.seed, self.epoch = [(str(path), label) for path, label in samples], seed, 0
+        self.samples, self.seed = [(str(path), label) for path, label in samples], seed
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[int, Sample]:
-        return index, first_readable(self.samples, index,
-                                     lambda path, label: read_sample(path, label, self.seed, self.epoch, index))
+    def __getitem__(self, key: tuple[int, int]) -> tuple[tuple[int, int], Sample]:
+        """`key`: (epoch, index) of a training sample (sampling.EpochTagged)."""
+        epoch, index = key
+        return key, first_readable(self.samples, index,
+                                   lambda path, label: read_sample(path, label, self.seed, epoch, index))
 
 
 @dataclass
@@ -120,8 +122,8 @@ class EncodedBatch:
                 for k, (label, crop) in enumerate(zip(self.labels, self.crops))]
 
 
-def collate(batch: list[tuple[int, Sample]]) -> EncodedBatch:
-    """In the worker: (index, Sample) pairs -> one EncodedBatch."""
+def collate(batch: list[tuple[tuple[int, int], Sample]]) -> EncodedBatch:
+    """In the worker: ((epoch, index), Sample) pairs -> one EncodedBatch."""
     encoded = [sample.data for _, sample in batch if sample.data.dim() == 1]
     return EncodedBatch(indices=[index for index, _ in batch], labels=[sample.label for _, sample in batch],
                         crops=[sample.crop for _, sample in batch],
@@ -304,14 +306,13 @@ class NvjpegBatches:
         self.device, self.image_size, self.channels_last = device, cfg.image_size, bool(cfg.channels_last)
         self.dataset = EncodedDataset(samples, cfg.seed)
         self.sampler = training_sampler(len(samples), cfg, rank, size)
-        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=self.sampler,
+        self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=EpochTagged(self.sampler),
                                  num_workers=cfg.workers, collate_fn=collate, drop_last=True,
                                  pin_memory=device.type == "cuda",
-                                 persistent_workers=False)  # workers re-fork per epoch and see dataset.epoch
+                                 persistent_workers=cfg.workers > 0)  # the epoch travels in each key
 
     def epoch_batches(self, epoch: int, start_batch: int):
         self.sampler.set_epoch(epoch)
-        self.dataset.epoch = epoch
         self.sampler.start_batch = start_batch
         # The generator's first iterable, iter(self.loader), is made here: the workers fork in this thread.
         return prefetched((self.augmented(batch) for batch in self.loader), self.device)
@@ -321,11 +322,11 @@ class NvjpegBatches:
         images = decode(samples, self.device)
         for k, image in enumerate(images):
             if image is None:  # a file only a full decode shows to be broken: PIL's turn, as the PIL loader has
-                index = batch.indices[k]
+                epoch, index = batch.indices[k]
                 print(f"warning: nvJPEG cannot decode {self.dataset.samples[index][0]}; decoding with PIL",
                       file=sys.stderr)
                 samples[k] = first_readable(self.dataset.samples, index, lambda path, label: read_sample(
-                    path, label, self.dataset.seed, self.dataset.epoch, index, encoded=False))
+                    path, label, self.dataset.seed, epoch, index, encoded=False))
                 images[k] = samples[k].data.to(self.device)
         labels = torch.tensor([sample.label for sample in samples], dtype=torch.int64)
         return resized_crops(images, [s.crop for s in samples], self.image_size, self.channels_last), labels

@@ -69,6 +69,24 @@ class ResumableSampler(DistributedSampler):
         return super().__len__() - self.start_batch * self.batch_size
 
 
+class EpochTagged:
+    """A training sampler's order with the epoch beside each index: (epoch, index). The dataset reads the epoch
+    from its key rather than from an attribute set before each epoch, so a DataLoader's workers can persist across
+    epochs (`persistent_workers`: forked once, not once an epoch, which on a small dataset of a few batches an epoch
+    is a fork of every worker every few steps) and still draw each epoch's crops. A DataLoader iterates its
+    sampler in the training process and sends the keys to the workers, so the epoch is the sampler's as set now."""
+
+    def __init__(self, sampler: ResumableSampler):
+        self.sampler = sampler
+
+    def __iter__(self):
+        epoch = self.sampler.epoch
+        return ((epoch, index) for index in self.sampler)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
 def batches_per_epoch(count: int, size: int, batch_size: int) -> int:
     """The training loop's epoch on each of `size` ranks: whole batches of its shard (DistributedSampler's
     drop_last shard of count // size samples, less the part batch). Every loader's epoch is this many batches, so

@@ -214,3 +214,18 @@ def test_prefetched_batches_keep_their_order_raise_the_producers_error_and_stop_
     next(stream)
     with pytest.raises(OSError, match="disk gone"):
         next(stream)
+
+
+@pytest.mark.parametrize("loader", ["pil", "nvjpeg"])
+def test_workers_persist_across_epochs_and_still_crop_each_epoch_afresh(photos, loader):
+    """The loaders' worker processes are forked once, not once an epoch (sampling.EpochTagged puts the epoch in
+    each key): on a small dataset of a few batches an epoch, re-forking every worker each epoch cost the PIL
+    loader 2-3x its rate on 2 cores (128 files at 96 px, batch 16, 2 workers: 289-308 img/s re-forked, 609-1,024
+    persistent). Epoch 1 from the same workers must be what a fresh loader reads in epoch 1."""
+    running = folder(photos, loader)
+    epoch(running, 0)
+    workers = [w.pid for w in running.train.loader._iterator._workers]
+    second, second_labels = epoch(running, 1)
+    assert [w.pid for w in running.train.loader._iterator._workers] == workers  # the same processes
+    fresh, fresh_labels = epoch(folder(photos, loader), 1)
+    assert fresh_labels == second_labels and torch.equal(fresh, second)
