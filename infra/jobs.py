@@ -20,7 +20,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from infra import REPO_ROOT
 from infra.backends import RegistersModels, Restages, RunsJobs, backend, spend as spend_query, staging
 from infra.backends.azureml.service import AzureMlJobs
 from infra.backends.batch.service import AzureBatch
-from infra.backends.shared import JobError, StackOutputs, load_outputs, outputs_file_stack, rehearsal_endpoints
+from infra.backends.shared import (JobError, StackOutputs, load_outputs, member_file_stack, outputs_file_stack,
+                                   rehearsal_endpoints)
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
 from infra.core import budget, config
@@ -48,6 +49,9 @@ class Stack:
     outputs: Path | None = None  # its member file, or the JSON of `pulumi stack output` (default: run that command)
     project_dir: Path = REPO_ROOT  # the folder with Pulumi.yaml and the stack files
     rehearsal: Path | None = None  # its rehearsal's folder (`python -m infra rehearse`): outputs and sign-in there
+    # `outputs`' JSON where the CLI has read it already (shared.read_outputs_file), so that a verb reads the file
+    # once; None: read it where it is needed.
+    outputs_json: Any = field(default=None, compare=False, repr=False)
 
 
 def stack_flags(stack: Stack) -> str:
@@ -56,7 +60,8 @@ def stack_flags(stack: Stack) -> str:
     output`, which a member cannot); the plain JSON of `pulumi stack output` names no stack, so --stack stays."""
     if stack.outputs is None:
         return f"--stack {stack.name}"
-    if outputs_file_stack(stack.outputs) == stack.name:
+    named = outputs_file_stack(stack.outputs) if stack.outputs_json is None else member_file_stack(stack.outputs_json)
+    if named == stack.name:
         return f"--outputs {stack.outputs}"
     return f"--stack {stack.name} --outputs {stack.outputs}"
 
@@ -141,7 +146,8 @@ def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
     if name in chosen.refused_verbs:  # before the outputs are read
         raise JobError(chosen.refused_verbs[name])
     guarded = name in BUDGET_VERBS and cfg.budget.monthly_usd is not None
-    outputs = load_outputs(stack.name, stack.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()))
+    outputs = load_outputs(stack.name, stack.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()),
+                           file_json=stack.outputs_json)
     verdict = budget.guard(cfg.budget.monthly_usd, *spend(outputs, services)) if guarded else None
     if verdict and isinstance(verb, Submit):
         if not verdict.allowed:  # before anything reaches the job service
@@ -218,7 +224,7 @@ def request_restage(stack: Stack) -> str:
     if refusal:
         raise JobError(f"--stack {stack.name}: restage applies to nfsKind vm (an NFS server that stages `data`); "
                        + refusal)
-    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",))
+    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",), file_json=stack.outputs_json)
     status_url = outputs.container_urls["status"]
     staging.request_restage(status_url)
     return status_url
@@ -276,7 +282,7 @@ def check_upload(inputs: Upload) -> layout.Layout | None:
 
 def data_target(stack: Stack) -> transfer.ContainerTarget:
     """The stack's `data` container, from its outputs, for your Azure AD sign-in."""
-    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",))
+    outputs = load_outputs(stack.name, stack.outputs, ("container_urls",), file_json=stack.outputs_json)
     url = (outputs.container_urls or {}).get("data")
     if not url:
         raise JobError("stack outputs lack the `data` container: run `pulumi up` with this version of the project")

@@ -111,15 +111,28 @@ def member_outputs(stack: str, values: Mapping[str, Any]) -> tuple[dict[str, Any
     return kept, sorted(left_out)
 
 
+def read_outputs_file(outputs_file: Path) -> Any:
+    """--outputs FILE's JSON (the stack's member file, or the JSON of `pulumi stack output`): read once per verb,
+    the CLI passes it along (infra/jobs.py: Stack.outputs_json); JobError (one line) when it is not readable JSON."""
+    try:
+        return json.loads(outputs_file.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
+
+
+def member_file_stack(values: Any) -> str | None:
+    """The stack a member file's JSON was written for (None: the plain JSON of `pulumi stack output`)."""
+    return values.get(MEMBER_STACK_KEY) if isinstance(values, dict) else None
+
+
 def outputs_file_stack(outputs_file: Path | None) -> str | None:
     """The stack a member file was written for (None: no file, or the plain JSON of `pulumi stack output`)."""
     if not outputs_file:
         return None
     try:
-        values = json.loads(outputs_file.read_text())
-    except (OSError, json.JSONDecodeError):
+        return member_file_stack(read_outputs_file(outputs_file))
+    except JobError:
         return None  # load_outputs says why, in one line
-    return values.get(MEMBER_STACK_KEY) if isinstance(values, dict) else None
 
 
 def selected_stack(run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
@@ -141,16 +154,13 @@ def selected_stack(run: Callable[..., subprocess.CompletedProcess] = subprocess.
 
 def load_outputs(stack: str, outputs_file: Path | None, required: tuple[str, ...],
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
-                 file_flag: str = "--outputs FILE") -> StackOutputs:
+                 file_flag: str = "--outputs FILE", file_json: Any = None) -> StackOutputs:
     """The deployed stack's outputs (`pulumi stack output --json --show-secrets`, or a file holding that JSON or
     the stack's member file), refused unless they hold the `required` fields. `file_flag`: how the caller's command
-    takes that file."""
+    takes that file; `file_json`: the file's JSON where the caller has read it already (read_outputs_file)."""
     if outputs_file:
-        try:
-            values = json.loads(outputs_file.read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            raise JobError(f"--outputs {outputs_file}: not readable JSON ({err})") from None
-        of_stack = values.get(MEMBER_STACK_KEY) if isinstance(values, dict) else None
+        values = read_outputs_file(outputs_file) if file_json is None else file_json
+        of_stack = member_file_stack(values)
         if of_stack and of_stack != stack:
             raise JobError(f"--outputs {outputs_file} is the member file of stack {of_stack}, not {stack}: pass "
                            f"--stack {of_stack}, or the member file of {stack}")

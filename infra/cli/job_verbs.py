@@ -46,7 +46,7 @@ def _stack(args: argparse.Namespace):
     if rehearsal is not None:  # --rehearsal alone: the stack's default rehearsal folder
         rehearsal = Path(rehearsal) if rehearsal else REPO_ROOT / ".rehearsal" / args.stack
     return jobs.Stack(args.stack, outputs=getattr(args, "outputs", None), project_dir=args.project_dir,
-                      rehearsal=rehearsal)
+                      rehearsal=rehearsal, outputs_json=getattr(args, "outputs_json", None))
 
 
 def _verb_inputs(args: argparse.Namespace):
@@ -117,8 +117,9 @@ def _restage(args: argparse.Namespace) -> int:
     from infra.core.config_schema import ConfigError
     from training.errors import UsageError
 
+    stack = _stack(args)
     try:
-        status_url = jobs.request_restage(_stack(args))
+        status_url = jobs.request_restage(stack)
         print(f"asked the NFS server of stack {args.stack} to stage `data` again; its staging unit reads the "
               "request within a minute")
         for line in jobs.restage_reports(status_url, args.follow, args.poll_seconds):
@@ -130,7 +131,7 @@ def _restage(args: argparse.Namespace) -> int:
         _error(args, err)
         return 1
     if not args.follow:
-        print(f"  follow it: python -m infra restage {jobs.stack_flags(_stack(args))} --follow (asks again, "
+        print(f"  follow it: python -m infra restage {jobs.stack_flags(stack)} --follow (asks again, "
               "harmlessly)")
     return 0
 
@@ -141,15 +142,12 @@ def _member_file(args: argparse.Namespace) -> int:
     import json
 
     from infra.backends import BACKENDS
-    from infra.backends.shared import JobError, StackOutputs, member_outputs
+    from infra.backends.shared import JobError, StackOutputs, member_outputs, read_outputs_file
 
     out = args.out or Path(f"member-{args.stack}.json")
     try:
         if args.outputs:
-            try:
-                values = json.loads(args.outputs.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise JobError(f"--outputs {args.outputs}: not readable JSON ({err})") from None
+            values = args.outputs_json if args.outputs_json is not None else read_outputs_file(args.outputs)
         else:
             try:
                 result = subprocess.run(["pulumi", "stack", "output", "--json", "--stack", args.stack],
@@ -193,13 +191,14 @@ def _upload(args: argparse.Namespace) -> int:
     from infra.backends.shared import JobError
     from training.errors import UsageError
 
+    stack = _stack(args)
     inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add,
                          dataset=args.dataset, replace=args.replace)
     try:
         found = jobs.check_upload(inputs)
         if found is not None:
             print(f"upload: {args.dir}: {found.summary()}", file=sys.stderr)
-        target = jobs.data_target(_stack(args))
+        target = jobs.data_target(stack)
         jobs.check_destination(inputs, found, target)
         print(f"upload: {args.dir} -> {target.display}, dataset {args.dataset}", file=sys.stderr)
         stats, removed = jobs.upload(inputs, target)
@@ -207,7 +206,7 @@ def _upload(args: argparse.Namespace) -> int:
         _error(args, err)
         return 1
     print(stats.line("upload") + (f"; --replace deleted {removed} blob(s) the folder lacks" if args.replace else ""))
-    flags = f" {jobs.stack_flags(_stack(args))}"
+    flags = f" {jobs.stack_flags(stack)}"
     dataset = "" if args.dataset == "default" else f" --dataset {args.dataset}"
     print(f"  next: python -m infra submit{flags}{dataset}   (it refuses until the data is staged; nfsKind vm: `python -m "
           f"infra restage{flags} --follow` stages it now)")
@@ -350,18 +349,24 @@ def add_parsers(commands, services) -> None:
 
 
 def follow_stack(args: argparse.Namespace) -> int | None:
-    """Check --outputs and, without --stack, name the stack these verbs run on: the member file's, else the one
-    Pulumi has selected. None: go on; else the exit status of the one line printed."""
-    if getattr(args, "outputs", None) is not None and not args.outputs.is_file():  # before it is taken for no file
-        print(f"error: --outputs {args.outputs}: no such file; give the stack's member file (your platform engineer "
-              "writes it with `python -m infra member-file`) or the JSON of `pulumi stack output --json`",
-              file=sys.stderr)
-        return 2
-    if hasattr(args, "outputs") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
-        from infra.backends.shared import JobError, outputs_file_stack, selected_stack
+    """Check --outputs, read it once (args.outputs_json, which the verb's Stack carries along) and, without
+    --stack, name the stack these verbs run on: the member file's, else the one Pulumi has selected. None: go on;
+    else the exit status of the one line printed."""
+    from infra.backends.shared import JobError, member_file_stack, read_outputs_file, selected_stack
 
+    if getattr(args, "outputs", None) is not None:
+        if not args.outputs.is_file():  # before it is taken for no file
+            print(f"error: --outputs {args.outputs}: no such file; give the stack's member file (your platform "
+                  "engineer writes it with `python -m infra member-file`) or the JSON of `pulumi stack output "
+                  "--json`", file=sys.stderr)
+            return 2
         try:
-            args.stack = outputs_file_stack(getattr(args, "outputs", None)) or selected_stack(
+            args.outputs_json = read_outputs_file(args.outputs)
+        except JobError:
+            args.outputs_json = None  # the verb reads it again and says why, in one line
+    if hasattr(args, "outputs") and args.stack is None:  # the job and data verbs: follow a member file, or Pulumi
+        try:
+            args.stack = member_file_stack(getattr(args, "outputs_json", None)) or selected_stack(
                 functools.partial(subprocess.run, cwd=args.project_dir))
         except JobError as err:
             print(f"error: {err}", file=sys.stderr)
