@@ -2,7 +2,7 @@
 # which builds each environment only when it is missing or its requirements changed.
 PYTHON ?= python3
 .DEFAULT_GOAL := help
-.PHONY: help setup demo demo-local test test-images test-containers plan clean
+.PHONY: help setup demo demo-local demo-container test test-images test-containers plan clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/; s/\{frameworks\}/$(subst $(space),|,$(FRAMEWORKS))/' \
@@ -79,6 +79,15 @@ demo: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZUR
 	    echo "not root: the rehearsal's nodes need root (network namespaces, the job's sshd); run \`sudo make demo\`." ; \
 	    echo "Instead: the data path on Azurite and 2 Horovod ranks on this machine."; \
 	    $(MAKE) --no-print-directory demo-local FRAMEWORK=$(FRAMEWORK); \
+	fi
+
+# The same rehearsal with the job's commands in the PyTorch image (devtools/rehearsal/containers.py): a real Docker
+# engine, the image built on a local stand-in base (minutes the first time; make test-containers keeps its layers).
+demo-container: .venv/.installed $(VENV_pytorch)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## the main job rehearsed in its PyTorch image: each node's commands in containers as Batch starts them (root)
+	@if [ "$$(id -u)" = 0 ]; then \
+	    .venv/bin/python -m infra rehearse --stack dev --nodes 2 --framework pytorch --container; \
+	else \
+	    echo "not root: the container rehearsal needs root (a Docker engine, the nodes' namespaces); run \`sudo make demo-container\`."; \
 	fi
 
 demo-local: .venv/.installed $(TRAIN_VENV)/.installed .cache/azurite/.installed-$(AZURITE_VERSION)  ## without root: JPEG dataset -> Azurite (write SAS) -> staged copy (read-only SAS) -> 2-rank Horovod -> ONNX
