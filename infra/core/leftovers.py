@@ -13,12 +13,13 @@ from typing import Any
 class Leftover:
     what: str  # e.g. "storage account stdev1234"
     cost: str  # what it bills a month, or what it holds
-    command: str  # what removes or purges it
+    command: str  # what removes or purges it; "" where nothing can (then `instead` says what follows)
     keep: str = ""  # the way back to a stack that holds it again, where there is one
+    instead: str = ""  # where no command removes it: why nothing has to
 
     def line(self) -> str:
-        return f"{self.what}: {self.cost}; remove: `{self.command}`" + (f"; or keep it: {self.keep}" if self.keep
-                                                                         else "")
+        removal = f"remove: `{self.command}`" if self.command else self.instead
+        return f"{self.what}: {self.cost}; {removal}" + (f"; or keep it: {self.keep}" if self.keep else "")
 
 
 # What `retainOutputs` kept: the stack's next `up` fails on it ("cannot create already existing resource") unless
@@ -71,8 +72,9 @@ def deleted_vault_leftovers(deleted: Sequence[Mapping[str, Any]], group_id: str)
         name, location, until = vault.get("name"), props.get("location"), props.get("scheduledPurgeDate")
         if props.get("purgeProtectionEnabled"):
             found.append(Leftover(f"key vault {name} (soft-deleted, purge protection)", f"$0, holds its name until "
-                                  f"{until}", "nothing can purge it before then; the stack's next `up` takes a new "
-                                  "vault name (infra/core/naming.py)"))
+                                  f"{until}", "", instead="nothing can purge it before then, and nothing needs to: "
+                                  "the stack's next `up` names its vault (Azure ML's, or a user-subscription Batch "
+                                  "account's) from a new name generation, so the old name is not asked for"))
         else:
             found.append(Leftover(f"key vault {name} (soft-deleted)", f"$0, holds its name until {until}",
                                   f"az keyvault purge --name {name} --location {location}"))

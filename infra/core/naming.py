@@ -14,7 +14,8 @@ hashes what it always did, and one that adds it to a deployed stack sets `namesW
 A Key Vault and an Azure ML workspace keep their names after they are deleted (a purge-protected vault until its
 soft-delete retention ends, 90 days by default; a workspace 14 days), so `pulumi destroy` then `pulumi up` of the
 same stack would ask for a name Azure still holds. Their hash also takes a `generation`: a value the stack fixes
-when it first creates them and keeps in its state until it is destroyed (infra/backends/azureml/workspace.py).
+when it first creates them and keeps in its state until it is destroyed (infra/components/name_generation.py:
+Azure ML's vault and workspace, a user-subscription Batch account's vault).
 """
 from __future__ import annotations
 

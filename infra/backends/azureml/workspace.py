@@ -15,8 +15,9 @@ Security, as for the Batch backend:
 - system datastores by identity, not account keys (systemDatastoresAuthMode: identity);
 - the Key Vault uses Azure RBAC (no access policies), purge protection, and admits only the VNet and
   allowedIpRanges;
-- the Key Vault's and the workspace's names carry the stack's name generation (NameGeneration below): both
-  names stay taken after a delete (soft delete), so a stack destroyed and deployed again asks for new ones;
+- the Key Vault's and the workspace's names carry the stack's name generation (infra/components/
+  name_generation.py): both names stay taken after a delete (soft delete), so a stack destroyed and deployed again
+  asks for new ones;
 - compute nodes have no public IP and no SSH (remoteLoginPortPublicAccess Disabled), local auth off, and run
   as the nodes' user-assigned identity, which the environment grants AcrPull and its containers: the cluster
   pulls images and reads datastores with it
@@ -28,12 +29,11 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ResourceProvider
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
+from infra.components.name_generation import NameGeneration, proposed_generation
 from infra.core import security_firewalls, security_invariants
 from infra.core.config_sections import AmlConfig, NodesConfig
 from infra.core.containers import AML_DATASTORES
@@ -45,33 +45,6 @@ WORKSPACE_DNS_ZONES = ("privatelink.api.azureml.ms", "privatelink.notebooks.azur
 def environment_version(image_ref: str) -> str:
     """An environment version is immutable: a new image digest makes a new version, the same one none."""
     return hashlib.sha256(image_ref.encode()).hexdigest()[:12]
-
-
-class NameGenerationProvider(ResourceProvider):
-    """The generation a stack's soft-deletable names are made with. Every run proposes one (the time of the run);
-    the first proposal is kept in the stack's state, later ones change nothing (diff: no changes), so the names
-    stay put for the stack's life. `pulumi destroy` deletes it with the rest, and the next `up` starts a new
-    generation, so it never asks for a name that Azure still holds for a deleted vault (up to 90 days with purge
-    protection, https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview) or workspace (14 days,
-    "You can't reuse the name of a workspace that has been soft deleted",
-    https://learn.microsoft.com/azure/machine-learning/concept-soft-delete)."""
-
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        return CreateResult(id_=props["generation"], outs={"generation": props["generation"]})
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        return DiffResult(changes=False)
-
-
-class NameGeneration(pulumi.dynamic.Resource):
-    generation: pulumi.Output[str]
-
-    def __init__(self, name: str, proposed: str, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(NameGenerationProvider(), name, {"generation": proposed}, opts)
-
-
-def proposed_generation(now: datetime) -> str:
-    return now.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
 @dataclass

@@ -101,7 +101,9 @@ class BatchBackend:
             nfs_options=nfs.mount_options,
             # The nodes prefetch the launched job's image when they start: it must be pushed by then.
             depends_on=[registry.acr_pull, nfs, *registry.images.values()],
-            key_vault_name=naming.key_vault(cfg.team, cfg.stack, cfg.location, "batch", cfg.naming_subscription)),
+            key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation,
+                                                              cfg.naming_subscription),
+            now=foundation.now),
             child)
         foundation.monitoring.watch_batch("batch", cluster.account.id)
         if cluster.key_vault:  # user-subscription: the account's vault, whose audit events say what Batch keeps there

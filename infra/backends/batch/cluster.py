@@ -17,12 +17,15 @@ image is pulled when a job asks for it).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import pulumi
 from pulumi_azure_native import authorization, batch, keyvault
 
 from infra.components import roles
+from infra.components.name_generation import NameGeneration, proposed_generation
 from infra.backends.batch import spec as batch_spec
 from infra.core import security_firewalls
 from infra.core.backend_facts import POOL_OS_DISK_GB
@@ -116,7 +119,9 @@ class ClusterArgs:
     nfs_source: pulumi.Input[str]
     nfs_options: str
     depends_on: list[pulumi.Resource]  # what the nodes need first (the pull permission, the pushed images)
-    key_vault_name: str = ""  # user-subscription: the account's Key Vault (naming.key_vault)
+    # user-subscription: the account's Key Vault's name from the stack's name generation (naming.key_vault)
+    key_vault_name: Callable[[str], str] | None = None
+    now: datetime | None = None  # proposes the name generation on a stack's first `up`; tests pin it
 
 
 class Cluster(pulumi.ComponentResource):
@@ -206,13 +211,20 @@ class Cluster(pulumi.ComponentResource):
         """The user-subscription account's Key Vault (USER_SUBSCRIPTION_DOC: same subscription and region) and the
         Batch service's grant on it. RBAC, purge protection and a deny-by-default firewall as every vault here
         (security.py: key-vault-locked); only trusted Azure services, Batch among them, pass it: nobody else needs
-        the vault. Soft-deleted vaults keep their name for the retention days (7, the least Azure allows:
-        https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview): a stack destroyed and brought
-        up again within them meets its old vault's name (`python -m infra leftovers` lists it)."""
+        the vault. A deleted vault stays recoverable, and with purge protection unpurgeable, for its retention
+        days (7, the least Azure allows: https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview),
+        holding its global name: so the name carries the stack's name generation (infra/components/
+        name_generation.py), and a stack destroyed and brought up again within those days asks for a new one
+        (`python -m infra leftovers` lists the old one until its purge date)."""
+        if args.key_vault_name is None:
+            raise ValueError("user-subscription mode needs ClusterArgs.key_vault_name")
+        self.names = NameGeneration(f"{self._name}-names",
+                                    proposed_generation(args.now or datetime.now(timezone.utc)),
+                                    opts=pulumi.ResourceOptions(parent=self))
         tenant = authorization.get_client_config_output(opts=pulumi.InvokeOutputOptions(parent=self)).tenant_id
         vault = keyvault.Vault(
             f"{self._name}-kv", resource_group_name=args.resource_group_name, location=args.location,
-            tags=args.tags, vault_name=args.key_vault_name,
+            tags=args.tags, vault_name=self.names.generation.apply(args.key_vault_name),
             properties=keyvault.VaultPropertiesArgs(
                 tenant_id=tenant, sku=keyvault.SkuArgs(family="A", name="standard"),
                 enable_rbac_authorization=True, enable_soft_delete=True, enable_purge_protection=True,

@@ -41,7 +41,12 @@ def test_a_retained_account_and_a_soft_deleted_vault_are_listed_with_their_comma
     assert f"`az group delete --name rg-dltrain-nlp-nlp --subscription {SUBSCRIPTION} --yes`" in out
     assert "key vault kv-nlp-1a2b3c4d (soft-deleted): $0, holds its name until 2027-02-18T10:00:59Z; remove: " \
            "`az keyvault purge --name kv-nlp-1a2b3c4d --location westus2`" in out
-    assert "kv-nlp-9f8e7d6c (soft-deleted, purge protection)" in out and "nothing can purge it" in out
+    # Purge protection: no command removes it, and none has to (the next `up` names the vault anew); no
+    # "remove: `...`" that is not a command.
+    assert "key vault kv-nlp-9f8e7d6c (soft-deleted, purge protection): $0, holds its name until " \
+           "2027-02-18T10:00:59Z; nothing can purge it before then, and nothing needs to: the stack's next `up` " \
+           "names its vault (Azure ML's, or a user-subscription Batch account's) from a new name generation" in out
+    assert "remove: `nothing" not in out
     assert "kv-other" not in out  # another stack's vault
     assert "4 left" in out
 

@@ -12,7 +12,8 @@ from infra.cli import plan
 from infra.preview import offline
 from infra.components import roles
 from infra.backends.shared import StackOutputs
-from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, NameGenerationProvider, environment_version
+from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, environment_version
+from infra.components.name_generation import NameGenerationProvider
 from infra.core.containers import AML_DATASTORES
 from infra.core import naming, security, security_firewalls
 from tests.infra.conftest import NOW

@@ -6,13 +6,15 @@ preflight at the wire (the real ARM pipeline against tests/infra/backends/arm_en
 family usage and the Batch service's role on the subscription."""
 import dataclasses
 import shutil
+from datetime import timedelta
 
 import pytest
 
 from infra import REPO_ROOT
 from infra.backends import preflight
 from infra.cli import plan
-from infra.core import config, role_ids, security
+from infra.components.name_generation import NameGenerationProvider
+from infra.core import config, naming, role_ids, security
 from infra.core import preflight as verdicts
 from infra.core.config_schema import ConfigError
 from infra.core.preflight import FAIL, OK
@@ -109,11 +111,36 @@ def test_the_account_references_its_own_vault_and_the_batch_service_may_keep_sec
                                                                           resource_group=group)]))
 
 
+def test_the_vaults_name_is_new_after_destroy_and_stays_for_the_stacks_life(ev):
+    """A deleted purge-protected vault holds its name for its retention days: a stack destroyed and brought up
+    again within them must ask for another (as Azure ML's vault does: test_workspace.py)."""
+    cfg = ev.config
+    generation = ev.one("pulumi-python:dynamic:Resource", "cluster-names").state["generation"]
+    [vault] = [v for v in ev.of_type("azure-native:keyvault:Vault") if "cluster" in v.name]
+    name = vault.inputs["vaultName"]
+    assert name == naming.key_vault(cfg.team, cfg.stack, cfg.location, generation, cfg.naming_subscription)
+    assert 3 <= len(name) <= 24
+    # Before, the name was fixed: the generation "batch" for every life of the stack.
+    assert name != naming.key_vault(cfg.team, cfg.stack, cfg.location, "batch", cfg.naming_subscription)
+    # A later run of the same stack proposes another generation and keeps the first (no diff: no new vault).
+    provider = NameGenerationProvider()
+    created = provider.create({"generation": generation})
+    assert provider.diff(created.id, created.outs, {"generation": "20271231T000000Z"}).changes is False
+    # destroy, then up a day later (within the 7 retention days): a new generation, a new vault name, and the
+    # account's Key Vault reference follows it.
+    again = offline.evaluate(cfg, now=NOW + timedelta(days=1))
+    [vault2] = [v for v in again.of_type("azure-native:keyvault:Vault") if "cluster" in v.name]
+    assert vault2.inputs["vaultName"] != name
+    assert again.one("azure-native:batch:BatchAccount").inputs["keyVaultReference"]["url"] == \
+        f"https://{vault2.inputs['vaultName']}.vault.azure.net/"
+
+
 def test_batch_service_mode_declares_no_vault_for_the_account():
     ev = evaluation_for("dev")
     account = ev.one("azure-native:batch:BatchAccount")
     assert account.inputs["poolAllocationMode"] == "BatchService" and "keyVaultReference" not in account.inputs
     assert not [v for v in ev.of_type("azure-native:keyvault:Vault") if "cluster" in v.name]
+    assert not [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "names" in r.name]  # no generation
 
 
 @pytest.fixture
