@@ -59,7 +59,7 @@ def command(args: argparse.Namespace) -> int:
         print(text)
     elif args.json:
         print(json.dumps({"stacks": [s for _, s in stacks], "roles": roles, "condition": text,
-                          "importerOn": {registry: users for registry, users in sorted(platform.items())}},
+                          "readerOn": {registry: users for registry, users in sorted(platform.items())}},
                          indent=2))
     else:
         print(f"Roles the deploy identity may grant in subscription {subscription} "
@@ -68,7 +68,7 @@ def command(args: argparse.Namespace) -> int:
         print(f"\nCondition (version 2.0) for its Role Based Access Control Administrator assignment:\n{text}")
         for registry, users in sorted(platform.items()):
             # sharedImages: `up` imports from the platform registry with the deploy identity (docs/teams.md).
-            print(f"\nsharedImages ({', '.join(users)}): the deploy identity needs {shared_images.IMPORTER_ROLE} on "
+            print(f"\nsharedImages ({', '.join(users)}): the deploy identity needs {shared_images.SOURCE_REGISTRY_ROLE} on "
                   f"the platform registry, granted once by whoever may grant it there:\n  az role assignment create "
-                  f"--assignee <its object id> --role \"{shared_images.IMPORTER_ROLE}\" --scope {registry}")
+                  f"--assignee <its object id> --role \"{shared_images.SOURCE_REGISTRY_ROLE}\" --scope {registry}")
     return 0

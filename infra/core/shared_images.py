@@ -183,7 +183,12 @@ EXTRA_USD_PER_GIB_DAY = 0.003
 # Both training images unpacked in a local Docker engine's data root: ~15 GB (docs/development.md, measured by
 # `make test-containers`); a registry holds their compressed layers, so less. Their compressed size is not measured.
 BOTH_IMAGES_UNPACKED_GB = 15
-IMPORTER_ROLE = "Container Registry Data Importer and Data Reader"
+# What the identity running the import needs on the source (platform) registry: "Microsoft Entra permissions to read
+# from the source registry (Reader role)" (https://learn.microsoft.com/azure/container-registry/container-registry-import-images,
+# "Import from an Azure container registry in the same AD tenant"). Not "Container Registry Data Importer and Data
+# Reader": its registries/importImage/action at the platform registry's scope would let every team's deployer
+# import (write) images into the platform registry.
+SOURCE_REGISTRY_ROLE = "Reader"
 
 
 def plan_lines(frameworks: tuple[str, ...], shared: SharedImages | None, registry_sku: str) -> list[str]:
@@ -217,8 +222,8 @@ def before_up_line(shared: SharedImages | None) -> str | None:
     """The role the identity running `up` needs on the platform registry, granted outside this stack."""
     if shared is None:
         return None
-    return (f"sharedImages: whoever runs `up` needs {IMPORTER_ROLE} on the platform registry {shared.registry_name} "
-            f"(`az role assignment create --assignee <object id> --role \"{IMPORTER_ROLE}\" --scope "
+    return (f"sharedImages: whoever runs `up` needs {SOURCE_REGISTRY_ROLE} on the platform registry {shared.registry_name} "
+            f"(`az role assignment create --assignee <object id> --role \"{SOURCE_REGISTRY_ROLE}\" --scope "
             f"{shared.registry_id}`, by someone who may grant it there); on this stack's registry the resource "
             "group's Owner or Contributor already holds the import's actions")
 

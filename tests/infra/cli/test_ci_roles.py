@@ -83,7 +83,7 @@ def test_the_verb_takes_the_subscriptions_stacks(tmp_path, capsys):
 
 def test_shared_images_name_the_importer_role_on_the_platform_registry(tmp_path, capsys):
     """sharedImages: `up` imports with the deploy identity, which needs the platform registry's importer role (given
-    once, outside the stacks); ci-roles names it with the command, and --json under importerOn."""
+    once, outside the stacks); ci-roles names it with the command, and --json under readerOn."""
     platform = ("/subscriptions/11111111-1111-1111-1111-111111111111/resourceGroups/platform-images/providers/"
                 "Microsoft.ContainerRegistry/registries/dltrainplatform")
     shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path)
@@ -94,10 +94,8 @@ def test_shared_images_name_the_importer_role_on_the_platform_registry(tmp_path,
                      f"\"{platform}\", pytorch: \"dltrain/pytorch@sha256:{'a' * 64}\"}}\n")
     sub = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
     assert main(["ci-roles", "--subscription", sub, "--json", "--project-dir", str(tmp_path)]) == 0
-    assert json.loads(capsys.readouterr().out)["importerOn"] == {platform: ["trial"]}
+    assert json.loads(capsys.readouterr().out)["readerOn"] == {platform: ["trial"]}
     assert main(["ci-roles", "--subscription", sub, "--project-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert ("sharedImages (trial): the deploy identity needs Container Registry Data Importer and Data Reader on the "
-            "platform registry") in out
-    assert (f"az role assignment create --assignee <its object id> --role \"Container Registry Data Importer and "
-            f"Data Reader\" --scope {platform}") in out
+    assert "sharedImages (trial): the deploy identity needs Reader on the platform registry" in out
+    assert f"az role assignment create --assignee <its object id> --role \"Reader\" --scope {platform}" in out

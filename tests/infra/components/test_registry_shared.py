@@ -128,7 +128,7 @@ def test_plan_says_imported_and_what_it_needs(imported):
     section = text.split("Training images")[1].split("Training job")[0]
     assert "pytorch: imported by digest from the platform registry dltrainplatform" in section
     assert "no Docker build" in section and "built here by" not in section
-    assert "Container Registry Data Importer and Data Reader on the platform registry dltrainplatform" in text
+    assert "needs Reader on the platform registry dltrainplatform" in text
 
 
 def test_an_image_sharedimages_does_not_name_is_still_built_here():
