@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.cli import teams
+from infra.cli.new_team import new_team
 from infra.core import config
 
 TEMPLATE = "dev"  # the stack `plan` is timed on and the timed `new-team` copies
@@ -55,7 +55,7 @@ def grow(root: Path, size: int) -> None:
         n += 1
         team = f"bench{n:04d}"
         if team not in have:
-            teams.new_team(team, name, None, root)
+            new_team(team, name, None, root)
             have.append(team)
 
 

@@ -50,7 +50,7 @@ def parsed(registry: str, images: list[str]) -> shared_images.SharedImages:
 def written(stack: str, root: Path, shared: shared_images.SharedImages, project) -> tuple[str, str]:
     """Pulumi.STACK.yaml's text with sharedImages set for its frameworks, checked as `plan` reads it, and what its
     images were before; or ConfigError naming the stack, nothing written."""
-    from infra.cli.teams import _rewrite
+    from infra.cli.new_team import rewrite_stack_file
 
     try:
         before = config.from_stack_file(stack, root, project)
@@ -62,7 +62,7 @@ def written(stack: str, root: Path, shared: shared_images.SharedImages, project)
     text = (root / f"Pulumi.{stack}.yaml").read_text()
     header = "\n".join(line for line in text.splitlines()[:next(
         (n for n, line in enumerate(text.splitlines()) if line.strip() and not line.startswith("#")), 0)])
-    new = _rewrite(text, {shared_images.KEY: shared_images.flow_text(shared, frameworks)}, set(), header)
+    new = rewrite_stack_file(text, {shared_images.KEY: shared_images.flow_text(shared, frameworks)}, set(), header)
     want = shared_images.SharedImages(shared.registry_id, tuple(i for i in shared.images if i.framework in frameworks))
     with tempfile.TemporaryDirectory() as scratch:
         Path(scratch, f"Pulumi.{stack}.yaml").write_text(new)

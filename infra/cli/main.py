@@ -105,16 +105,16 @@ def _on_selected_stack(run):
 
 
 def _new_team(args: argparse.Namespace) -> int:
-    from infra.cli import teams
+    from infra.cli.new_team import new_team, new_team_lines
     from infra.core.config_schema import ConfigError
 
     try:
-        result = teams.new_team(args.name, args.template, args.backend, args.project_dir, args.subscription,
-                                args.location, args.own_images)
+        result = new_team(args.name, args.template, args.backend, args.project_dir, args.subscription, args.location,
+                          args.own_images)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print("\n".join(teams.new_team_lines(result, args.template)))
+    print("\n".join(new_team_lines(result, args.template)))
     return 0
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli import plan, teams
+from infra.cli.new_team import new_team
 from infra.cli.main import main
 from infra.core import config
 from infra.preview import offline
@@ -49,7 +50,7 @@ def fleet(tmp_path_factory):
     shutil.copy(REPO_ROOT / "Pulumi.yaml", root)
     shutil.copy(REPO_ROOT / "Pulumi.dev.yaml", root)
     for i in range(1, N):
-        teams.new_team(f"team{i}", "dev", None, root)
+        new_team(f"team{i}", "dev", None, root)
     assert len(config.stack_names(root)) == N
     return root
 
@@ -82,7 +83,7 @@ def test_plan_reads_each_stack_file_once(fleet):
 
 def test_new_team_reads_each_stack_file_once(fleet):
     with counting_opens() as opens:
-        result = teams.new_team("extra", "dev", None, fleet)
+        result = new_team("extra", "dev", None, fleet)
     try:
         assert result.config.team == "extra"
         # Every other stack file once; the template for its config, its text and its own keys; the new file

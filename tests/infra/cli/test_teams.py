@@ -10,6 +10,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli import teams
+from infra.cli.new_team import TEAM_OWN_KEYS
 from infra.cli.main import main
 from infra.core import config, config_schema, cost
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
@@ -186,7 +187,7 @@ def test_new_team_does_not_copy_the_template_teams_groups_nor_tags(project, caps
     assert "not copied from Pulumi.dev.yaml (the dev team's own): teamAdmins, tags" in capsys.readouterr().out
     written = (project / "Pulumi.ml.yaml").read_text()
     assert group not in written and "owner" not in written and "1234" not in written
-    assert set(config.read_stack_file("ml", project)).isdisjoint(teams.TEAM_OWN_KEYS)
+    assert set(config.read_stack_file("ml", project)).isdisjoint(TEAM_OWN_KEYS)
 
 
 def test_new_team_from_a_stack_that_is_not_here_names_the_ones_that_are(project, capsys):

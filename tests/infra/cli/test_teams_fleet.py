@@ -8,6 +8,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli import teams
+from infra.cli.new_team import member, new_team
 from infra.cli.main import main
 from infra.core import config, fleet_limits
 from infra.core.fleet_limits import Member
@@ -67,15 +68,15 @@ def test_repo_flags_its_eastus_batch_accounts(repo_rows):
 
 def test_generated_stacks_over_three_accounts_exceed_and_another_subscription_is_its_own_group(project):
     for name in ("team1", "team2"):
-        teams.new_team(name, "trial", None, project)
-    result = teams.new_team("team3", "trial", None, project)  # trial, vision, team1..3: five accounts in eastus
+        new_team(name, "trial", None, project)
+    result = new_team("team3", "trial", None, project)  # trial, vision, team1..3: five accounts in eastus
     assert any("5 Batch accounts" in line and "exceeds the default" in line for line in result.quota_lines)
-    apart = teams.new_team("team4", "trial", None, project, OTHER_SUB, "westus3")
+    apart = new_team("team4", "trial", None, project, OTHER_SUB, "westus3")
     assert apart.quota_lines == ()
     assert apart.config.subscription_id == OTHER_SUB and apart.config.location == "westus3"
     # teams' fleet lines over the configs (the same figures as its rows, without evaluating the program again).
     fleet = teams.Fleet(project)
-    members = [teams.member(fleet.config(stack)) for stack in fleet.engines]
+    members = [member(fleet.config(stack)) for stack in fleet.engines]
     out = "\n".join(fleet_limits.limit_warnings(members) +
                     fleet_limits.totals_lines(fleet_limits.totals(members), 730))
     assert "subscription unset, eastus: 5 Batch accounts" in out
@@ -99,9 +100,9 @@ def test_new_team_replaces_the_templates_subscription_and_refuses_a_bad_one(proj
     trial = project / "Pulumi.trial.yaml"
     trial.write_text(trial.read_text().replace("config:\n", "config:\n  azure-native:subscriptionId: "
                                                "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\n", 1))
-    inherited = teams.new_team("same", "trial", None, project)
+    inherited = new_team("same", "trial", None, project)
     assert inherited.config.subscription_id == "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
-    moved = teams.new_team("moved", "trial", None, project, OTHER_SUB)
+    moved = new_team("moved", "trial", None, project, OTHER_SUB)
     assert (project / "Pulumi.moved.yaml").read_text().count("azure-native:subscriptionId") == 1
     assert moved.config.subscription_id == OTHER_SUB
     before = sorted(p.name for p in project.iterdir())

@@ -8,6 +8,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli import teams
+from infra.cli.new_team import fleet_shared_images, new_team
 from infra.cli.main import main
 from infra.core import config
 
@@ -68,9 +69,9 @@ def test_without_shared_images_here_a_new_team_builds_its_own(tmp_path, capsys):
 def test_the_most_used_shared_images_win_and_only_the_new_stacks_frameworks_are_written(project):
     _share(project, "nlp", pytorch="dltrain/pytorch@sha256:" + "c" * 64)  # an older digest, one stack
     _share(project, "dev", pytorch=TORCH, tensorflow=TF)  # dev runs both
-    shared, users = teams.fleet_shared_images(teams.Fleet(project), ("pytorch",))
+    shared, users = fleet_shared_images(teams.Fleet(project), ("pytorch",))
     assert [i.source for i in shared.images] == [TORCH] and users == ["dev", "vision"]
-    result = teams.new_team("speech", "trial", root=project)
+    result = new_team("speech", "trial", root=project)
     assert [i.framework for i in result.config.registry.shared_images.images] == ["pytorch"]
 
 
