@@ -92,7 +92,7 @@ class TorchLoop:
 
     def restore(self, state: dict) -> None:
         self.module.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])  # after Horovod's wrap, which builds a new optimizer
+        optim.load_state(self.optimizer, state["optimizer"])  # after Horovod's wrap, which builds a new optimizer
         if self.scaler and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
 

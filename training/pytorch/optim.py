@@ -72,6 +72,25 @@ def build(model: torch.nn.Module, cfg) -> torch.optim.Optimizer:
     # On a GPU the fused step: one kernel for every parameter's update rather than foreach's few per group
     # ("fused (bool, optional): whether the fused implementation is used", CUDA among its devices:
     # https://docs.pytorch.org/docs/stable/generated/torch.optim.SGD.html); the same arithmetic.
-    fused = next(model.parameters()).is_cuda
     return torch.optim.SGD(model.parameters(), lr=cfg.base_lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                           fused=fused or None)
+                           fused=fused_step(next(model.parameters()).device))
+
+
+def fused_step(device: torch.device) -> bool | None:
+    """SGD's `fused` for parameters on `device`: True on a GPU, None (torch's default: for-each) elsewhere."""
+    return True if device.type == "cuda" else None
+
+
+# How this process steps (fused, for-each): its own choice, not a checkpoint's. load_state_dict takes every
+# param-group setting from the saved state, so a checkpoint from before the fused default, or from a CPU run, would
+# otherwise turn the fused step off on a GPU (torch/optim/optimizer.py, Optimizer.load_state_dict: "update_group"
+# keeps only the current group's params).
+STEP_SETTINGS = ("fused", "foreach")
+
+
+def load_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """`optimizer.load_state_dict(state)`, keeping this process's step settings (STEP_SETTINGS)."""
+    kept = [{key: group[key] for key in STEP_SETTINGS if key in group} for group in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, settings in zip(optimizer.param_groups, kept):
+        group.update(settings)

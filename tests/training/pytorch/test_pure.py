@@ -120,14 +120,37 @@ def test_compile_mode_needs_compile():
 
 
 def test_sgd_is_fused_on_a_gpu_only():
-    """The fused step is torch's one-kernel SGD update on CUDA; on CPU the default (for-each) path stays."""
+    """The fused step is torch's one-kernel SGD update on CUDA (the pinned torch must still have that kernel for
+    CUDA, or the GPU run fails at its first step); on CPU the default (for-each) path stays."""
     import torch
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     from training.config import TrainConfig
     from training.pytorch import optim
 
+    assert optim.fused_step(torch.device("cuda", 0)) is True and "cuda" in _get_fused_kernels_supported_devices()
+    assert optim.fused_step(torch.device("cpu")) is None
     cpu = optim.build(torch.nn.Linear(2, 2), TrainConfig(optimizer="sgd"))
     assert cpu.param_groups[0]["fused"] is None
     if torch.cuda.is_available():
         gpu = optim.build(torch.nn.Linear(2, 2).cuda(), TrainConfig(optimizer="sgd"))
         assert gpu.param_groups[0]["fused"] is True
+
+
+def test_a_resumed_optimizer_keeps_this_process_step_not_the_checkpoints():
+    """A checkpoint saved before the fused default (or on CPU) holds fused None; resumed on a GPU the step stays
+    fused. The momentum buffers and hyperparameters still come from the checkpoint."""
+    import torch
+
+    from training.pytorch import optim
+
+    model = torch.nn.Linear(2, 2)
+    old = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    model(torch.ones(1, 2)).sum().backward()
+    old.step()
+    saved = old.state_dict()
+    new = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    new.param_groups[0]["fused"] = True  # as optim.build sets it on a GPU
+    optim.load_state(new, saved)
+    assert new.param_groups[0]["fused"] is True and new.param_groups[0]["lr"] == 0.5
+    assert torch.equal(new.state[model.weight]["momentum_buffer"], old.state[model.weight]["momentum_buffer"])
