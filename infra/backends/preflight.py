@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from infra.core import preflight as verdicts
+from infra.core import preflight as verdicts, preflight_registry
 from infra.core.preflight import FAIL, WARN, Check, Needs
 
 ARM = "https://management.azure.com"
@@ -24,7 +24,7 @@ API = {
     # List By Batch Account. 2025-06-01: Batch retires the versions before it (https://github.com/Azure/Batch/issues/140;
     # docs/architecture.md). The account and pool `up` declares keep azure-native's 2024-07-01 (cluster.py says why).
     "batch": "2025-06-01",
-    "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group
+    "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group, - List For Resource
     "roleAssignments": "2022-04-01",  # authorization: Role Assignments - List For Scope (user-subscription Batch)
     "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
 }
@@ -143,6 +143,20 @@ def _guarded(name: str, check: Callable[[], list[Check]]) -> list[Check]:
                                   "subscription for preflight to answer it")]
 
 
+def _permissions_at(arm: Arm, resource_id: str) -> list[dict] | None:
+    """The caller's permissions at a resource (Permissions - List For Resource), or None where ARM answers that it
+    is not there for the caller: 404, or 403 (its subscription is not visible to the sign-in)."""
+    from azure.core.exceptions import HttpResponseError
+
+    try:
+        return arm.list(f"{resource_id.rstrip('/')}/providers/Microsoft.Authorization/permissions",
+                        API["permissions"])
+    except HttpResponseError as err:
+        if err.status_code in (403, 404):
+            return None
+        raise
+
+
 def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         report: Callable[[Check], None] = lambda check: None) -> list[Check]:
     """Every check, in order of what most often stops `up`: providers, the size, quota, roles, Azure Policy, the
@@ -226,6 +240,9 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         return [verdicts.permissions_verdict(actions, permissions, scope, group_exists)]
 
     step("roles", roles)
+    if needs.platform_registry:
+        step(preflight_registry.NAME, lambda: [preflight_registry.platform_registry_verdict(
+            needs.platform_registry, _permissions_at(arm, needs.platform_registry))])
 
     def policy() -> list[Check]:
         found = []

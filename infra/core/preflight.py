@@ -91,6 +91,7 @@ class Needs:
     batch_pool: str = ""  # its pool's name
     pool_allocation: str = "batch-service"  # the Batch account's (batchPoolAllocation)
     batch_service_object_id: str = ""  # user-subscription: the "Microsoft Azure Batch" service principal's object ID
+    platform_registry: str = ""  # sharedImages: the registry `up` imports from (preflight_registry.py checks it)
     write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
     policy_targets: tuple[PolicyTarget, ...] = field(default=())
 
@@ -155,6 +156,7 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
                  namespaces=namespaces, vm_sizes=vm_sizes, batch_account=batch_account, batch_pool=batch_pool,
                  pool_allocation=config.nodes.pool_allocation if batch_account else "batch-service",
                  batch_service_object_id=config.nodes.batch_service_object_id if batch_account else "",
+                 platform_registry=config.registry.shared_images.registry_id if config.registry.shared_images else "",
                  write_actions=tuple(writes), policy_targets=tuple(targets))
 
 

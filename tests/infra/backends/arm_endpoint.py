@@ -20,7 +20,8 @@ Shapes, from Azure/azure-rest-api-specs examples:
   a compute not there 404;
 - authorization 2022-04-01 RoleAssignments_ListForScope (value[{properties{roleDefinitionId, principalId,
   principalType, scope}, id, type, name}]), filtered by `$filter=principalId eq '...'`;
-- authorization Permissions - List (value[{actions, notActions, dataActions, notDataActions}]);
+- authorization Permissions - List For Resource Group / For Resource (value[{actions, notActions, dataActions,
+  notDataActions}]: `permissions`, or `permissions_at` the scope);
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
 - the Retail Prices API's documented answer (BillingCurrency, Items[{armSkuName, armRegionName, retailPrice,
@@ -146,6 +147,8 @@ class ArmEndpoint:
         self.batch_pools: list[dict[str, Any]] = []  # the stack's account's (Pool - List By Batch Account)
         self.group: dict[str, Any] | None = None  # None: 404 ResourceGroupNotFound
         self.permissions: list[dict[str, Any]] = copy.deepcopy(OWNER)
+        # The caller's permissions at one scope (a resource ID, any case) where they differ from `permissions`.
+        self.permissions_at: dict[str, list[dict[str, Any]]] = {}
         self.policy: Callable[[dict[str, Any]], dict[str, Any]] = lambda body: {
             "fieldRestrictions": [], "contentEvaluationResult": {"policyEvaluations": []}}
         self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
@@ -264,7 +267,8 @@ class ArmEndpoint:
                 "value": [a for a in self.role_assignments if f"principalId eq '{a['properties']['principalId']}'"
                           in (query.get("$filter") or [""])[0]]})),
             ("GET", r"(?P<scope>.+)/providers/Microsoft\.Authorization/permissions", lambda m: (200, {
-                "value": self.permissions})),
+                "value": {k.lower(): v for k, v in self.permissions_at.items()}.get(m["scope"].lower(),
+                                                                                   self.permissions)})),
             ("POST", r"(?P<scope>.+)/providers/Microsoft\.PolicyInsights/checkPolicyRestrictions", lambda m: (
                 200, self.policy(body))),
             ("POST", rf"(?P<registry>{registry})/generateCredentials", lambda m: self.generate_credentials(
