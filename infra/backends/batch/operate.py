@@ -131,17 +131,33 @@ def _not_found(job: str) -> JobError:
 
 def status(service: BatchService, job: str, node_price_per_hour: float | None = None,
            now: datetime | None = None) -> Status:
-    """The job's state, with the allocation line while its task waits for nodes (or ended without them)."""
-    found = _status(service, job, node_price_per_hour)
-    return replace(found, allocation=allocation_text(service, job, now or datetime.now(timezone.utc)))
+    """The job's state, with the allocation line while its task waits for nodes (or ended without them); the job
+    and its task read once for both."""
+    job_info, task = _job_and_task(service, job)
+    found = _status(service, job, job_info, task, node_price_per_hour)
+    return replace(found, allocation=_allocation_line(service, job_info, task, now or datetime.now(timezone.utc)))
 
 
-def allocation_text(service: BatchService, job: str, now: datetime) -> str:
-    """allocation.allocation_line for `job` as Batch answers now: "" once its task has started."""
+def _job_and_task(service: BatchService, job: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    return _job(service, job), _task(service, job)
+
+
+def _job(service: BatchService, job: str) -> dict[str, Any]:
     try:
-        job_info, task = service.get_job(job), service.get_task(job, batch_spec.TASK_ID)
+        return service.get_job(job)
     except JobNotFound:
         raise _not_found(job) from None
+
+
+def _task(service: BatchService, job: str) -> dict[str, Any]:
+    try:
+        return service.get_task(job, batch_spec.TASK_ID)
+    except JobNotFound:
+        raise _not_found(job) from None
+
+
+def _allocation_line(service: BatchService, job_info: dict[str, Any], task: dict[str, Any], now: datetime) -> str:
+    """allocation.allocation_line for the job and its task as read: "" once its task has started."""
     if not allocation.never_started(task):
         return ""
     pool, nodes = service.pool_allocation((job_info.get("poolInfo") or {}).get("poolId") or "")
@@ -183,32 +199,30 @@ def job_ended_within_gap(job: dict[str, Any], now: datetime) -> bool:
     return (now - moment).total_seconds() < allocation.SAMPLE_GAP_S
 
 
-def _status(service: BatchService, job: str, node_price_per_hour: float | None = None) -> Status:
-    """`node_price_per_hour`: the stack's, to price the shortfall from the size's expected rate."""
-    try:
-        job_info = service.get_job(job)
-        task = service.get_task(job, batch_spec.TASK_ID)
-    except JobNotFound:
-        raise _not_found(job) from None
+def _status(service: BatchService, job: str, job_info: dict[str, Any], task: dict[str, Any],
+            node_price_per_hour: float | None = None) -> Status:
+    """`node_price_per_hour`: the stack's, to price the shortfall from the size's expected rate. The task's stdout,
+    which the efficiency and the attempts are read from, is read once, once the task has run."""
+    stdout = (service.read_task_file(job, batch_spec.TASK_ID, "stdout.txt", 0).decode("utf-8", errors="replace")
+              if task.get("state") in ("running", DONE) else None)
     execution = task.get("executionInfo") or {}
     pool_id = (job_info.get("poolInfo") or {}).get("poolId")
     unhealthy = tuple(failed_node_line(node, pool_id) for node in service.failed_start_tasks(pool_id)) if pool_id else ()
     return Status(job, job_info.get("state", "?"), task.get("state", "?"), execution.get("exitCode"),
                   int(execution.get("retryCount") or 0), (task.get("nodeInfo") or {}).get("nodeId", ""),
                   str(execution.get("startTime") or ""), str(execution.get("endTime") or ""),
-                  _efficiency(service, job, task, node_price_per_hour), unhealthy,
+                  _efficiency(stdout, task, node_price_per_hour), unhealthy,
                   cancelled=(job_info.get("executionInfo") or {}).get("terminateReason") == CANCELLED_REASON,
-                  attempts=_attempts(service, job, task))
+                  attempts=_attempts(stdout))
 
 
-def _efficiency(service: BatchService, job: str, task: dict[str, Any], node_price_per_hour: float | None) -> str:
+def _efficiency(stdout: str | None, task: dict[str, Any], node_price_per_hour: float | None) -> str:
     """From rank 0's progress lines in the task's stdout (the run's whole-run line once it is done); "" before the
-    task has written any."""
+    task has run (stdout None) or written any."""
     from training import efficiency
 
-    if task.get("state") not in ("running", DONE):
+    if stdout is None:
         return ""
-    stdout = service.read_task_file(job, batch_spec.TASK_ID, "stdout.txt", 0).decode("utf-8", errors="replace")
     nodes = int((task.get("multiInstanceSettings") or {}).get("numberOfInstances") or 1)
     return efficiency.status_text(efficiency.parse_progress(stdout), nodes, node_price_per_hour)
 
@@ -220,14 +234,12 @@ def logs(service: BatchService, job: str, stream: str, follow: bool, out: TextIO
     path, offset, said = f"{stream}.txt", 0, None
     told = False  # the allocation line, said once
     while True:
-        try:  # the state first: text written before completion is then all there
-            state = service.get_task(job, batch_spec.TASK_ID).get("state")
-        except JobNotFound:
-            raise _not_found(job) from None
+        task = _task(service, job)  # the state first: text written before completion is then all there
+        state = task.get("state")
         data = service.read_task_file(job, batch_spec.TASK_ID, path, offset)
         if not data and not offset and not told and state in ("active", DONE):
             told = True  # why it has written nothing: waiting for nodes, or ended without them
-            line = allocation_text(service, job, datetime.now(timezone.utc))
+            line = _allocation_line(service, _job(service, job), task, datetime.now(timezone.utc))  # task as read
             if line:
                 print(f"logs: job {job}: {line}", file=sys.stderr, flush=True)
         if not data and not offset and state != said:
@@ -268,13 +280,12 @@ def cancel(service: BatchService, job: str) -> None:
         raise JobError(f"job {job} not found") from None
 
 
-def _attempts(service: BatchService, job: str, task: dict[str, Any]) -> tuple[str, ...]:
+def _attempts(stdout: str | None) -> tuple[str, ...]:
     """Each attempt of the task as the launcher recorded it in the primary's stdout (training/cluster/attempts.py:
     every attempt prints the earlier ones, kept on the share, then its own): how it ended, the node it blamed, the
-    node-hours a failure cost. None before the task has run."""
+    node-hours a failure cost. None before the task has run (stdout None)."""
     from training.cluster import attempts
 
-    if task.get("state") not in ("running", DONE):
+    if stdout is None:
         return ()
-    stdout = service.read_task_file(job, batch_spec.TASK_ID, "stdout.txt", 0).decode("utf-8", errors="replace")
     return tuple(attempts.status_lines(stdout))
