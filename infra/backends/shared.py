@@ -48,7 +48,7 @@ class StackOutputs:
     container_urls: Mapping[str, str] = field(default_factory=dict)  # container -> URL (no SAS)
     sas: Any = None  # container -> SAS: a secret output
     registry_login_server: str = ""
-    image_refs: Mapping[str, str] = field(default_factory=dict)  # image name -> registry/name:tag@digest
+    image_refs: Mapping[str, str] = field(default_factory=dict)  # framework -> <registry>/<fw>[:tag]@sha256:...
     pull_identity_id: str = ""  # the nodes' user-assigned identity
     pull_identity_client_id: str = ""
     log_analytics_workspace_id: str = ""

@@ -67,7 +67,7 @@ class AzureMlArgs:
     registry_id: pulumi.Input[str]
     app_insights_id: pulumi.Input[str]
     nodes_identity_id: pulumi.Input[str]
-    image_refs: pulumi.Input[dict]  # framework -> registry/name@sha256:...
+    image_refs: pulumi.Input[dict]  # framework -> <registry>/<fw>[:tag]@sha256:... (tagged when built)
     depends_on: list[pulumi.Resource]  # the nodes' role assignments: the cluster pulls and reads with them
     now: datetime | None = None  # proposes the name generation on a stack's first `up`; tests pin it
 

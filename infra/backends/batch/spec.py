@@ -70,7 +70,10 @@ class JobInputs:
     nodes: int
     gpu_sku: str  # from infra/core/skus.py: GPUs per node, InfiniBand, NCCL topology
     framework: str  # pytorch | tensorflow | keras
-    image: str  # full reference, registry/name:tag@digest: the job runs exactly the image `up` built
+    # The full reference, pinned by digest (Registry.image_refs): <registry>/<framework>:<imageTag>@sha256:... for
+    # an image `up` built (docker-build's `ref`: a tag "including the build's digest"), <registry>/<framework>@
+    # sha256:... for one imported by sharedImages (image_import.py: untagged). Either way the job runs exactly it.
+    image: str
     registry_server: str
     node_identity_id: str  # resource ID of the pool's user-assigned identity (pull, scripts, data, outputs)
     node_identity_client_id: str  # its client ID, so Azure SDKs in the task pick it (AZURE_CLIENT_ID)
