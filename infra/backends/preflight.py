@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from infra.core import preflight as verdicts, preflight_registry
+from infra.core import preflight as verdicts, preflight_image, preflight_registry
 from infra.core.preflight import FAIL, WARN, Check, Needs
 
 ARM = "https://management.azure.com"
@@ -25,6 +25,8 @@ API = {
     # docs/architecture.md). The account and pool `up` declares keep azure-native's 2024-07-01 (cluster.py says why).
     "batch": "2025-06-01",
     "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group, - List For Resource
+    "images": "2024-07-01",  # compute: Virtual Machine Images - Get (the Batch pool's Marketplace image)
+    "agreements": "2021-01-01",  # marketplaceordering: Marketplace Agreements - Get (user-subscription Batch)
     "roleAssignments": "2022-04-01",  # authorization: Role Assignments - List For Scope (user-subscription Batch)
     "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
 }
@@ -157,6 +159,19 @@ def _permissions_at(arm: Arm, resource_id: str) -> list[dict] | None:
         raise
 
 
+def _pool_image(arm: Arm, sub: str, needs: Needs) -> Check:
+    image = needs.pool_image
+    answer = arm.get(f"{sub}/providers/Microsoft.Compute/locations/{needs.location}/publishers/{image['publisher']}/"
+                     f"artifacttypes/vmimage/offers/{image['offer']}/skus/{image['sku']}/versions/{image['version']}",
+                     API["images"], missing_ok=True)
+    plan = preflight_image.plan_of(answer)
+    user_subscription = needs.pool_allocation == "user-subscription"
+    agreement = arm.get(f"{sub}/providers/Microsoft.MarketplaceOrdering/offerTypes/virtualmachine/publishers/"
+                        f"{plan['publisher']}/offers/{plan['product']}/plans/{plan['name']}/agreements/current",
+                        API["agreements"]) if plan and user_subscription else None
+    return preflight_image.pool_image_verdict(image, needs.location, answer, user_subscription, agreement)
+
+
 def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         report: Callable[[Check], None] = lambda check: None) -> list[Check]:
     """Every check, in order of what most often stops `up`: providers, the size, quota, roles, Azure Policy, the
@@ -240,6 +255,8 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
         return [verdicts.permissions_verdict(actions, permissions, scope, group_exists)]
 
     step("roles", roles)
+    if needs.pool_image:
+        step(preflight_image.NAME, lambda: [_pool_image(arm, sub, needs)])
     if needs.platform_registry:
         step(preflight_registry.NAME, lambda: [preflight_registry.platform_registry_verdict(
             needs.platform_registry, _permissions_at(arm, needs.platform_registry))])

@@ -92,6 +92,8 @@ class Needs:
     pool_allocation: str = "batch-service"  # the Batch account's (batchPoolAllocation)
     batch_service_object_id: str = ""  # user-subscription: the "Microsoft Azure Batch" service principal's object ID
     platform_registry: str = ""  # sharedImages: the registry `up` imports from (preflight_registry.py checks it)
+    # The Batch pool's Marketplace image {publisher, offer, sku, version} (preflight_image.py checks it); {} if none
+    pool_image: Mapping[str, str] = field(default_factory=dict)
     write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
     policy_targets: tuple[PolicyTarget, ...] = field(default=())
 
@@ -138,6 +140,8 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
                      if t == "azure-native:compute:VirtualMachine")
     batch_account = next((i.get("accountName", "") for t, i in resources if t == "azure-native:batch:BatchAccount"), "")
     batch_pool = next((i.get("poolName", "") for t, i in resources if t == "azure-native:batch:Pool"), "")
+    pool_image = next(((i.get("deploymentConfiguration") or {}).get("virtualMachineConfiguration", {})
+                       .get("imageReference") or {} for t, i in resources if t == "azure-native:batch:Pool"), {})
     targets = []
     writes = ["Microsoft.Authorization/roleAssignments/write"]
     if any(t == "azure-native:authorization:RoleDefinition" for t, _ in resources):
@@ -157,6 +161,7 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
                  pool_allocation=config.nodes.pool_allocation if batch_account else "batch-service",
                  batch_service_object_id=config.nodes.batch_service_object_id if batch_account else "",
                  platform_registry=config.registry.shared_images.registry_id if config.registry.shared_images else "",
+                 pool_image={k: str(pool_image[k]) for k in ("publisher", "offer", "sku", "version") if k in pool_image},
                  write_actions=tuple(writes), policy_targets=tuple(targets))
 
 

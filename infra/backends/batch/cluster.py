@@ -64,7 +64,8 @@ def api_version_warning() -> str | None:
 # and CUDA 13.0 (https://github.com/Azure/azhpc-images/blob/ubuntu-hpc-2026072901/versions.json). Azure lists the
 # versions a region offers with `az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2404 --all`
 # (not reachable here: the version is the release's, not read from a region's list); an old version can leave
-# the marketplace, and then creating a pool of it fails: move the pin forward.
+# the marketplace, and then creating a pool of it fails: move the pin forward (preflight checks the region offers it:
+# infra/core/preflight_image.py).
 HPC_IMAGE_VERSION = "24.04.2026072901"
 HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2404",
                                      version=HPC_IMAGE_VERSION)

@@ -22,6 +22,10 @@ Shapes, from Azure/azure-rest-api-specs examples:
   principalType, scope}, id, type, name}]), filtered by `$filter=principalId eq '...'`;
 - authorization Permissions - List For Resource Group / For Resource (value[{actions, notActions, dataActions,
   notDataActions}]: `permissions`, or `permissions_at` the scope);
+- compute 2024-07-01 VirtualMachineImage_Get_MaximumSet_Gen.json (properties{plan, osDiskImage, hyperVGeneration,
+  imageDeprecationStatus}, name, location, id): `vm_image` for any image version, None a 404;
+- marketplaceordering 2021-01-01 GetMarketplaceTerms.json (properties{publisher, product, plan, accepted, ...}):
+  `terms_accepted`;
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
 - the Retail Prices API's documented answer (BillingCurrency, Items[{armSkuName, armRegionName, retailPrice,
@@ -154,6 +158,8 @@ class ArmEndpoint:
         self.prices = [price_item(gpu[0], location, 27.2, ""), price_item(gpu[0], location, 5.44, " Spot"),
                        price_item(gpu[0], location, 31.0, "", windows=True)]
         self.role_assignments: list[dict[str, Any]] = []  # the subscription's (role_assignment() makes one)
+        self.vm_image: dict[str, Any] | None = vm_image()  # the pool's image version in the region; None: 404
+        self.terms_accepted = False  # the image plan's Marketplace terms in this subscription
         self.computes: dict[str, dict[str, Any]] = {}  # an Azure ML workspace's, by name (Compute - Get's body)
         self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
         self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
@@ -259,6 +265,20 @@ class ArmEndpoint:
                  "ResourceNotFound", f"The Resource 'Microsoft.MachineLearningServices/workspaces/computes/"
                                      f"{m['name']}' was not found."))),
             ("GET", group + r"/resources", lambda m: (200, {"value": self.resources})),
+            ("GET", sub + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/publishers/[^/]+/artifacttypes/"
+                          r"vmimage/offers/[^/]+/skus/[^/]+/versions/(?P<version>[^/]+)", lambda m: (
+                (200, {**self.vm_image, "name": m["version"], "location": m["loc"], "id": path})
+                if self.vm_image is not None else (404, _error("NotFound", "Artifact: VMImage was not found.")))),
+            ("GET", sub + r"/providers/Microsoft\.MarketplaceOrdering/offerTypes/virtualmachine/publishers/"
+                          r"(?P<pub>[^/]+)/offers/(?P<offer>[^/]+)/plans/(?P<plan>[^/]+)/agreements/current",
+             lambda m: (200, {"id": path, "name": m["plan"], "type": "Microsoft.MarketplaceOrdering/offertypes",
+                              "properties": {"publisher": m["pub"], "product": m["offer"], "plan": m["plan"],
+                                            "licenseTextLink": "test.licenseLink",
+                                            "privacyPolicyLink": "test.privacyPolicyLink",
+                                            "marketplaceTermsLink": "test.marketplaceTermsLink",
+                                            "retrieveDatetime": "2017-08-15T11:33:07.12132Z",
+                                            "signature": "ASDFSDAFWEFASDGWERLWER",
+                                            "accepted": self.terms_accepted}})),
             ("GET", sub + r"/providers/Microsoft\.KeyVault/deletedVaults", lambda m: (200, {
                 "value": self.deleted_vaults})),
             ("GET", group, lambda m: (200, self.group) if self.group else (404, _error(
@@ -312,6 +332,21 @@ def aml_compute(name: str, current: int, target: int, state: str = "Resizing",
                                                    "idleNodeCount": current, "unusableNodeCount": 0,
                                                    "leavingNodeCount": 0, "preemptedNodeCount": 0},
                                "enableNodePublicIp": False}}}
+
+
+def vm_image(plan: dict[str, str] | None = None, state: str = "Active", scheduled: str = "") -> dict[str, Any]:
+    """A Virtual Machine Images - Get body as the example shapes it (a Linux image; the route adds name, location,
+    id): `plan` {publisher, name, product} only for an image sold with one."""
+    status: dict[str, Any] = {"imageState": state}
+    if scheduled:
+        status["scheduledDeprecationTime"] = scheduled
+    props: dict[str, Any] = {"osDiskImage": {"operatingSystem": "Linux"}, "dataDiskImages": [],
+                             "automaticOSUpgradeProperties": {"automaticOSUpgradeSupported": False},
+                             "hyperVGeneration": "V2", "disallowed": {"vmDiskType": "None"}, "features": [],
+                             "imageDeprecationStatus": status}
+    if plan:
+        props["plan"] = plan
+    return {"properties": props, "tags": {}}
 
 
 def role_assignment(principal: str, role: str, scope: str) -> dict[str, Any]:
