@@ -70,22 +70,27 @@ def _verb_inputs(args: argparse.Namespace):
 def _job_verb(args: argparse.Namespace, services) -> int:
     """A job verb through the SDK (infra/jobs.py); its errors as one line."""
     from infra import jobs
+
+    return job_verb_errors(args, lambda args: _one_line_errors(args, lambda: jobs.run(_stack(args),
+                                                                                     _verb_inputs(args), services)))
+
+
+def _one_line_errors(args: argparse.Namespace, body) -> int:
+    """`body()`, then 0; a stack-file mistake (ConfigError) as one line and 2, a job's or the user's (JobError,
+    UsageError) as one line and 1."""
     from infra.backends.shared import JobError
     from infra.core.config_schema import ConfigError
     from training.errors import UsageError
 
-    def verb(args: argparse.Namespace) -> int:
-        try:
-            jobs.run(_stack(args), _verb_inputs(args), services)
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        except (JobError, UsageError) as err:
-            _error(args, err)
-            return 1
-        return 0
-
-    return job_verb_errors(args, verb)
+    try:
+        body()
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (JobError, UsageError) as err:
+        _error(args, err)
+        return 1
+    return 0
 
 
 def job_verb_errors(args: argparse.Namespace, verb) -> int:
@@ -113,23 +118,19 @@ def _restage(args: argparse.Namespace) -> int:
     """Ask the NFS server to stage `data` again (infra/jobs.py: request_restage), then print its reports: the one
     there now, or with --follow each until it has served the request."""
     from infra import jobs
-    from infra.backends.shared import JobError
-    from infra.core.config_schema import ConfigError
-    from training.errors import UsageError
 
     stack = _stack(args)
-    try:
+
+    def restage() -> None:
         status_url = jobs.request_restage(stack)
         print(f"asked the NFS server of stack {args.stack} to stage `data` again; its staging unit reads the "
               "request within a minute")
         for line in jobs.restage_reports(status_url, args.follow, args.poll_seconds):
             print(f"  {line}", flush=True)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except (JobError, UsageError) as err:
-        _error(args, err)
-        return 1
+
+    code = _one_line_errors(args, restage)
+    if code:
+        return code
     if not args.follow:
         print(f"  follow it: python -m infra restage {jobs.stack_flags(stack)} --follow (asks again, "
               "harmlessly)")
