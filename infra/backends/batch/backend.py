@@ -49,14 +49,17 @@ def allocation_mode_line(cfg, vcpus: str) -> str:
                 f"{cfg.nodes.batch_service_object_id} --assignee-principal-type ServicePrincipal --role "
                 f"{BATCH_ORCHESTRATION_ROLE} --scope /subscriptions/{cfg.subscription_id or '<subscription>'}` (Azure Batch Service "
                 f"Orchestration Role; the docs also name Contributor; app {BATCH_SERVICE_APP_ID}; "
-                f"{USER_SUBSCRIPTION_DOC}). The default, batch-service, needs none of this.")
+                f"{USER_SUBSCRIPTION_DOC}). The default, batch-service, needs none of this. Changing the mode on a "
+                "deployed stack replaces its Batch account and pool (only Batch Account - Create sets the mode).")
     kind = "Spot" if cfg.nodes.spot else f"dedicated {family}"
     return (f"Pool allocation: batch-service (batchPoolAllocation, the default: Batch's docs advise it for most "
             f"cases and it needs nothing outside the resource group). The nodes draw on the Batch account's own "
             f"{kind} core quota, {vcpus} at maxNodes, requested for this account alone, and this subscription may "
             f"hold only 1-3 Batch accounts per region ({cfg.location}; `python -m infra preflight` counts them). "
             "user-subscription draws on the subscription's shared per-family quota instead (as Azure ML does); it "
-            "needs a Key Vault the stack declares and a subscription owner's one-time grant to the Batch service.")
+            "needs a Key Vault the stack declares and a subscription owner's one-time grant to the Batch service. "
+            "Changing the mode on a deployed stack replaces its Batch account and pool (only Batch Account - Create "
+            "sets the mode).")
 
 
 class BatchBackend:

@@ -98,6 +98,11 @@ POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
 USER_SUBSCRIPTION_DOC = "https://learn.microsoft.com/azure/batch/batch-account-create-portal"
 BATCH_SERVICE_APP_ID = "ddbf3205-c6bd-46ae-8127-60eb93363864"  # "Microsoft Azure Batch", the same in every tenant
 BATCH_ORCHESTRATION_ROLE = "a35466a1-cfd6-450a-b35e-683fcdf30363"
+# Account properties only Batch Account - Create takes ("Existing accounts cannot be updated with this API and should
+# instead be updated with the Update Batch Account API", whose body has neither:
+# https://learn.microsoft.com/rest/api/batchmanagement/batch-account/create and .../update): a changed
+# batchPoolAllocation (or the vault it references) replaces the account, deleted first since its name is fixed.
+ACCOUNT_REPLACE_ON_CHANGES = ["poolAllocationMode", "keyVaultReference"]
 # Pool properties Azure Batch cannot update in place (anything else is patched).
 REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration", "interNodeCommunication",
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
@@ -150,7 +155,8 @@ class Cluster(pulumi.ComponentResource):
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
                           for rule in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)])),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None,
+                                        replace_on_changes=ACCOUNT_REPLACE_ON_CHANGES, delete_before_replace=True))
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
             pool_name=POOL, display_name=f"{nodes.sku.gpus}x {nodes.sku.gpu_model} per node ({nodes.gpu_sku})",

@@ -100,6 +100,12 @@ def test_the_account_references_its_own_vault_and_the_batch_service_may_keep_sec
     assert [(g.inputs["roleDefinitionId"].rsplit("/", 1)[-1], g.inputs["scope"]) for g in grants] == [
         (role_ids.KEY_VAULT_SECRETS_OFFICER, vault.state["id"])]  # nothing on the subscription: an owner's grant
     assert grants[0].urn in account.dependencies  # the account is created once Batch may use the vault
+    # Only Batch Account - Create takes the mode and the vault: a change replaces the account (its fixed name first
+    # freed), and plan says so.
+    assert set(account.replace_on_changes) == {"poolAllocationMode", "keyVaultReference"}
+    assert account.delete_before_replace is True
+    assert "Changing the mode on a deployed stack replaces its Batch account and pool" in "".join(
+        line for line in plan.before_up(ev.config) if line.startswith("Pool allocation:"))
     group = account.inputs["resourceGroupName"]
     findings = [f for f in security.apply_checks(
         [security.Subject(r.type, r.inputs, r.name, resource_group=group) for r in (account, vault, *grants)])
