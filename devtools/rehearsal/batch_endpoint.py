@@ -139,14 +139,17 @@ class ScarceCapacity:
     (Job - Terminate, Job - Delete: what `submit` does at its deadline, or `cancel`) drops its task; with no task
     left waiting the pool gives its nodes back (the autoscale formula's give-back, infra/backends/batch/
     allocation.py, evaluated at once here), so no node is left billing; its resizeErrors stay those of the last
-    resize that stopped short. Everything else is `account`'s."""
+    resize that stopped short. `came`: the allocationTime (BatchNode) of nodes whose account gives none (the
+    rehearsal's local nodes), so that the node-hours billed waiting are counted from it. Everything else is
+    `account`'s."""
 
     QUOTA = {"code": "AccountCoreQuotaReached", "message": "The specified account has reached core quota",
              "values": [{"name": "Reason", "value": "The Batch account's dedicated core quota for the VM family "
                                                      "is reached"}]}
 
-    def __init__(self, account: BatchAccount, have: int, error: dict[str, Any] | None = None):
-        self.account, self.have, self.error = account, have, error or self.QUOTA
+    def __init__(self, account: BatchAccount, have: int, error: dict[str, Any] | None = None,
+                 came: datetime | None = None):
+        self.account, self.have, self.error, self.came = account, have, error or self.QUOTA, came
         self.held: dict[str, dict[str, Any]] = {}  # job id -> its task, waiting for nodes
         self.ended: dict[str, dict[str, Any]] = {}  # job id -> the task of a job ended while it waited (never ran)
         # job id -> Job - Update's changes while its task is held (onAllTasksComplete: the account would complete a
@@ -224,6 +227,8 @@ class ScarceCapacity:
 
     def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
         nodes = self.account.pool_nodes(pool_id)
+        if self.came is not None:
+            nodes = [{"allocationTime": iso(self.came), **node} for node in nodes]
         return nodes if self.arrived else nodes[:self.have]
 
     def arrive(self) -> None:

@@ -97,6 +97,7 @@ class Rehearsal:
     interconnect_gbps: float | None = None  # the job's interconnect check (multi-node), from summary.json
     efficiency: dict | None = None  # summary.json's efficiency view (training/efficiency.py)
     container: list[str] | None = None  # with --container: what ran in the image, what the stand-in leaves out
+    scarce: list[str] | None = None  # with --scarce: the partial allocation, one line a step (scarce.py)
 
 
 def _node_env(framework: str) -> dict[str, str]:
@@ -124,15 +125,17 @@ def _say(text: str) -> None:
 
 def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | None, work: Path,
              processes_per_node: int = 1, follow: bool = True, fault=None, tamper_storage=None, container: bool = False,
-             stay: bool = False, spare_nodes: int = 0) -> Rehearsal:
+             stay: bool = False, spare_nodes: int = 0, scarce: bool = False) -> Rehearsal:
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
     submitted): the tests' ways to break things as Azure can. `stay`: after the job, serve the verbs of other shells
     and people until SIGINT or SIGTERM (stay_up). `spare_nodes`: nodes in the pool beyond the job's, standing for
-    the ones autoscale adds when a node is taken out of scheduling (devtools/rehearsal/batch.py)."""
+    the ones autoscale adds when a node is taken out of scheduling (devtools/rehearsal/batch.py). `scarce`: the pool
+    stops one node short of the job's, which waits past its deadline and is ended; then the nodes come late for the
+    next job, which trains (devtools/rehearsal/scarce.py)."""
     from devtools.emulator import Azurite
     from devtools.rehearsal.azure_ad import AzureAd
     from devtools.rehearsal.batch import RehearsalBatch
-    from devtools.rehearsal.batch_endpoint import BatchEndpoint
+    from devtools.rehearsal.batch_endpoint import BatchEndpoint, ScarceCapacity
     from devtools.rehearsal.nodes import Pool
     from devtools.rehearsal.storage import Account, identities_by_client_id, principal_of
     from infra.backends.batch import operate
@@ -178,7 +181,9 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                      "users)")
             identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
             batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say, slots=inputs.slots)
-            with BatchEndpoint(batch, tls=(str(ad.cert), str(ad.key)),
+            # --scarce: Azure gave the pool one node fewer than the job's, with a quota resize error (ScarceCapacity)
+            served = ScarceCapacity(batch, have=nodes - 1, came=now_utc()) if scarce else batch
+            with BatchEndpoint(served, tls=(str(ad.cert), str(ad.key)),
                                authorized=_batch_token(ad, ev, batch.node_operators)) as endpoint, \
                     batch.reach_from_nodes(endpoint.url, ad.env()):  # the account and tokens, from the nodes too
                 env = write_endpoints(work, ev, endpoint.url, ad)
@@ -186,6 +191,11 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                      f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
                 service = _batch_client(endpoint.url, env)
                 job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
+                if scarce:
+                    from devtools.rehearsal.scarce import play
+                    played = play(service, served, inputs, job, sys.stdout, verb_flags=_verb_flags(stack, work))
+                    _say("\n".join(f"scarce capacity: {line}" for line in played.lines))
+                    job = played.job
                 if fault:
                     fault(batch, pool, job)
                 if follow:  # as a user follows it: `infra logs --follow --rehearsal` in its own process
@@ -226,7 +236,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         return Rehearsal(job, framework, placement, summary.get("world_size", 0), summary.get("img_per_sec", 0.0), hosts,
                          batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
                          info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"),
-                         container=batch.report_lines() if container else None)
+                         container=batch.report_lines() if container else None,
+                         scarce=played.lines if scarce else None)
 
 
 def default_work(stack: str) -> Path:
@@ -535,6 +546,8 @@ def report(result: Rehearsal) -> str:
              "  not rehearsed:"]
     if result.container:
         lines[-1:-1] = ["  container:", *(f"    - {item}" for item in result.container)]
+    if result.scarce:  # the job before this one: it waited on a pool short of nodes (devtools/rehearsal/scarce.py)
+        lines[-1:-1] = ["  scarce capacity:", *(f"    - {item}" for item in result.scarce)]
     lines += [f"    - {item}" for item in
               ((IMAGE_NOT_REHEARSED, *NOT_REHEARSED[1:]) if result.container else NOT_REHEARSED)]
     return "\n".join(lines)
@@ -584,6 +597,11 @@ def main(argv: list[str]) -> int:
                         help="run the job's commands in the framework's image, started as Batch starts container "
                              "tasks, on a real Docker engine (root; the image is built on a local stand-in base: "
                              "devtools/rehearsal/containers.py)")
+    parser.add_argument("--scarce", action="store_true",
+                        help="Azure gives the pool one node fewer than the job's (a quota resize error): the job waits, "
+                             "`status` says why, past its deadline `submit` ends it and the pool gives its node back; "
+                             "then the nodes come late for the next job, which trains (the verbs are asked as at 10 "
+                             "and 31 minutes: devtools/rehearsal/scarce.py)")
     parser.add_argument("--serve", action="store_true",
                         help="serve the local Azure of the rehearsal that ran in the folder (ended), so that the job "
                              "verbs' --rehearsal reach it again; until Ctrl-C")
@@ -600,7 +618,7 @@ def main(argv: list[str]) -> int:
         if args.dist:
             train_args += f" --dist {shlex.quote(args.dist)}"
         result = rehearse(args.stack, args.nodes, args.framework, train_args, work, args.processes_per_node,
-                          stay=args.stay, container=args.container)
+                          stay=args.stay, container=args.container, scarce=args.scarce)
         model = result.downloaded / "run" / "model.onnx"
         if model.is_file():
             _say(f"model.onnx from `outputs` in onnxruntime: logits of shape {check_model(model, result.framework)}")
@@ -608,6 +626,12 @@ def main(argv: list[str]) -> int:
 
     try:
         work = (args.work or default_work(args.stack)).resolve()
+        if args.scarce and args.serve:
+            raise RehearsalRefused("--scarce: plays a new rehearsal's job; --serve serves an ended one: leave one of "
+                                   "them out")
+        if args.scarce and args.nodes < 2:
+            raise RehearsalRefused("--scarce: the pool stops one node short of the job, so the job needs --nodes 2 "
+                                   "or more")
         if args.serve:
             serve(args.stack, work)
             return 0
