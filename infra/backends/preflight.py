@@ -27,6 +27,7 @@ API = {
     "permissions": "2022-04-01",  # authorization: Permissions - List For Resource Group, - List For Resource
     "images": "2024-07-01",  # compute: Virtual Machine Images - Get (the Batch pool's Marketplace image)
     "agreements": "2021-01-01",  # marketplaceordering: Marketplace Agreements - Get (user-subscription Batch)
+    "registry": "2025-11-01",  # containerregistry: Registries - Get (sharedImages' platform registry)
     "roleAssignments": "2022-04-01",  # authorization: Role Assignments - List For Scope (user-subscription Batch)
     "policy": "2024-10-01",  # policyinsights: Policy Restrictions - Check At (Resource Group | Subscription) Scope
 }
@@ -258,8 +259,13 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
     if needs.pool_image:
         step(preflight_image.NAME, lambda: [_pool_image(arm, sub, needs)])
     if needs.platform_registry:
-        step(preflight_registry.NAME, lambda: [preflight_registry.platform_registry_verdict(
-            needs.platform_registry, _permissions_at(arm, needs.platform_registry))])
+        def platform_registry() -> list[Check]:
+            permissions = _permissions_at(arm, needs.platform_registry)
+            registry = arm.get(needs.platform_registry, API["registry"], missing_ok=True) \
+                if preflight_registry.may_read(permissions) else None
+            return [preflight_registry.platform_registry_verdict(needs.platform_registry, permissions, registry)]
+
+        step(preflight_registry.NAME, platform_registry)
 
     def policy() -> list[Check]:
         found = []

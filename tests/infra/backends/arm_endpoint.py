@@ -26,6 +26,7 @@ Shapes, from Azure/azure-rest-api-specs examples:
   imageDeprecationStatus}, name, location, id): `vm_image` for any image version, None a 404;
 - marketplaceordering 2021-01-01 GetMarketplaceTerms.json (properties{publisher, product, plan, accepted, ...}):
   `terms_accepted`;
+- containerregistry 2025-11-01 RegistryGet.json for any registry, its properties overridden by `registry_props`;
 - policyinsights 2024-10-01 PolicyRestrictions_CheckAtResourceGroupScope.json (fieldRestrictions,
   contentEvaluationResult.policyEvaluations);
 - the Retail Prices API's documented answer (BillingCurrency, Items[{armSkuName, armRegionName, retailPrice,
@@ -160,6 +161,7 @@ class ArmEndpoint:
         self.role_assignments: list[dict[str, Any]] = []  # the subscription's (role_assignment() makes one)
         self.vm_image: dict[str, Any] | None = vm_image()  # the pool's image version in the region; None: 404
         self.terms_accepted = False  # the image plan's Marketplace terms in this subscription
+        self.registry_props: dict[str, Any] = {}  # Registries - Get: what differs from the example's properties
         self.computes: dict[str, dict[str, Any]] = {}  # an Azure ML workspace's, by name (Compute - Get's body)
         self.resources: list[dict[str, Any]] = []  # in the group (Resources - List By Resource Group)
         self.deleted_vaults: list[dict[str, Any]] = []  # keyvault 2024-11-01 listDeletedVaults.json's value
@@ -291,6 +293,7 @@ class ArmEndpoint:
                                                                                    self.permissions)})),
             ("POST", r"(?P<scope>.+)/providers/Microsoft\.PolicyInsights/checkPolicyRestrictions", lambda m: (
                 200, self.policy(body))),
+            ("GET", registry, lambda m: (200, registry_body(path, self.registry_props))),
             ("POST", rf"(?P<registry>{registry})/generateCredentials", lambda m: self.generate_credentials(
                 m["registry"])),
             ("GET", registry + r"/operationStatuses/[^/]+/async", lambda m: self.credentials_status()),
@@ -332,6 +335,22 @@ def aml_compute(name: str, current: int, target: int, state: str = "Resizing",
                                                    "idleNodeCount": current, "unusableNodeCount": 0,
                                                    "leavingNodeCount": 0, "preemptedNodeCount": 0},
                                "enableNodePublicIp": False}}}
+
+
+def registry_body(registry_id: str, props: dict[str, Any]) -> dict[str, Any]:
+    """Registries - Get's body as RegistryGet.json (2025-11-01) has it, for `registry_id`, `props` overriding."""
+    name = registry_id.rstrip("/").rsplit("/", 1)[-1]
+    return {"id": registry_id, "name": name, "type": "Microsoft.ContainerRegistry/registries", "location": "westus",
+            "tags": {"key": "value"}, "sku": {"name": "Standard", "tier": "Standard"},
+            "properties": {"loginServer": f"{name.lower()}.azurecr.io", "creationDate": "2021-06-15T21:38:26.1537861Z",
+                           "provisioningState": "Succeeded", "adminUserEnabled": False,
+                           "networkRuleSet": {"defaultAction": "Allow", "ipRules": []},
+                           "encryption": {"status": "disabled"}, "status": None, "dataEndpointEnabled": False,
+                           "dataEndpointHostNames": [], "privateEndpointConnections": [],
+                           "publicNetworkAccess": "Enabled", "networkRuleBypassOptions": "AzureServices",
+                           "networkRuleBypassAllowedForTasks": False, "zoneRedundancy": "Disabled",
+                           "anonymousPullEnabled": False, "roleAssignmentMode": "LegacyRegistryPermissions",
+                           **props}}
 
 
 def vm_image(plan: dict[str, str] | None = None, state: str = "Active", scheduled: str = "") -> dict[str, Any]:

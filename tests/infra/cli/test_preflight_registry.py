@@ -6,7 +6,7 @@ import pytest
 
 from infra.backends import preflight
 from infra.core import preflight as verdicts
-from infra.core.preflight import FAIL, OK
+from infra.core.preflight import FAIL, OK, WARN
 from infra.preview import offline
 from tests.infra.backends.arm_endpoint import CONTRIBUTOR, OWNER, READER, SUBSCRIPTION, ArmEndpoint
 from tests.infra.backends.cost_endpoint import Token
@@ -63,6 +63,28 @@ def test_the_caller_must_be_able_to_read_the_platform_registry(shared_needs, arm
     for granted in (READER, IMPORTER, CONTRIBUTOR, OWNER):  # Reader, or any role that holds its read actions
         arm.permissions_at[PLATFORM] = granted
         assert checks(shared_needs, arm)["platform registry"].verdict == OK
+
+
+def test_a_network_restricted_registry_must_let_trusted_services_through(shared_needs, arm):
+    """ACR import reads a source behind a firewall or private endpoint only through the trusted-services bypass."""
+    arm.permissions_at[PLATFORM] = READER
+    arm.registry_props = {"publicNetworkAccess": "Disabled", "networkRuleBypassOptions": "None"}
+    registry = checks(shared_needs, arm)["platform registry"]
+    assert registry.verdict == FAIL and "public network access disabled" in registry.text
+    assert "`az acr update --name dltrainplatform --allow-trusted-services true`" in registry.text
+    assert ("GET", PLATFORM, "2025-11-01") in [(m, p, v) for m, p, v, _ in arm.requests]
+    arm.registry_props = {"networkRuleSet": {"defaultAction": "Deny", "ipRules": []},
+                          "networkRuleBypassOptions": "AzureServices"}
+    registry = checks(shared_needs, arm)["platform registry"]
+    assert registry.verdict == OK and "firewall default action Deny; trusted services pass" in registry.text
+    arm.registry_props = {"roleAssignmentMode": "AbacRepositoryPermissions"}
+    registry = checks(shared_needs, arm)["platform registry"]
+    assert registry.verdict == WARN and "Container Registry Repository Reader" in registry.text
+    # a caller who may not read it is not asked about the registry's network (it cannot read it)
+    arm.requests.clear()
+    arm.permissions_at[PLATFORM] = ACR_PULL
+    assert checks(shared_needs, arm)["platform registry"].verdict == FAIL
+    assert ("GET", PLATFORM, "2025-11-01") not in [(m, p, v) for m, p, v, _ in arm.requests]
 
 
 def test_a_registry_the_sign_in_cannot_see_fails_with_the_id_to_check(shared_needs, arm):
