@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from infra.core.preflight import FAIL, OK, WARN, Check, _allowed
+from infra.core.shared_images import SOURCE_REGISTRY_ROLE
 
 NAME = "platform registry"
 READ_ACTIONS = ("Microsoft.ContainerRegistry/registries/read", "Microsoft.ContainerRegistry/registries/pull/read")
-ROLE = "Reader"  # the role the import page names for the source registry
+ROLE = SOURCE_REGISTRY_ROLE  # Reader: the role the import page names for the source registry (shared_images.py)
 
 
 def grant_command(registry_id: str) -> str:
