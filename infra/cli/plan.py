@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from infra.backends import Declares, Describes, backend
-from infra.core import budget, cost, security, security_invariants, security_sas, shared_images
+from infra.core import budget, cost, naming, security, security_invariants, security_sas, shared_images
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
@@ -127,8 +127,25 @@ def before_up(cfg, today: date | None = None) -> list[str]:
     warning = retirement_warning(cfg.nodes.sku, today or date.today())
     at_host = security_invariants.encryption_at_host_line(cfg.nfs)
     importer = shared_images.before_up_line(cfg.registry.shared_images)  # sharedImages: the platform registry's role
+    mode = allocation_change_line(cfg)
     return [*cfg.placeholders, *([warning] if warning else []), *([at_host] if at_host else []),
-            *([importer] if importer else []), *_describing(cfg).before_up(cfg)]
+            *([importer] if importer else []), *_describing(cfg).before_up(cfg), *([mode] if mode else [])]
+
+
+def allocation_change_line(cfg) -> str:
+    """Batch: the account's pool allocation mode is fixed when it is created. Batch Account - Create takes
+    poolAllocationMode and keyVaultReference ("Existing accounts cannot be updated with this API and should instead
+    be updated with the Update Batch Account API"); the Update body, BatchAccountUpdateProperties, has neither
+    (azure-rest-api-specs specification/batch/resource-manager/Microsoft.Batch/stable/2024-07-01/BatchManagement.json,
+    https://learn.microsoft.com/rest/api/batchmanagement/batch-account/update). plan reads no state, so it says this
+    on every Batch stack."""
+    if cfg.backend != "batch":
+        return ""
+    return (f"batchPoolAllocation ({cfg.nodes.pool_allocation}) is fixed when the Batch account is created (Batch "
+            "Account - Update takes no poolAllocationMode or keyVaultReference): on a stack deployed with the other "
+            "mode `pulumi up` cannot switch it in place; remove the account first (`pulumi destroy --target <its "
+            "URN> --target-dependents`: its pool and jobs go with it, no job may be running), then `up`, or deploy "
+            "a new stack")
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:
@@ -247,7 +264,26 @@ def _budget_lines(cfg, estimate: cost.CostEstimate) -> list[str]:
                  f"{24 * at_max:.0f} (24 hours x {at_max:.2f}) before either acts")
     lines.append("  the nodes stay at zero until `pulumi up`, which refreshes first (Pulumi.yaml options.refresh) and puts "
                  "the autoscale back: run it once spend is under the budget (raised, or next month)")
-    return lines
+    gap = user_subscription_budget_gap(cfg)
+    return lines + ([f"  {gap}"] if gap else [])
+
+
+def user_subscription_budget_gap(cfg) -> str:
+    """batchPoolAllocation user-subscription with a budget: the budget, its guard and submit's check count the
+    resource group, and Batch creates the pool's VMs "directly in the Batch account subscription" without saying in
+    which resource group (MicrosoftDocs/azure-docs includes/batch-account-mode-include.md, dated 04/03/2023). Batch's
+    cost page finds them by the tags Batch puts on them, `poolname` and `batchaccountname`, at the subscription's
+    scope, and notes that they "don't show up under the Resource filter"
+    (https://learn.microsoft.com/azure/batch/plan-to-manage-costs, "User subscription pool allocation mode"). So
+    the GPU hours may bill outside what the guard reads; docs/deploying.md says how to check and what to add."""
+    if cfg.backend != "batch" or cfg.nodes.pool_allocation != "user-subscription" or cfg.budget.monthly_usd is None:
+        return ""
+    account = naming.batch_account(cfg.team, cfg.stack, cfg.location, cfg.naming_subscription)
+    return ("user-subscription: the pool's VMs are created in the subscription, and Azure's docs do not say in which "
+            "resource group; if outside this one, the budget, its guard and `infra submit`'s check do not count the "
+            f"GPU hours (Cost Management finds them by tag batchaccountname={account}): check where they land after "
+            "the first job and, if elsewhere, add a subscription budget filtered on that tag (docs/deploying.md, "
+            "\"Budget in user-subscription mode\")")
 
 
 def _spot_lines(cfg) -> list[str]:
