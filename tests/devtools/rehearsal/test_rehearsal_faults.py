@@ -203,4 +203,3 @@ def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path):
     assert message.startswith("dltrain-stage.service exited with 2"), message  # the stager's usage/refusal code
     assert "not allowed: listing the container" in message and "Storage Blob Data Contributor" in message, message
     assert not (tmp_path / "batch-state.json").exists()  # nothing was submitted
-
