@@ -39,6 +39,8 @@ AZUREML_COMPUTE_OPERATOR = "e503ece1-11d0-4e8e-8e2c-7a6c3bf38815"
 # https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/security#key-vault-secrets-officer): the
 # "Microsoft Azure Batch" service principal's on a user-subscription account's own vault (infra/backends/batch/
 # cluster.py), the Get, List, Set, Delete (and Recover) secret permissions Batch's docs ask for, and nothing more.
+# The CI deploy identity may grant it only to that principal, and only where a stack needs it (infra/core/ci_roles.py:
+# PRINCIPAL_BOUND).
 KEY_VAULT_SECRETS_OFFICER = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
 # Roles that manage a whole resource, granted only on a resource of this ARM type (the scope's last type segments).
 RESOURCE_ROLES = {BATCH_ACCOUNT_CONTRIBUTOR: "Microsoft.Batch/batchAccounts/pools",
