@@ -137,15 +137,15 @@ def allocation_change_line(cfg) -> str:
     poolAllocationMode and keyVaultReference ("Existing accounts cannot be updated with this API and should instead
     be updated with the Update Batch Account API"); the Update body, BatchAccountUpdateProperties, has neither
     (azure-rest-api-specs specification/batch/resource-manager/Microsoft.Batch/stable/2024-07-01/BatchManagement.json,
-    https://learn.microsoft.com/rest/api/batchmanagement/batch-account/update). plan reads no state, so it says this
-    on every Batch stack."""
+    https://learn.microsoft.com/rest/api/batchmanagement/batch-account/update), so the program replaces the account
+    on a change of either (infra/backends/batch/cluster.py: replace_on_changes, deleted first since its name is
+    fixed). plan reads no state, so it says this on every Batch stack."""
     if cfg.backend != "batch":
         return ""
     return (f"batchPoolAllocation ({cfg.nodes.pool_allocation}) is fixed when the Batch account is created (Batch "
             "Account - Update takes no poolAllocationMode or keyVaultReference): on a stack deployed with the other "
-            "mode `pulumi up` cannot switch it in place; remove the account first (`pulumi destroy --target <its "
-            "URN> --target-dependents`: its pool and jobs go with it, no job may be running), then `up`, or deploy "
-            "a new stack")
+            "mode, `pulumi up` deletes the Batch account with its pool and jobs and creates it again in this mode; "
+            "end or let finish the stack's jobs first (`python -m infra status`)")
 
 
 def _deployer_lines(evaluation: Evaluation) -> list[str]:

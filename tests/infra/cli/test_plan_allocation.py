@@ -1,5 +1,5 @@
 """plan on two things of batchPoolAllocation that `up` cannot fix (review findings 3 and 6): the mode is fixed when
-the Batch account is created, so plan says how to change it on a deployed stack; and in user-subscription mode the
+the Batch account is created, so plan says that `up` replaces the account (and its pool and jobs) on a change; and in user-subscription mode the
 pool's VMs may bill outside the resource group the budget counts, so plan says so, with the tag that finds them."""
 import dataclasses
 
@@ -25,7 +25,7 @@ def test_every_batch_plan_says_the_allocation_mode_is_fixed_at_the_accounts_crea
     for cfg, mode in ((dev, "batch-service"), (_user_subscription(dev), "user-subscription")):
         [line] = [line for line in plan.before_up(cfg) if line.startswith("batchPoolAllocation (")]
         assert line.startswith(f"batchPoolAllocation ({mode}) is fixed when the Batch account is created"), line
-        assert "pulumi destroy --target <its URN> --target-dependents" in line
+        assert "`pulumi up` deletes the Batch account with its pool and jobs and creates it again" in line
     assert not any(line.startswith("batchPoolAllocation (") for line in plan.before_up(config.from_stack_file("nlp")))
 
 
