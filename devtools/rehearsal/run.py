@@ -26,7 +26,9 @@ Once it has ended, `python -m devtools rehearse --serve` serves what it left unt
 With --stay, the stack stays up after its job, as a deployed one does, until interrupted: a team member
 (MEMBER_CLIENT_ID, in the stack's teamMembers group, which the rehearsal adds so that the program declares the
 members' grants) uploads, asks the NFS server to restage, submits, follows and downloads from the member file alone
-(docs/jobs.md).
+(docs/jobs.md). With --scarce, the pool first stops one node short of the job by quota: the job waits, is ended at
+its allocation deadline and the pool gives its node back; then the nodes come late for the next job, which trains
+(devtools/rehearsal/scarce.py).
 """
 from __future__ import annotations
 
