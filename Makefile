@@ -2,7 +2,7 @@
 # which builds each environment only when it is missing or its requirements changed.
 PYTHON ?= python3
 .DEFAULT_GOAL := help
-.PHONY: help setup demo demo-local demo-container test test-images test-containers test-node-faults plan clean
+.PHONY: help setup demo demo-local demo-container test test-images test-containers test-faults plan clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/; s/\{frameworks\}/$(subst $(space),|,$(FRAMEWORKS))/' \
@@ -125,11 +125,13 @@ test-containers: .venv/.installed $(VENV_pytorch)/.installed .cache/azurite/.ins
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py \
 	    tests/devtools/rehearsal/test_rehearsal_container.py)
 
-# The rehearsal's node faults (tests/devtools/rehearsal/test_rehearsal_node_faults.py: a hung rank, a code fault, a
-# node taken out of scheduling and the retry on a spare node), ~90 s of CPU and minutes of wall: apart from make test,
-# whose CPU is at its floor on 2 cores. .ci/run runs it after make test.
-test-node-faults: setup  ## the rehearsal's node faults: a hung rank and a node kept out of the retry (root; not part of make test)
-	@$(call timed,.venv/bin/python -m pytest tests/devtools/rehearsal/test_rehearsal_node_faults.py)
+# The rehearsal's faults (root; each file's rehearsals take minutes of wall): a hung rank, a code fault, a node taken
+# out of scheduling and the retry on a spare node (test_rehearsal_node_faults.py, ~90 s of CPU), and a partial
+# allocation ended at its deadline, then the late nodes train (test_rehearsal_scarce_run.py, ~40 s of CPU). Apart
+# from make test, whose CPU is at its floor on 2 cores; .ci/run runs it after make test.
+FAULT_REHEARSALS := tests/devtools/rehearsal/test_rehearsal_node_faults.py tests/devtools/rehearsal/test_rehearsal_scarce_run.py
+test-faults: setup  ## the rehearsal's faults: a hung rank, a node kept out of the retry, a partial allocation at its deadline (root; not part of make test)
+	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile $(FAULT_REHEARSALS))
 
 test-images: .venv/.installed  ## pip resolves each training image's pins for the image's own Python (asks PyPI; not part of make test)
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_image_pins_resolve.py)
@@ -146,7 +148,7 @@ timed = echo '$(1)' && $(TIMED) $@ $(1)
 # so its rehearsals run beside the other files rather than after them.
 test-venv:  # all of tests/ but tests/training/pytorch and tensorflow (tests/conftest.py leaves them to their environments) and the images' pip resolution (make test-images)
 	@$(call timed,.venv/bin/python -m pytest -n 2 --dist loadfile tests --ignore=tests/images/test_image_pins_resolve.py --ignore-glob='tests/images/test_containers*' \
-	    --ignore-glob='tests/devtools/rehearsal/test_rehearsal_container*' --ignore=tests/devtools/rehearsal/test_rehearsal_node_faults.py)
+	    --ignore-glob='tests/devtools/rehearsal/test_rehearsal_container*' $(addprefix --ignore=,$(FAULT_REHEARSALS)))
 test-torch:
 	@$(call timed,.venv-torch/bin/python -m pytest tests/training/pytorch)
 test-tf:

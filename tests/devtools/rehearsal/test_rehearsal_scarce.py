@@ -4,8 +4,8 @@ pool gives its node back, and the late nodes run the next job.
 
 Cheap: `play` against the Batch endpoint in front of the tests' in-memory account (no nodes, no root), through the
 real azure-batch client, every answer checked against the vendored REST spec; the rehearsal's own refusals
-without starting anything. The whole rehearsal with --scarce (root: the nodes' namespaces; about 2 minutes) runs
-where the other rehearsal tests run."""
+without starting anything. The whole rehearsal with --scarce (root: the nodes' namespaces; about 1.5 minutes) is
+test_rehearsal_scarce_run.py, in `make test-faults`."""
 import dataclasses
 import io
 from datetime import timedelta
@@ -17,7 +17,6 @@ from devtools.rehearsal import run, scarce
 from infra.backends.batch import allocation, operate
 from infra.backends.batch.service import AzureBatch
 from tests.devtools.rehearsal.batch_rest_spec import violations
-from tests.devtools.rehearsal.rehearsal_runs import FAST, WHY_NOT, rehearse
 from tests.infra.backends.batch.fake_batch import MemoryAccount, _Token
 from tests.infra.backends.batch.test_spec import inputs
 
@@ -104,15 +103,3 @@ def test_scarce_refuses_what_it_cannot_play_in_one_line_before_starting(tmp_path
     assert run.main(["--scarce", "--work", str(work), *flags]) == 2
     err = capsys.readouterr().err
     assert err == f"error: {said}\n" and not work.exists()
-
-
-@pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
-def test_the_rehearsal_plays_the_partial_allocation_then_trains_on_the_late_nodes(tmp_path):
-    result = rehearse("--nodes", "2", "--framework", "pytorch", f"--args={FAST}", "--work", str(tmp_path / "w"),
-                      "--scarce")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = result.stdout.split("Rehearsal report")[-1]
-    assert "scarce capacity:" in report, report
-    assert "the pool stopped at 1 of 2 node(s) (resizeErrors: AccountCoreQuotaReached" in report, report
-    assert "node-hours billed waiting so far" in report and "allocation: ended (AllocationTimeout)" in report, report
-    assert "(no node left)" in report and "task exit code 0" in report, report
