@@ -32,14 +32,6 @@ def user_sub():
     return needs(offline.evaluate(user_subscription(), now=NOW))
 
 
-@pytest.fixture
-def arm():
-    endpoint = ArmEndpoint("westeurope", ("Standard_ND96asr_v4", "standardNDASv4Family", 96),
-                           ("Standard_D16s_v5", "standardDSv5Family", 16))
-    yield endpoint
-    endpoint.close()
-
-
 def image_check(needs_: verdicts.Needs, endpoint: ArmEndpoint) -> verdicts.Check:
     client = preflight.Arm(Token(), base_url=endpoint.url, connection_verify=endpoint.ca_file, retry_total=0)
     try:

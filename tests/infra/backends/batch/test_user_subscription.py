@@ -19,7 +19,7 @@ from infra.core import preflight as verdicts
 from infra.core.config_schema import ConfigError
 from infra.core.preflight import FAIL, OK
 from infra.preview import offline
-from tests.infra.backends.arm_endpoint import SUBSCRIPTION, ArmEndpoint, role_assignment, usage
+from tests.infra.backends.arm_endpoint import SUBSCRIPTION, role_assignment, usage
 from tests.infra.backends.cost_endpoint import Token
 from tests.infra.conftest import NOW, evaluation_for
 
@@ -147,14 +147,6 @@ def test_batch_service_mode_declares_no_vault_for_the_account():
     assert account.inputs["poolAllocationMode"] == "BatchService" and "keyVaultReference" not in account.inputs
     assert not [v for v in ev.of_type("azure-native:keyvault:Vault") if "cluster" in v.name]
     assert not [r for r in ev.of_type("pulumi-python:dynamic:Resource") if "names" in r.name]  # no generation
-
-
-@pytest.fixture
-def arm():
-    endpoint = ArmEndpoint("westeurope", ("Standard_ND96asr_v4", "standardNDASv4Family", 96),
-                           ("Standard_D16s_v5", "standardDSv5Family", 16))
-    yield endpoint
-    endpoint.close()
 
 
 def run_preflight(needs, endpoint):
