@@ -132,3 +132,16 @@ def test_the_platform_image_build_builds_each_image_of_the_table_once_and_prints
     for name in builds:
         assert summary["env"][f"{name.upper()}_DIGEST"] == f"${{{{ steps.{name}.outputs.digest }}}}"
         assert f'--image "{name}=dltrain/{name}@${name.upper()}_DIGEST"' in summary["run"]
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_full_commit_sha(path):
+    """A tag can be moved to other code; these jobs hold tokens that deploy the fleet or push its images. GitHub's
+    hardening guide: "Pinning an action to a full length commit SHA is currently the only way to use an action as
+    an immutable release" (https://docs.github.com/en/actions/security-for-github-actions/security-guides/security-hardening-for-github-actions#using-third-party-actions).
+    The release each SHA was taken from stays beside it as a comment, for the upgrade path (docs/upgrade.md)."""
+    lines = [line.strip() for line in path.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert lines
+    unpinned = [line for line in lines if not re.fullmatch(r"(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+(\.\d+)*",
+                                                            line)]
+    assert not unpinned, unpinned
