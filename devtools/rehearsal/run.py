@@ -33,7 +33,6 @@ its allocation deadline and the pool gives its node back; then the nodes come la
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import shlex
@@ -42,12 +41,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
 from infra.backends.shared import REHEARSAL_FILE, JobError, StackOutputs, now_utc, require_staged
+from devtools.rehearsal.identities import (PEOPLE, batch_client, batch_token, grant_deployer, rehearsed_config,
+                                           write_endpoints)
 from devtools.rehearsal.nodes import NODE_TMPDIR
+from devtools.rehearsal.report import Rehearsal, check_model, report
 from training import frameworks
 
 VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
@@ -56,52 +57,6 @@ DEBS = REPO_ROOT / ".cache" / "debs" / "root"
 # Small enough for 2 CPU cores in about a minute: what the job trains instead of the stack's trainingArgs.
 DEFAULT_ARGS = ("--num-classes 4 --image-size 64 --batch-size 8 --steps 30 --log-every 5 --checkpoint-every 10 "
                 "--workers 1 --base-lr 0.05 --warmup-steps 3")
-# Without --container; with it, the report says what ran in the image instead (devtools/rehearsal/containers.py).
-CONTAINER_NOT_REHEARSED = (
-    "the container: commands run in the local training environment with the image's ENV and users, not in the image "
-    "(`rehearse --container`, as root, runs them in the image built on a local stand-in base: make test-containers)")
-IMAGE_NOT_REHEARSED = ("the image as Azure gets it: its CUDA base, NCCL, and Horovod built with MPI and NCCL (the "
-                       "stand-in's differences are listed under `container`)")
-NOT_REHEARSED = (
-    CONTAINER_NOT_REHEARSED,
-    "GPUs, NCCL and InfiniBand: ranks talk over Gloo/TCP on CPU; each node runs --processes-per-node ranks, "
-    "not one per GPU of the size",
-    "mpirun: across nodes Horovod starts the remote ranks over the job's SSH with its Gloo controller here "
-    "(the image has Open MPI)",
-    "the NFS VM's disks and kernel: its setup script (mdadm RAID, XFS, fstab, nfs-kernel-server) is checked by "
-    "bash -n and ShellCheck in the tests, not run; its user data is read by cloud-init's own code and its staging "
-    "unit runs here, with a ready venv instead of a pip install from PyPI",
-    "Azure AD itself: tokens come from a local managed identity endpoint (App Service protocol, not IMDS), and "
-    "storage honours each identity's role assignments as a SAS with exactly their permissions",
-    "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
-    "https: Azurite serves http, so the people's SAS allow http too (the program asks for https only)",
-    "Entra groups: the team member signs in with a token of the teamMembers group itself (Azure AD issues the user's, "
-    "carrying the group's roles), and a role assignment's condition (members may write only the restage request "
-    "into `status`) is not honoured: their SAS allows the whole role",
-    "the NFS server's timer during --stay: it elapses when a restage request waits, not every minute (its unit's "
-    "own relisting of `data` every few minutes is not played)",
-)
-
-
-@dataclass
-class Rehearsal:
-    job: str
-    framework: str
-    placement: list[str]
-    world_size: int
-    img_per_sec: float
-    hosts: list[str]
-    uploaded: list[str]
-    exit_code: int
-    retries: int
-    downloaded: Path
-    failure: dict | None = None
-    interconnect_gbps: float | None = None  # the job's interconnect check (multi-node), from summary.json
-    efficiency: dict | None = None  # summary.json's efficiency view (training/efficiency.py)
-    container: list[str] | None = None  # with --container: what ran in the image, what the stand-in leaves out
-    scarce: list[str] | None = None  # with --scarce: the partial allocation, one line a step (scarce.py)
-
-
 def _node_env(framework: str) -> dict[str, str]:
     """The image's environment, for the local training environment standing in for the image."""
     venv = REPO_ROOT / VENVS[framework]
@@ -174,7 +129,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
              f"{', '.join(containers)}; {scripts} training runtime files in `scripts` as `pulumi up` uploads them")
         if tamper_storage:
             tamper_storage(account)
-        _grant_deployer(account, containers)
+        grant_deployer(account, containers)
         with AzureAd(account, {**identities_by_client_id(ev), **PEOPLE}, work / "azure-ad") as ad:
             uploaded, nfs_timer = _stage_data(account, ev, work, export, node_env, ad)
             _people_sas(account, work)
@@ -186,12 +141,12 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
             # --scarce: Azure gave the pool one node fewer than the job's, with a quota resize error (ScarceCapacity)
             served = ScarceCapacity(batch, have=nodes - 1, came=now_utc()) if scarce else batch
             with BatchEndpoint(served, tls=(str(ad.cert), str(ad.key)),
-                               authorized=_batch_token(ad, ev, batch.node_operators)) as endpoint, \
+                               authorized=batch_token(ad, ev, batch.node_operators)) as endpoint, \
                     batch.reach_from_nodes(endpoint.url, ad.env()):  # the account and tokens, from the nodes too
                 env = write_endpoints(work, ev, endpoint.url, ad)
                 _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "
                      f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
-                service = _batch_client(endpoint.url, env)
+                service = batch_client(endpoint.url, env)
                 job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
                 if scarce:
                     from devtools.rehearsal.scarce import play
@@ -280,57 +235,6 @@ class RehearsalRefused(Exception):
     """A rehearsal request that cannot go on; `str()` names the input and the fix."""
 
 
-# The deployer, as the job verbs sign in at the rehearsal: a managed identity of the rehearsal's Azure AD (the
-# token endpoint serves only the identities it knows), with the roles docs/deploying.md gives the deployer: Storage
-# Blob Data Contributor on the account and a Batch role on the Batch account.
-DEPLOYER_CLIENT_ID = "00000000-0000-4000-8000-00000000de91"
-DEPLOYER = "rehearsal-deployer"
-
-
-def _grant_deployer(account, containers: list[str]) -> None:
-    from devtools.rehearsal.storage import Grant
-
-    account.grants += [Grant(DEPLOYER, container, "racwdl") for container in containers]
-
-
-def _deployer_token(ad):
-    """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer."""
-    return lambda token: ad.tokens.get(token) == DEPLOYER
-
-
-# A team member, as docs/jobs.md has one: a user in the stack's teamMembers group, signed in at the rehearsal's
-# Azure AD (the group's token: Azure AD grants a member what their groups are granted). The rehearsal adds the group
-# to the stack's teamMembers (rehearsed_config), so the program declares the members' grants
-# (infra/components/access.py, the backend's team_grants) and storage and Batch honour exactly those.
-MEMBER_CLIENT_ID = "00000000-0000-4000-8000-0000000e0b01"
-MEMBER_GROUP = "0000000a-0000-4000-8000-0000000e0b01"
-PEOPLE = {DEPLOYER_CLIENT_ID: DEPLOYER, MEMBER_CLIENT_ID: MEMBER_GROUP}  # client ID -> principal, for AzureAd
-
-
-def rehearsed_config(stack: str):
-    """The stack file's config, with the rehearsal's member group in teamMembers (when not there already)."""
-    from infra.core import config
-
-    cfg = config.from_stack_file(stack)
-    if MEMBER_GROUP in cfg.access.members:
-        return cfg
-    return dataclasses.replace(cfg, access=dataclasses.replace(cfg.access, members=(*cfg.access.members, MEMBER_GROUP)))
-
-
-def _batch_token(ad, ev, node_operators: set[str] = frozenset()):
-    """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer, or to a
-    principal the program grants Azure Batch Job Submitter on the Batch account (the team's members), or to one in
-    `node_operators` (read at each request: RehearsalBatch.node_operators)."""
-    from infra.core.role_ids import BATCH_JOB_SUBMITTER, role_key
-
-    account = ev.one("azure-native:batch:BatchAccount").state["id"]
-    submitters = {str(a.inputs["principalId"]) for a in ev.of_type("azure-native:authorization:RoleAssignment")
-                  if str(a.inputs.get("scope", "")) == account
-                  and role_key(str(a.inputs.get("roleDefinitionId", "")), account) == BATCH_JOB_SUBMITTER}
-    deployer = _deployer_token(ad)
-    return lambda token: deployer(token) or ad.tokens.get(token) in submitters or ad.tokens.get(token) in node_operators
-
-
 def stay_up(nfs_timer, status_url: str, poll_s: float = 1.0) -> None:
     """After the rehearsal's job: the stack stays up, as a deployed one does, for the verbs of other shells and
     people (a member's upload, restage, submit, logs, download), until SIGINT or SIGTERM. Jobs they submit run on
@@ -350,57 +254,6 @@ def stay_up(nfs_timer, status_url: str, poll_s: float = 1.0) -> None:
         _say("stay: ended")
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def write_endpoints(work: Path, ev, batch_url: str, ad) -> dict[str, str]:
-    """REHEARSAL_FILE (infra/backends/shared.py): the stack's outputs with the local endpoints (no SAS: the verbs
-    sign in) and the sign-in environment, mode 0600 from its creation (the header secret is a credential).
-    Returns the environment."""
-    outputs = {key: value for key, value in ev.outputs.items() if key != "sas"}
-    outputs["batchAccountEndpoint"] = batch_url
-    outputs["containerUrls"] = {name: ad.container_url(url) for name, url in ev.outputs["containerUrls"].items()}
-    env = {**ad.env(), "AZURE_CLIENT_ID": DEPLOYER_CLIENT_ID}
-    partial = work / f".{REHEARSAL_FILE}.partial"
-    partial.unlink(missing_ok=True)
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-        json.dump({"pid": os.getpid(), "outputs": outputs, "env": env}, f, indent=1, default=str)
-    partial.replace(work / REHEARSAL_FILE)
-    return env
-
-
-class _DeployerToken:
-    """The deployer's token from the rehearsal's managed identity endpoint, asked as ManagedIdentityCredential asks
-    it in the verbs' own processes (App Service protocol: GET ?api-version=2019-08-01&resource=...&client_id=...,
-    header X-IDENTITY-HEADER). This process does not take the verbs' environment: azure-identity reads it at each
-    token request, and the rehearsal may run inside a test's process."""
-
-    def __init__(self, env: dict[str, str]):
-        self.env = env
-
-    def get_token(self, *scopes, **kwargs):
-        import urllib.parse
-        import urllib.request
-
-        from azure.core.credentials import AccessToken
-
-        query = urllib.parse.urlencode({"api-version": "2019-08-01", "resource": scopes[0].removesuffix("/.default"),
-                                        "client_id": self.env["AZURE_CLIENT_ID"]})
-        request = urllib.request.Request(f"{self.env['IDENTITY_ENDPOINT']}?{query}",
-                                         headers={"X-IDENTITY-HEADER": self.env["IDENTITY_HEADER"]})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            body = json.loads(response.read())
-        return AccessToken(body["access_token"], int(body["expires_on"]))
-
-
-def _batch_client(url: str, env: dict[str, str]):
-    """The rehearsal's own AzureBatch (its submit, its status): the real azure-batch client, signed in as the
-    deployer at the rehearsal's token endpoint, trusting the rehearsal's CA."""
-    from azure.batch import BatchClient
-
-    from infra.backends.batch.service import CLIENT_OPTIONS, AzureBatch
-
-    return AzureBatch(url, client=BatchClient(url, _DeployerToken(env), connection_verify=env["REQUESTS_CA_BUNDLE"],
-                                              **CLIENT_OPTIONS))
 
 
 def serve(stack: str, work: Path) -> None:
@@ -426,9 +279,9 @@ def serve(stack: str, work: Path) -> None:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with Azurite(location=work / "azurite") as azurite:
         account = Account(azurite, ev)
-        _grant_deployer(account, [account.container(url) for url in ev.outputs["containerUrls"].values()])
+        grant_deployer(account, [account.container(url) for url in ev.outputs["containerUrls"].values()])
         with AzureAd(account, PEOPLE, work / "azure-ad") as ad, \
-                BatchEndpoint(recorded, tls=(str(ad.cert), str(ad.key)), authorized=_batch_token(ad, ev)) as endpoint:
+                BatchEndpoint(recorded, tls=(str(ad.cert), str(ad.key)), authorized=batch_token(ad, ev)) as endpoint:
             write_endpoints(work, ev, endpoint.url, ad)
             _say(f"serving the rehearsal in {work}: Batch at {endpoint.url}, storage through Azure AD; the job verbs "
                  f"reach it with --rehearsal; Ctrl-C ends it")
@@ -529,53 +382,6 @@ def _hosts_from_launch(text: str) -> list[str]:
             if "-H" in words:
                 return words[words.index("-H") + 1].split(",")
     return []
-
-
-def report(result: Rehearsal) -> str:
-    lines = [f"\nRehearsal report ({result.job})",
-             f"  task exit code {result.exit_code}, retried {result.retries} time(s)",
-             f"  ranks: world size {result.world_size} on hosts {', '.join(result.hosts) or '?'} "
-             f"(rank order = host order)",
-             f"  where: {'; '.join(result.placement) or '?'}",
-             f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
-             f"  efficiency: {efficiency_line(result.efficiency)}",
-             "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
-                                         "no floor: rehearsal)" if result.interconnect_gbps is not None
-                                         else "not run (one node, or --dist native: not checked yet)"),
-             f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "
-             + ", ".join(sorted(n for n in result.uploaded if n.endswith(("summary.json", "model.onnx", "stdout.txt")))),
-             f"  downloaded with `infra download` to {result.downloaded}",
-             "  not rehearsed:"]
-    if result.container:
-        lines[-1:-1] = ["  container:", *(f"    - {item}" for item in result.container)]
-    if result.scarce:  # the job before this one: it waited on a pool short of nodes (devtools/rehearsal/scarce.py)
-        lines[-1:-1] = ["  scarce capacity:", *(f"    - {item}" for item in result.scarce)]
-    lines += [f"    - {item}" for item in
-              ((IMAGE_NOT_REHEARSED, *NOT_REHEARSED[1:]) if result.container else NOT_REHEARSED)]
-    return "\n".join(lines)
-
-
-def efficiency_line(view: dict | None) -> str:
-    """img/s per worker against the size's expectation (on CPU: unknown, and why) and what bound the run."""
-    if not view:
-        return "not in summary.json"
-    shares = ", ".join(f"{name} {share:.0%}" if share is not None else f"{name} in compute"
-                       for name, share in view["time_shares"].items())
-    expected = (f"{view['of_expected']} of {view['expected_img_per_sec_per_worker']:g} expected"
-                if view["of_expected"] is not None else f"expected unknown: {view['expected_basis']}")
-    return f"{view['img_per_sec_per_worker']} img/s per worker ({expected}), {view['bound']}" + \
-        (f" ({shares})" if shares else "")
-
-
-def check_model(path: Path, framework: str) -> str:
-    """Run the downloaded model.onnx in onnxruntime (in the framework's environment, which has it)."""
-
-    python = REPO_ROOT / VENVS[framework] / "bin" / "python"
-    code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1]); i = s.get_inputs()[0]; "
-            "shape = [2 if not isinstance(d, int) else d for d in i.shape]; "
-            "print(s.run(None, {i.name: np.zeros(shape, np.float32)})[0].shape)")
-    result = subprocess.run([str(python), "-c", code, str(path)], capture_output=True, text=True)
-    return result.stdout.strip() if result.returncode == 0 else f"failed: {result.stderr.strip()[-300:]}"
 
 
 def main(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ import pytest
 from devtools.emulator import Azurite
 from devtools.rehearsal import batch_endpoint as rest
 from devtools.rehearsal.azure_ad import AzureAd
-from devtools.rehearsal.run import DEPLOYER, DEPLOYER_CLIENT_ID, _deployer_token, write_endpoints
+from devtools.rehearsal.identities import DEPLOYER, DEPLOYER_CLIENT_ID, deployer_token, write_endpoints
 from devtools.rehearsal.storage import Account
 from infra import REPO_ROOT
 from infra.backends.batch import spec as batch_spec
@@ -39,7 +39,7 @@ def local_azure(tmp_path, evaluation):
     memory = MemoryAccount()
     with Azurite() as azurite, AzureAd(Account(azurite, evaluation), {DEPLOYER_CLIENT_ID: DEPLOYER},
                                        tmp_path / "azure-ad") as ad, \
-            rest.BatchEndpoint(memory, tls=(str(ad.cert), str(ad.key)), authorized=_deployer_token(ad)) as endpoint:
+            rest.BatchEndpoint(memory, tls=(str(ad.cert), str(ad.key)), authorized=deployer_token(ad)) as endpoint:
         write_endpoints(tmp_path, evaluation, endpoint.url, ad)
         now = datetime.now(timezone.utc)
         memory.add_job(rest.new_job({"id": JOB, "poolInfo": {"poolId": "gpu"}, "onAllTasksComplete": "noaction"},
@@ -102,10 +102,10 @@ def test_errors_come_back_with_batchs_status_and_code(local_azure):
     from azure.batch import models
     from azure.core.exceptions import HttpResponseError
 
-    from devtools.rehearsal.run import _batch_client
+    from devtools.rehearsal.identities import batch_client
 
     memory, endpoint, work = local_azure
-    client = _batch_client(endpoint.url, json.loads((work / REHEARSAL_FILE).read_text())["env"]).client
+    client = batch_client(endpoint.url, json.loads((work / REHEARSAL_FILE).read_text())["env"]).client
     memory.jobs["done"] = {**memory.jobs[JOB], "id": "done", "state": "completed"}
     cases = [(lambda: client.get_job("nope"), 404, "JobNotFound"),
              (lambda: client.get_task(JOB, "nope"), 404, "TaskNotFound"),

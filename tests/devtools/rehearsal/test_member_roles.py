@@ -3,7 +3,7 @@ rehearsal's group, so the program declares the members' grants, and storage and 
 nodes, no Azurite (the end-to-end test in test_rehearsal.py plays the member's whole path)."""
 import pytest
 
-from devtools.rehearsal.run import DEPLOYER, MEMBER_GROUP, _batch_token, rehearsed_config
+from devtools.rehearsal.identities import DEPLOYER, MEMBER_GROUP, batch_token, rehearsed_config
 from devtools.rehearsal.storage import Account, principal_of
 from infra.preview import offline
 
@@ -26,7 +26,7 @@ def test_batch_takes_the_deployer_and_the_job_submitters_and_refuses_other_ident
         tokens = {"deployer": DEPLOYER, "member": MEMBER_GROUP,
                   "nodes": principal_of(ev, ev.outputs["pullIdentityId"])}
 
-    authorized = _batch_token(Ad, ev)
+    authorized = batch_token(Ad, ev)
     assert authorized("deployer") and authorized("member")
     assert not authorized("nodes") and not authorized("unknown")
 

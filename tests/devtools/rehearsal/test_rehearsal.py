@@ -22,7 +22,8 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     follows it, reads its status and downloads the model, which runs in onnxruntime. Then, while the stack stays
     up (--stay), a team member with only the member file and their own sign-in uploads their folder, has it
     staged, submits a job on it, follows it and downloads a model that names their classes."""
-    from devtools.rehearsal.run import MEMBER_CLIENT_ID, check_model, efficiency_line
+    from devtools.rehearsal.identities import MEMBER_CLIENT_ID
+    from devtools.rehearsal.report import check_model, efficiency_line
 
     work = tmp_path / "work"
     rehearsal = start_rehearsal(work, FAST, "--stay")
@@ -200,7 +201,7 @@ def test_bad_input_is_one_line_before_any_node_exists(args, message):
     assert len(result.stderr.strip().splitlines()) == 1 and "rehearsal of stack" not in result.stdout
 
 def test_the_report_gives_img_per_sec_per_worker_its_expectation_and_bound(tmp_path):
-    from devtools.rehearsal.run import Rehearsal, report
+    from devtools.rehearsal.report import Rehearsal, report
     from training import efficiency
 
     view = efficiency.summary_fields(2.5, efficiency.expectation(5155, device="cpu", image_size=32),
