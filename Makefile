@@ -125,8 +125,9 @@ test-containers: .venv/.installed $(VENV_pytorch)/.installed .cache/azurite/.ins
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py \
 	    tests/devtools/rehearsal/test_rehearsal_container.py)
 
-# The rehearsal's faults (root; each file's rehearsals take minutes of wall): a hung rank, a code fault, a node taken
-# out of scheduling and the retry on a spare node (test_rehearsal_node_faults.py, ~90 s of CPU), and a partial
+# The rehearsal's faults (root; each file's rehearsals take minutes of wall): a hung rank, a code fault, a Spot eviction
+# and a node that dies, taken out of scheduling with the retry on a spare node (test_rehearsal_node_faults.py; the
+# eviction and node loss alone took 7:44 of make test's wall on 2026-11-26, ~150 s of CPU), and a partial
 # allocation ended at its deadline, then the late nodes train (test_rehearsal_scarce_run.py, ~40 s of CPU). Apart
 # from make test, whose CPU is at its floor on 2 cores; .ci/run runs it after make test.
 FAULT_REHEARSALS := tests/devtools/rehearsal/test_rehearsal_node_faults.py tests/devtools/rehearsal/test_rehearsal_scarce_run.py

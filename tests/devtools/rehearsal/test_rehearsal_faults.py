@@ -1,8 +1,6 @@
-"""The rehearsal under faults: a cancel from another shell, a Spot eviction and a lost node, a cancel during the
-coordination command, identities without their roles (the same two local nodes, Batch endpoint and Azurite as
-test_rehearsal.py)."""
-import json
-import threading
+"""The rehearsal under faults: a cancel from another shell, a cancel during the coordination command, identities
+without their roles (the same two local nodes, Batch endpoint and Azurite as test_rehearsal.py). A Spot eviction and a
+lost node, which need a spare node, are in test_rehearsal_node_faults.py (make test-faults)."""
 import time
 
 import pytest
@@ -28,70 +26,6 @@ def test_cancel_from_another_shell_stops_the_task_without_a_retry(tmp_path):
     with served(work):
         status = verb("status", "--rehearsal", str(work)).stdout
     assert "cancelled" in status and "exit code 0" not in status and "retried 0 time(s)" in status, status
-
-def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_checkpoint(tmp_path, capsys):
-    """One run, two faults. First a Spot eviction of node 1 after the first checkpoint: Batch requeues the task,
-    not counted as a retry (RehearsalBatch.preempt, docs cited there), and the run resumes from its newest
-    checkpoint. Then, after a checkpoint of the resumed run, node 1 dies (its network cut, its processes killed, no
-    requeue): the task fails as a node fault naming node 1, whose scheduling `launch` disables (the pool's identity
-    given the node-operations role a team adds: docs/architecture.md), and Batch's retry resumes it on nodes 0 and 2
-    (node 2: the replacement autoscale would add). The run reaches the same final step."""
-    import subprocess
-
-    from devtools.rehearsal.run import rehearse as run_rehearsal
-    from tests.devtools.rehearsal import batch_rest_spec
-
-    faults = {}
-
-    def evict_then_lose_node_one(service, pool, job):
-        service.node_operators.update(service.identities.values())  # the pool identity, with the role a team adds
-        checkpoints = pool.export / "runs" / job / "checkpoints"
-
-        def watch():
-            deadline = time.monotonic() + 600
-            while not (checkpoints / "ckpt-00000010.pt").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            faults["evicted"] = (time.monotonic(), service.preempt(job, pool.nodes[1]))
-            while not service.requeued_at and time.monotonic() < deadline:
-                time.sleep(0.1)
-            before = set(checkpoints.glob("ckpt-*.pt"))
-            while not set(checkpoints.glob("ckpt-*.pt")) - before and time.monotonic() < deadline:
-                time.sleep(0.2)  # a checkpoint the resumed run wrote
-            time.sleep(1)
-            faults["node1"] = pool.nodes[1].address
-            cut = subprocess.run(["ip", "link", "set", pool.host_link(pool.nodes[1]), "down"], capture_output=True,
-                                 text=True)  # its NIC's other end, on the bridge: the node is off the network
-            faults["lost"] = (time.monotonic(), pool.kill(pool.nodes[1]), service, job, cut.returncode)
-        threading.Thread(target=watch, daemon=True).start()
-
-    result = run_rehearsal("dev", 2, "pytorch", FAST.replace("--steps 30", "--steps 40") + " --no-export", tmp_path,
-                           fault=evict_then_lose_node_one, spare_nodes=1)
-    out = capsys.readouterr().out
-    evicted_at, evicted_processes = faults["evicted"]
-    lost_at, lost_processes, service, job, cut = faults["lost"]
-    assert evicted_processes > 0 and lost_processes > 0 and cut == 0
-    assert "Spot node node1 was preempted; Batch requeues the task (not a retry: retried 0 time(s))" in out, out[-3000:]
-    assert len(service.requeued_at) == 1 and service.requeued_at[0] - evicted_at < 60
-    assert result.retries == 1 and result.exit_code == 0, out[-3000:]  # the loss is the one retry
-    assert service.retried_at[0] - lost_at < 60  # the task failed within a minute of losing the node
-    summary = json.loads((result.downloaded / "run" / "summary.json").read_text())
-    assert summary["steps"] == 40 and summary["resumed_from_step"] >= 20
-    assert (result.downloaded / "logs" / "stdout.txt").read_text().count("resumed from") == 2
-    # Each attempt as the launcher recorded it (training/cluster/attempts.py, what `status` shows): the loss is a node
-    # fault that names node 1 (its sshd no longer answers), taken out of scheduling, and the last attempt finished on
-    # nodes 0 and 2 (the eviction's requeue ran on nodes 0 and 1 again: node 1 was not blamed for it).
-    from training.cluster import attempts
-
-    records = attempts.read_lines((result.downloaded / "logs" / "stdout.txt").read_text())
-    blamed = [a for a in records if a["kind"] == "node" and a["blamed_hosts"]]
-    assert blamed and blamed[-1]["blamed_hosts"] == [faults["node1"]] and blamed[-1]["node_hours"] > 0, records
-    assert blamed[-1]["kept_out"] == "scheduling disabled (taskcompletion) on node(s) tvm-1 of pool gpu", blamed[-1]
-    assert service.disabled == {1: "taskcompletion"} and service.placed[job] == [[0, 1], [0, 1], [0, 2]]
-    assert records[-1]["kind"] == "ok", records
-    # What the endpoint answered for this task and job, as the REST spec has them.
-    answers = [("GET", f"/jobs/{job}", 200, json.dumps(service.jobs[job]).encode()),
-               ("GET", f"/jobs/{job}/tasks/train", 200, json.dumps(service.tasks[job]).encode())]
-    assert batch_rest_spec.violations(answers) == []
 
 def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or_the_application(tmp_path):
     """Cancel arrives while the coordination command runs on the nodes (Batch's job terminate, through the real

@@ -12,11 +12,11 @@ from devtools import pace
 
 
 def test_a_row_trains_and_measures_on_cpu():
-    recipe = pace.Recipe(precision="fp32", channels_last=False, compile="", batch=2, ddp=False)
+    """One row (LARS: the trainer's own optimizer class; ResNet50 at 32 px, batch 2): 8 steps, ~4 s alone, up to a
+    minute while make test's other suites share the 2 cores."""
+    recipe = pace.Recipe(precision="fp32", channels_last=False, compile="", batch=2, optimizer="lars", ddp=False)
     row = pace.measure("cpu", recipe, steps=1, device=torch.device("cpu"), image_size=32)
     assert not row.error and row.img_per_sec > 0 and row.spread[0] <= row.img_per_sec <= row.spread[1]
-    lars = pace.measure("lars", replace(recipe, optimizer="lars"), steps=1, device=torch.device("cpu"), image_size=32)
-    assert lars.img_per_sec > 0
 
 
 def test_the_best_recipe_takes_only_levers_that_won():
