@@ -24,13 +24,13 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from devtools.benchmark import jpeg_dataset
 from training.errors import UsageError
 
 
@@ -173,15 +173,6 @@ def best_of(rows: list[Row], today: Row) -> Recipe:
     return best
 
 
-def jpeg_folder(out: Path, images: int) -> Path:
-    if not (out / "train").is_dir():
-        jobs = str(min(16, os.cpu_count() or 1))
-        subprocess.run([sys.executable, "-m", "devtools", "synth-data", "--out", str(out), "--classes", "10",
-                        "--per-class", str(images // 10), "--val-per-class", "0", "--imagenet-sizes", "--jobs", jobs],
-                       check=True, capture_output=True)
-    return out
-
-
 def nvjpeg_source(folder: Path, recipe: Recipe):
     """An endless iterator of training batches through the trainer's NvjpegBatches, epoch after epoch."""
     import torch
@@ -190,7 +181,7 @@ def nvjpeg_source(folder: Path, recipe: Recipe):
     from training.pytorch.data import FolderData
 
     cfg = resolve_for_device(TrainConfig(data=str(folder), batch_size=recipe.batch, loader="nvjpeg",
-                                         workers=min(16, os.cpu_count() or 1), num_classes=10), True, True)
+                                         workers=min(16, os.cpu_count() or 1)), True, True)
     data = FolderData(folder, cfg, rank=0, size=1, device=torch.device("cuda", 0))
 
     def batches():
@@ -276,7 +267,7 @@ def main(argv: list[str]) -> int:
     if args.jpegs and best_row and time.perf_counter() - start < args.budget + 60:  # the JPEG rows matter most
         with tempfile.TemporaryDirectory() as tmp:
             made = time.perf_counter()
-            folder = jpeg_folder(Path(tmp) / "jpegs", args.jpegs)
+            folder = jpeg_dataset(args.jpegs, Path(tmp) / "jpegs", min(16, os.cpu_count() or 1))
             print(f"pace: {args.jpegs} JPEG files at ImageNet sizes made in {time.perf_counter() - made:.0f} s",
                   flush=True)
             source = nvjpeg_source(folder, best_row.recipe)
