@@ -27,6 +27,12 @@ QUICK_WATCHDOG = {"TRAINING_WATCHDOG_FIRST_S": "60", "TRAINING_WATCHDOG_FLOOR_S"
 HANG_ARGS = FAST.replace("--steps 30", "--steps 8").replace("--checkpoint-every 10", "--checkpoint-every 4")
 
 
+def _until(done, deadline: float, poll_s: float = 0.1) -> None:
+    """Wait until `done()` or the deadline (time.monotonic()), whichever comes first."""
+    while not done() and time.monotonic() < deadline:
+        time.sleep(poll_s)
+
+
 def _training_processes(pool, node):
     """The node's `python -m training train` processes (the rank and its loader's worker)."""
     found = []
@@ -63,9 +69,7 @@ def test_a_hung_rank_ends_by_the_watchdog_and_the_retry_runs_on_a_replacement_no
         checkpoints = pool.export / "runs" / job / "checkpoints"
 
         def watch():
-            deadline = time.monotonic() + 600
-            while not (checkpoints / "ckpt-00000004.pt").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            _until((checkpoints / "ckpt-00000004.pt").exists, time.monotonic() + 600)
             time.sleep(0.5)  # back in the loop, in the next step's collective
             pids = _training_processes(pool, pool.nodes[1])
             for pid in pids:
@@ -200,14 +204,11 @@ def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_c
 
         def watch():
             deadline = time.monotonic() + 600
-            while not (checkpoints / "ckpt-00000010.pt").exists() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            _until((checkpoints / "ckpt-00000010.pt").exists, deadline)
             faults["evicted"] = (time.monotonic(), service.preempt(job, pool.nodes[1]))
-            while not service.requeued_at and time.monotonic() < deadline:
-                time.sleep(0.1)
+            _until(lambda: service.requeued_at, deadline)
             before = set(checkpoints.glob("ckpt-*.pt"))
-            while not set(checkpoints.glob("ckpt-*.pt")) - before and time.monotonic() < deadline:
-                time.sleep(0.2)  # a checkpoint the resumed run wrote
+            _until(lambda: set(checkpoints.glob("ckpt-*.pt")) - before, deadline, 0.2)  # a checkpoint the resumed run wrote
             time.sleep(1)
             faults["node1"] = pool.nodes[1].address
             cut = subprocess.run(["ip", "link", "set", pool.host_link(pool.nodes[1]), "down"], capture_output=True,
