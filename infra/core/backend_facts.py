@@ -37,7 +37,7 @@ FACTS: dict[str, BackendFacts] = {f.name: f for f in (
     # The reference architecture: NFS server, Batch account and InfiniBand GPU pool. Every resource it declares
     # takes Azure's 50 tags. Its NFS server's cost follows the nfs* keys (cost.py).
     BackendFacts("batch", only_keys=("nfsKind", "nfsVmSize", "nfsDiskCount", "nfsDiskSizeGb", "nfsEncryptionAtHost",
-                                     "dataLocalCache",
+                                     "dataLocalCache", "dataTier",
                                      "trainingDataWaitMinutes", "trainingRetries", "allocationTimeoutMinutes",
                                      "batchPoolAllocation", "batchServiceObjectId"),
                  fixed_costs={"Batch account": 0.0},  # Batch itself is free: only its nodes bill

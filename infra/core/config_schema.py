@@ -73,6 +73,7 @@ ALLOWED = {
     "frameworks": IMAGES,
     "trainingFramework": tuple(IMAGE_OF_LOOP),
     "nfsKind": ("vm", "azure-files"),
+    "dataTier": ("node-local", "nfs"),
     "amlDataMode": ("download", "mount"),
     "amlWorkspaceAccess": ("private", "public"),
     "batchPoolAllocation": ("batch-service", "user-subscription"),

@@ -217,7 +217,8 @@ class RegistryConfig:
 class NfsConfig:
     """backend batch: the NFS file server the nodes read the data from."""
     KEYS = {"nfsKind": "kind", "nfsVmSize": "vm_size", "nfsDiskCount": "disk_count", "nfsDiskSizeGb": "disk_size_gb",
-            "dataLocalCache": "data_local_cache", "nfsEncryptionAtHost": "encryption_at_host"}
+            "dataLocalCache": "data_local_cache", "nfsEncryptionAtHost": "encryption_at_host",
+            "dataTier": "data_tier"}
     kind: str  # vm | azure-files
     vm_size: str
     disk_count: int
@@ -226,6 +227,9 @@ class NfsConfig:
     # The VM's securityProfile.encryptionAtHost; needs the subscription feature Microsoft.Compute/EncryptionAtHost
     # (https://learn.microsoft.com/azure/virtual-machines/disks-enable-host-based-encryption-portal), hence a key.
     encryption_at_host: bool = False
+    # Where the ranks read the dataset (issue 56): node-local (each node's start task makes a local volume and the
+    # job stages the dataset onto it from Blob; the NFS share keeps checkpoints and outputs) or nfs (the NFS share).
+    data_tier: str = "node-local"
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> NfsConfig:
@@ -236,6 +240,10 @@ class NfsConfig:
         if values["dataLocalCache"] and kind == "azure-files":
             raise ConfigError("dataLocalCache", "needs nfsKind vm: with azure-files the job stages the data after "
                                                 "the nodes start, so there is nothing to cache yet; use nfsKind: vm")
+        data_tier = check_one_of("dataTier", values.get("dataTier", "node-local"))
+        if values["dataLocalCache"] and data_tier != "nfs":
+            raise ConfigError("dataLocalCache", f"needs dataTier nfs (this stack's is {data_tier}, which already "
+                                                "stages the dataset onto each node's local disk); remove dataLocalCache")
         if values["nfsEncryptionAtHost"] and kind == "azure-files":
             raise ConfigError("nfsEncryptionAtHost", "needs nfsKind vm: it is a VM's setting, and azure-files has no "
                                                      "VM (its share is encrypted by the storage service)")
@@ -245,7 +253,7 @@ class NfsConfig:
         return cls(kind=kind, vm_size=values["nfsVmSize"], disk_count=check_range("nfsDiskCount",
                                                                                    values["nfsDiskCount"]),
                    disk_size_gb=size, data_local_cache=values["dataLocalCache"],
-                   encryption_at_host=values["nfsEncryptionAtHost"])
+                   encryption_at_host=values["nfsEncryptionAtHost"], data_tier=data_tier)
 
 
 @dataclass(frozen=True, kw_only=True)

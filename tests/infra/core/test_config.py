@@ -115,7 +115,10 @@ BAD_CONFIGS = [
     ({"nfsDiskCount": 0}, "nfsDiskCount", "1-16"),
     ({"nfsDiskSizeGb": 8000}, "nfsDiskSizeGb", "32-4096"),
     ({"nfsKind": "azure-files", "nfsDiskSizeGb": 50}, "nfsDiskSizeGb", "100-102400"),
-    ({"nfsKind": "azure-files", "dataLocalCache": True}, "dataLocalCache", "nfsKind vm"),
+    ({"nfsKind": "azure-files", "dataTier": "nfs", "dataLocalCache": True}, "dataLocalCache", "nfsKind vm"),
+    ({"dataTier": "nvme"}, "dataTier", "not one of node-local, nfs"),
+    ({"dataLocalCache": True}, "dataLocalCache", "needs dataTier nfs"),
+    ({"backend": "azureml", "dataTier": "nfs"}, "dataTier", "applies to backend batch only"),
     ({"nfsKind": "azure-files", "nfsEncryptionAtHost": True}, "nfsEncryptionAtHost", "needs nfsKind vm"),
     ({"nfsEncryptionAtHost": "yes"}, "nfsEncryptionAtHost", "true or false"),
     ({"trainingFramework": "jax"}, "trainingFramework", "keras"),
@@ -260,6 +263,15 @@ def test_nfs_encryption_at_host_is_off_unless_the_stack_says_its_subscription_ha
     assert parse("x", BASE).nfs.encryption_at_host is False
     assert parse("x", {**BASE, "nfsEncryptionAtHost": True}).nfs.encryption_at_host is True
     assert parse("x", {**BASE, "nfsEncryptionAtHost": "true"}).nfs.encryption_at_host is True  # as Pulumi passes it
+
+
+def test_the_data_tier_is_node_local_unless_the_stack_asks_for_nfs():
+    """Issue 56: the ranks read a node-local copy by default; dataTier nfs keeps the NFS share's path, and
+    dataLocalCache (an rsync of that share) means something only there."""
+    assert config.load_schema()["dataTier"].default == "node-local"
+    assert parse("x", BASE).nfs.data_tier == "node-local"
+    nfs = parse("x", {**BASE, "dataTier": "nfs", "dataLocalCache": "true"}).nfs
+    assert (nfs.data_tier, nfs.data_local_cache) == ("nfs", True)
 
 
 def test_the_subscription_is_the_providers_own_key_from_the_stack_file(tmp_path):
