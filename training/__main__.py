@@ -8,6 +8,8 @@ Commands:
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
   stage        copy a blob container onto NFS or local disk, verified, resumable; --extract unpacks tarballs
                (ImageNet's train/val archives into the trainer's train/<class>/*.JPEG, val/<class>/*.JPEG)
+  node-stage   put one dataset onto this node's local volume (DEST/datasets/NAME): shards in parallel, each MD5
+               checked (a bad one fetched again), a marker keyed by its content hash (a node that has it skips the copy)
   interconnect-check  all-reduce bus bandwidth over the job's process group before a multi-node run; below
                --floor-gbps the job stops (unless --allow-slow-interconnect)
   report       draw runs' loss, LR and img/s against step into one PNG (each run also writes its own report.png)
@@ -31,6 +33,7 @@ from training.errors import RunStopped, UsageError
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
             "upload": "training.data.upload",
             "interconnect-check": "training.interconnect", "stage": "training.data.stage", "report": "training.report",
+            "node-stage": "training.data.node_stage",
             "predict": "training.predict"}
 
 
