@@ -12,6 +12,11 @@ travels with the images, so the trainer finds the dataset's name and content has
 
 The content hash is sha256 over every image's path in the dataset and its MD5 (the Content-MD5 every upload sets,
 training/data/upload.py), in path order: the same images give the same hash whoever uploads them, whenever.
+
+A sharded dataset (training/data/shards.py) keeps the same prefix: <prefix>shards/{train,val}-NNNNNN.{tar,idx} and
+<prefix>dataset.json with "format": "shards", whose shard list and content hash (over the shards' names and MD5s)
+are the dataset; a per-file dataset's manifest says "format": "files". A converted dataset may keep its per-file
+blobs beside its shards (`shard` without --remove-files): the manifest says which the jobs read.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ DEFAULT = "default"  # the container's root: the one dataset of a stack from bef
 NAMED = "datasets/"  # where named datasets live in the container (and in the staged folder)
 MANIFEST = "dataset.json"
 SPLITS = ("train", "val")
+SHARDS = "shards"  # a sharded dataset's folder (training/data/shards.py SHARDS_DIR)
 # Lowercase letters, digits and inner hyphens, at most 32: a blob-name segment and a folder name on any system.
 NAME_RULE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?$")
 
@@ -55,7 +61,7 @@ def folder_of(staged: str, name: str) -> str:
 def _in_dataset(relative: str) -> bool:
     """Whether a blob name (relative to the dataset's prefix) is part of the dataset: its splits and manifest; at the
     root, the named datasets and anything else uploaded there are not the default's."""
-    return relative == MANIFEST or relative.split("/", 1)[0] in SPLITS
+    return relative == MANIFEST or relative.split("/", 1)[0] in (*SPLITS, SHARDS)
 
 
 @dataclass(frozen=True)
@@ -67,14 +73,19 @@ class Dataset:
     content_hash: str
     uploaded_by: str = ""
     uploaded_at: str = ""
-    extra: dict = field(default_factory=dict)  # other manifest keys, kept
+    format: str = "files"  # "files" (blobs per image) or "shards" (training/data/shards.py)
+    extra: dict = field(default_factory=dict)  # other manifest keys, kept (a sharded one's "shards")
+
+    def shard_count(self) -> int:
+        return sum(len(listed) for listed in (self.extra.get("shards") or {}).values())
 
     def line(self) -> str:
         counts = ", ".join(f"{self.images.get(split, 0)} {split}" for split in SPLITS)
         named = ", ".join(self.classes[:6]) + (" ..." if len(self.classes) > 6 else "")
         who = f"uploaded by {self.uploaded_by or 'unknown'}" + (f" at {self.uploaded_at}" if self.uploaded_at else "")
-        return (f"{self.name}: {len(self.classes)} class(es) ({named}), {counts} images, {self.bytes / 1e6:.1f} MB, "
-                f"{who}, {self.content_hash[:19]}")
+        held = f"shards ({self.shard_count()})" if self.format == "shards" else "files"
+        return (f"{self.name}: {held}, {len(self.classes)} class(es) ({named}), {counts} images, "
+                f"{self.bytes / 1e6:.1f} MB, {who}, {self.content_hash[:19]}")
 
     def manifest(self) -> dict:
         values = asdict(self)
@@ -116,10 +127,11 @@ def _md5_hex(properties) -> str:
 
 
 def names(client) -> list[str]:
-    """The datasets the container holds: `default` when its root has train/, then each datasets/NAME/ (one
+    """The datasets the container holds: `default` when its root has train/ or shards/, then each datasets/NAME/ (one
     listing with a delimiter, which returns each prefix once: https://learn.microsoft.com/rest/api/storageservices/
     list-blobs#uri-parameters, delimiter and BlobPrefix)."""
-    found = [DEFAULT] if next(iter(client.list_blobs(name_starts_with="train/", results_per_page=1)), None) else []
+    found = [DEFAULT] if any(next(iter(client.list_blobs(name_starts_with=f"{under}/", results_per_page=1)), None)
+                             for under in ("train", SHARDS)) else []
     return found + sorted(item.name[len(NAMED):].rstrip("/")
                           for item in client.walk_blobs(name_starts_with=NAMED, delimiter="/")
                           if item.name.endswith("/"))
@@ -135,19 +147,42 @@ def read_manifest(client, name: str) -> dict | None:
     return manifest if isinstance(manifest, dict) else None
 
 
+def from_sharded_manifest(name: str, manifest: dict) -> Dataset:
+    """A sharded dataset's line, from its manifest (the shards' list is the dataset; their MD5s its hash)."""
+    images = manifest.get("images") or {}
+    return Dataset(name, tuple(manifest.get("classes") or ()), {split: int(images.get(split, 0)) for split in SPLITS},
+                   int(manifest.get("bytes") or 0), str(manifest.get("content_hash", "")),
+                   str(manifest.get("uploaded_by", "")), str(manifest.get("uploaded_at", "")), "shards",
+                   {"shards": manifest.get("shards") or {}})
+
+
 def describe(client, name: str) -> Dataset | None:
-    """What the dataset NAME holds now (its listing), with who uploaded it last (its manifest); None: no images."""
+    """What the dataset NAME is now: its sharded manifest, when it says "format": "shards", else its per-file blobs
+    (describe_files); None: no images."""
+    manifest = read_manifest(client, name)
+    if manifest and manifest.get("format") == "shards":
+        return from_sharded_manifest(name, manifest)
+    return describe_files(client, name, manifest)
+
+
+def describe_files(client, name: str, manifest: dict | None = None) -> Dataset | None:
+    """What the dataset NAME's per-file blobs hold now (its listing), with who uploaded it last (its manifest);
+    None: no images."""
     start = prefix(name)
     blobs = ((blob.name[len(start):], blob.size, _md5_hex(blob))
              for split in SPLITS for blob in client.list_blobs(name_starts_with=f"{start}{split}/"))
-    return summarize(name, blobs, read_manifest(client, name))
+    return summarize(name, blobs, manifest if manifest is not None else read_manifest(client, name))
 
 
 def classes(client, name: str) -> list[str]:
-    """The dataset's train/<class>/ folders (one listing with a delimiter)."""
+    """The dataset's classes: its train/<class>/ folders (one listing with a delimiter), and a sharded manifest's."""
     start = f"{prefix(name)}train/"
-    return sorted(item.name[len(start):].rstrip("/") for item in client.walk_blobs(name_starts_with=start, delimiter="/")
-                  if item.name.endswith("/"))
+    found = {item.name[len(start):].rstrip("/") for item in client.walk_blobs(name_starts_with=start, delimiter="/")
+             if item.name.endswith("/")}
+    manifest = read_manifest(client, name)
+    if manifest and manifest.get("format") == "shards":
+        found.update(str(c) for c in manifest.get("classes") or ())
+    return sorted(found)
 
 
 def uploader(client) -> str:
@@ -176,8 +211,8 @@ def remove(client, name: str, keep: Iterable[str] = ()) -> int:
     """Delete the dataset's blobs, except those named (relative to its prefix) in `keep`; how many were deleted.
     The root's other blobs (the named datasets, anything else) are never the default's."""
     start, kept, deleted = prefix(name), set(keep), 0
-    for split in (*SPLITS, MANIFEST):
-        under = f"{start}{split}" + ("/" if split in SPLITS else "")
+    for split in (*SPLITS, SHARDS, MANIFEST):
+        under = f"{start}{split}" + ("/" if split != MANIFEST else "")
         for blob in client.list_blobs(name_starts_with=under):
             relative = blob.name[len(start):]
             if _in_dataset(relative) and relative not in kept:

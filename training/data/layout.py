@@ -67,6 +67,7 @@ class Layout:
     archives: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SPLITS})
     files: int = 0
     stray_images: int = 0  # images outside SPLIT/<class>/ (a flat folder, or train/IMAGE)
+    shards: int = 0  # shards/train-NNNNNN.tar: a sharded dataset (training/data/shards.py), its classes in its manifest
 
     def add(self, name: str) -> None:
         """One file, by its name relative to the dataset's root ("/"-separated)."""
@@ -78,6 +79,9 @@ class Layout:
             self.classes[split][cls] = self.classes[split].get(cls, 0) + 1
             if image:
                 self.images[split][cls] = self.images[split].get(cls, 0) + 1
+            return
+        if len(parts) == 2 and parts[0] == "shards" and re.match(r"^train-\d+\.tar$", parts[1]):
+            self.shards += 1
             return
         archive = split_archive(name) if len(parts) == 1 else None
         if archive:
@@ -100,6 +104,8 @@ class Layout:
         if self.files == 0:
             return "it is empty"
         if not train:
+            if self.shards:
+                return None  # a sharded dataset: its manifest names the classes (training/data/shards.py checks it)
             if any(self.archives.values()) and not self.classes["train"]:
                 return ("it holds ImageNet's archives, which the stack stages as they are (no --extract); unpack them "
                         "first (`python -m training stage ... --extract` onto a local disk) and upload that tree")

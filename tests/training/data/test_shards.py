@@ -184,8 +184,10 @@ def test_a_missing_or_tampered_manifest_is_refused_in_one_line(tmp_path):
     assert not shards.is_sharded(tmp_path / "out")
     with pytest.raises(UsageError, match='"format": \'files\', not "shards"'):
         shards.read_sharded(tmp_path / "out")
-    with pytest.raises(UsageError, match="no class folders"):
+    with pytest.raises(UsageError, match="holds shards already"):
         shards.write_shards(tmp_path / "out", tmp_path / "again")
+    with pytest.raises(UsageError, match="no class folders"):
+        shards.write_shards(tmp_path / "out" / "shards", tmp_path / "again")
 
 
 def test_a_damaged_shard_is_named(tmp_path):
