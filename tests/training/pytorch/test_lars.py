@@ -103,3 +103,98 @@ def test_training_with_lars_under_horovod(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["optimizer"], summary["lr_schedule"], summary["distribution"]) == ("lars", "poly", "horovod")
     assert summary["final_loss"] == pytest.approx(summary["final_loss"])  # finite, not NaN
+
+
+class PerTensorLars(torch.optim.Optimizer):
+    """The LARS this project shipped before the multi-tensor one (a Python loop over tensors, ~17 ops for each
+    adapted one): the reference the for-each step must match."""
+
+    def __init__(self, params, lr=0.1, momentum=0.9, weight_decay=0.0, trust_coefficient=0.001, adapt=True):
+        super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                      trust_coefficient=trust_coefficient, adapt=adapt))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                grad = param.grad
+                if group["adapt"]:
+                    w_norm, g_norm = torch.linalg.vector_norm(param), torch.linalg.vector_norm(grad)
+                    trust = torch.where((w_norm > 0) & (g_norm > 0),
+                                        group["trust_coefficient"] * w_norm / (g_norm + decay * w_norm),
+                                        torch.ones_like(w_norm))
+                    update = grad.add(param, alpha=decay).mul_(trust * lr)
+                else:
+                    update = grad.add(param, alpha=decay).mul_(lr) if decay else grad.mul(lr)
+                state = self.state[param]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(param)
+                param.sub_(state["momentum_buffer"].mul_(momentum).add_(update))
+
+
+def _convnet(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                               torch.nn.Conv2d(8, 8, 3, bias=False), torch.nn.BatchNorm2d(8), torch.nn.Flatten(),
+                               torch.nn.Linear(8 * 4 * 4, 5))
+
+
+def test_the_multi_tensor_step_matches_the_per_tensor_one_over_steps_with_a_moving_lr():
+    ours, ref = _convnet(0), _convnet(0)
+    new = optim.Lars(optim.lars_param_groups(ours, DECAY), momentum=MOMENTUM)
+    old = PerTensorLars(optim.lars_param_groups(ref, DECAY), momentum=MOMENTUM)
+    torch.manual_seed(1)
+    for step_number in range(6):
+        images, labels = torch.randn(4, 3, 8, 8), torch.randint(0, 5, (4,))
+        for model, optimizer in ((ours, new), (ref, old)):
+            for group in optimizer.param_groups:
+                group["lr"] = 5.0 / (1 + step_number)  # the schedule moves every step
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+    for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), name
+    assert not torch.equal(ours[0].weight, _convnet(0)[0].weight)  # it moved
+
+
+def test_a_resnet50_step_is_a_few_for_each_kernels_not_a_loop_over_its_161_tensors():
+    import torchvision
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    model = torchvision.models.resnet50(num_classes=4)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.01)
+    optimizer = optim.Lars(optim.lars_param_groups(model, 1e-4))
+    optimizer.step()  # the first makes the momentum buffers
+    with Count():
+        optimizer.step()
+    # the per-tensor loop: ~17 x 54 + ~4 x 107 = ~1,350 ops; the for-each step ~30 (a few per group)
+    print(f"LARS step: {Count.ops} dispatched ops for {len(list(model.parameters()))} tensors")
+    assert Count.ops < 60, Count.ops
+
+
+def test_the_lr_reaches_a_compiled_update_as_a_tensor_so_a_schedule_change_does_not_recompile():
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    model = _convnet(0)
+    optimizer = optim.Lars(optim.lars_param_groups(model, DECAY), momentum=MOMENTUM)
+    torch._dynamo.reset()
+    optimizer._update = torch.compile(optim.lars_update, backend=counter)
+    for step_number in range(4):
+        for group in optimizer.param_groups:
+            group["lr"] = 0.1 * (step_number + 1)  # a float in the group, as the runner and Horovod keep it
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        optimizer.step()
+    assert counter.frame_count == 2  # one graph per group (adapted, skipped), none again for a new LR
