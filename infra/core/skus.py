@@ -76,6 +76,14 @@ class GpuSku:
     # pinned HPC image installs (tests/infra/core/test_node_health.py). The NC A100/H100 v5 sizes have confs upstream
     # too, not wired here.
     health_conf: str = ""
+    # What feeds the GPUs data (infra/core/data_path.py), from the size's page on learn.microsoft.com (linked per row):
+    # the "Max network bandwidth" across all NICs in Mbps (Ethernet, which Blob and NFS traffic use; not InfiniBand),
+    # the local (temp) storage in GiB and whether it is NVMe, and its published read speed in MB/s (None: the page
+    # leaves the column blank, so no figure is used). None: the page was not read here.
+    nic_mbps: int | None = None
+    local_disk_gib: int | None = None
+    local_nvme: bool = False
+    local_read_mbps: float | None = None
 
     @property
     def retired(self) -> bool:
@@ -121,8 +129,11 @@ CATALOG: dict[str, GpuSku] = {
         GpuSku("Standard_NC6s_v3", 1, "V100 16GB", False, 3.06, 6, "", "2025-09-30", "Standard_NC24ads_A100_v4",
                quota_family="standardNCSv3Family", batch_listed=True, aml_listed=True),
         # Single-node sizes, no InfiniBand: good for one-node jobs and trials.
+        # Network 8000 Mbps, temp disk 176 GiB (SCSI, read speed left blank):
+        # https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ncast4v3-series
         GpuSku("Standard_NC4as_T4_v3", 1, "T4 16GB", False, 0.53, 4,
-               quota_family="StandardNCASv3_T4Family", batch_listed=True, aml_listed=True),
+               quota_family="StandardNCASv3_T4Family", batch_listed=True, aml_listed=True,
+               nic_mbps=8000, local_disk_gib=176),
         GpuSku("Standard_NC24ads_A100_v4", 1, "A100 80GB", False, 3.67, 24,
                quota_family="StandardNCADSA100v4Family"),
         # NC H100 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ncadsh100v5-series):
@@ -135,13 +146,22 @@ CATALOG: dict[str, GpuSku] = {
         # InfiniBand sizes: 8 GPUs per node, NVLink inside, 200-400 Gb/s IB per GPU between nodes.
         # Topology files: the Ubuntu HPC image ships one per ND family under /opt/microsoft
         # (https://learn.microsoft.com/azure/virtual-machines/workloads/hpc/configure, "NCCL topology").
+        # ND A100 v4: network 24000 Mbps, local storage "1 Disk, 6000 GiB" (read speed not published):
+        # https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ndasra100v4-series
         GpuSku("Standard_ND96asr_v4", 8, "A100 40GB", True, 27.20, 96, "/opt/microsoft/ndv4-topo.xml",
-               quota_family="StandardNDASv4_A100Family", batch_listed=True, aml_listed=True, health_conf="nd96asr_v4"),
+               quota_family="StandardNDASv4_A100Family", batch_listed=True, aml_listed=True, health_conf="nd96asr_v4",
+               nic_mbps=24000, local_disk_gib=6000),
         GpuSku("Standard_ND96amsr_A100_v4", 8, "A100 80GB", True, 32.77, 96, "/opt/microsoft/ndv4-topo.xml",
                quota_family="standardNDAMSv4_A100Family", health_conf="nd96amsr_a100_v4"),
         GpuSku("Standard_ND96isr_H100_v5", 8, "H100 80GB", True, 98.32, 96, "/opt/microsoft/ndv5-topo.xml",
                quota_family="standardNDSH100v5Family", batch_listed=True, allreduce_floor_gbps=20.0,
-               benchmark_img_per_sec=5363.0, health_conf="nd96isr_h100_v5"),
+               benchmark_img_per_sec=5363.0, health_conf="nd96isr_h100_v5",
+               # Network 80000 Mbps; local storage "1 Disk, 28000 GiB" of NVMe, its read and write columns blank:
+               # Azure publishes no throughput for it, and no vendor figure for its drives was found here
+               # (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series, Local
+               # storage and Network tabs). How many NVMe devices the guest sees the docs do not say: the start task
+               # finds them.
+               nic_mbps=80000, local_disk_gib=28000, local_nvme=True),
         # ND H200 v5 (https://learn.microsoft.com/azure/virtual-machines/sizes/gpu-accelerated/nd-h200-v5-series):
         # 8x H200 141 GB, NVLink 4 inside, one 400 Gb/s NDR InfiniBand link per GPU (3.2 Tb/s per VM). Topology
         # file: ND H100 v5's, assumed (same 8-GPU, 8-NIC host layout; the docs seen here do not name one for H200,
@@ -157,7 +177,7 @@ CATALOG: dict[str, GpuSku] = {
 }
 
 # VM sizes offered for the NFS file server: USD per hour (East US, 2026). Network bandwidth is what feeds
-# the GPU nodes, so general-purpose sizes with 12.5+ Gb/s are listed.
+# the GPU nodes, so general-purpose sizes with 12.5+ Gb/s are listed; NFS_VM_FACTS below gives each one's figures.
 NFS_VM_SIZES: dict[str, float] = {
     "Standard_D8s_v5": 0.384,  # 12.5 Gb/s
     "Standard_D16s_v5": 0.768,  # 12.5 Gb/s
@@ -165,6 +185,29 @@ NFS_VM_SIZES: dict[str, float] = {
     "Standard_D64s_v5": 3.072,  # 30 Gb/s
     "Standard_E16s_v5": 1.008,  # 12.5 Gb/s, more page cache for hot files
     "Standard_L16s_v3": 1.248,  # local NVMe as well
+}
+
+
+@dataclass(frozen=True)
+class NfsVmFacts:
+    """What an NFS server VM can serve (infra/core/data_path.py): its NIC and its uncached data-disk limits."""
+    nic_mbps: int  # "Max network bandwidth", all NICs
+    disk_iops: int  # "Max uncached disk throughput" IOPS: the VM's cap over all its data disks
+    disk_mbps: int  # the same row's MBps (10^6 bytes/s)
+
+
+# Dsv5: https://learn.microsoft.com/azure/virtual-machines/dv5-dsv5-series (Dsv5 table: uncached IOPS/MBps, network).
+# Lsv3: https://learn.microsoft.com/azure/virtual-machines/sizes/storage-optimized/lsv3-series (Remote storage and
+# Network tabs; its 2 local NVMe drives, 4,000 MBps, are not what the NFS server exports: its data disks are).
+# Esv5: the network figure from the sizes overview (12500 Mbps); its disk caps were not read here, so E16s_v5 is
+# given D16s_v5's (same vCPUs, same generation), marked as an assumption.
+NFS_VM_FACTS: dict[str, NfsVmFacts] = {
+    "Standard_D8s_v5": NfsVmFacts(12500, 12800, 290),
+    "Standard_D16s_v5": NfsVmFacts(12500, 25600, 600),
+    "Standard_D32s_v5": NfsVmFacts(16000, 51200, 865),
+    "Standard_D64s_v5": NfsVmFacts(30000, 80000, 1735),
+    "Standard_E16s_v5": NfsVmFacts(12500, 25600, 600),  # disk caps assumed as D16s_v5's (see above)
+    "Standard_L16s_v3": NfsVmFacts(12500, 25600, 600),
 }
 
 
