@@ -13,22 +13,41 @@ there, so without a deadline the nodes that did come bill idle for as long as th
    read 60 minutes back). How much history Batch keeps the page does not say, hence the key's 240-minute cap; with
    less history than the window, GetSamplePercent falls below 70 and nothing is given back (the safe side: the
    job's maxWallClockTime still ends it).
-2. Batch ends the job (server side): the job's `constraints.maxWallClockTime` is the deadline plus
-   trainingMaxHours, counted from the job's creation; "If the Job does not complete within the time limit, the
-   Batch service terminates it and any Tasks that are still running" (BatchJobConstraints, Batch REST spec
+2. Batch ends the job (server side): the job's `constraints.maxWallClockTime` is the deadline plus every try's
+   trainingMaxHours, counted from the job's creation; "If the Job does not complete within the time limit, the Batch
+   service terminates it and any Tasks that are still running" (BatchJobConstraints, Batch REST spec
    2025-06-01; its executionInfo.terminateReason is then MaxWallClockTimeExpiry). The task's own maxWallClockTime
    (trainingMaxHours) still bounds the training alone, counted from the task's start.
-3. Our verbs end it at the deadline: `submit` ends the stack's jobs whose task never started and whose deadline
-   has passed (terminateReason TIMEOUT_REASON) before it queues a new one, and waits a minute first so the
-   formula's window holds a sample with nothing waiting: otherwise the old job's wait and the new job's would read
-   as one, and the new job would find the pool already given back.
-   What no verb ends waits at minNodes until (2).
+3. Our verbs end it at the deadline: `submit` ends the stack's jobs whose task never ran, whose deadline has passed
+   AND whose pool's last resize failed for quota or capacity (CAPACITY_CODES) before it queues a new one
+   (terminateReason TIMEOUT_REASON), and waits a minute first so the formula's window holds a sample with nothing
+   waiting: otherwise the old job's wait and the new job's would read as one, and the new job would find the pool
+   already given back. What no verb ends waits at minNodes until (2).
 
-Default deadline: 30 minutes = Batch's own resize timeout for a pool (15 minutes: resizeTimeout, "PT15M" in the
-REST spec's Pools_GetPool_Basic example; a resize that has not completed by then stops with AllocationTimedOut),
-one evaluation interval of the formula (5 minutes: AUTOSCALE_INTERVAL in cluster.py) before it asks, and ~10
-minutes for a node's start task (the node health checks) and the image prefetch. Longer waits (a Spot pool at
-night) are the stack's choice, up to 240 minutes.
+Which waits a deadline ends (status says which case a job is in, allocation_line):
+- A task that ran before and waits again is resuming, never ended: a Spot eviction requeues it and a node fault
+  retries it, and then it is `active` with no startTime ("This property is present only for Tasks that are in the
+  running or completed state", BatchTaskExecutionInfo.startTime, Batch REST spec 2025-06-01). What still shows it ran:
+  retryCount/lastRetryTime (a retry), requeueCount/lastRequeueTime (a requeue "as the result of a user request": pool
+  shrink, job disable), and the task's own previousState, which "is not set if the Task is in its initial Active
+  state" (BatchTask.previousState): a requeue after a preemption, on which the counters' descriptions are silent,
+  leaves an active task whose previous state is running. ran_before reads all of them.
+- A job queued behind a running one (the pool at maxNodes, no resize error) is waiting its turn, not for capacity:
+  its nodes are not idle-billing for it, so it is never ended; only a wait that coincides with a quota or capacity
+  error in the pool's resizeErrors is.
+
+The job's maxWallClockTime covers its wait for nodes once plus every try of its task: the deadline plus (1 +
+maxTaskRetryCount) x trainingMaxHours (job_wall_clock), since the task's own bound is counted "from the time the Task
+starts" and a retry starts again (BatchTaskConstraints.maxWallClockTime; startTime "If the Task has been restarted or
+retried, this is the most recent time"). Queueing behind other jobs longer than that is not covered: Batch then ends
+the job with MaxWallClockTimeExpiry and status says so.
+
+Default deadline: 30 minutes. Batch's resizeTimeout does not bound an autoscale pool ("This timeout applies only to
+manual scaling; it has no effect when enableAutoScale is set to true", BatchPool.resizeTimeout in the REST spec), and
+the docs give no bound for how long an autoscale resize may seek nodes, so the figure is ours: one evaluation interval
+of the formula (5 minutes: AUTOSCALE_INTERVAL in cluster.py) before it asks, ~15 minutes for the nodes to be
+allocated and boot, and ~10 minutes for a node's start task (the node health checks) and the image prefetch. Longer
+waits (a Spot pool at night) are the stack's choice, up to 240 minutes.
 """
 from __future__ import annotations
 
@@ -44,15 +63,21 @@ WALL_CLOCK_REASON = "MaxWallClockTimeExpiry"  # BatchJobExecutionInfo.terminateR
 SAMPLE_GAP_S = 60
 # Pool resize error codes that mean quota or capacity, not a mistake in the pool (PoolResizeErrorCodes:
 # https://learn.microsoft.com/dotnet/api/microsoft.azure.batch.common.poolresizeerrorcodes): the account's core
-# quota (dedicated, low-priority, Spot), no capacity for the size, or the resize timeout reached.
+# quota (dedicated, low-priority, Spot), no capacity for the size, or the resize timeout reached; and the per-VM-family
+# dedicated quota, the one a GPU pool meets first (a new account's ND families start at 0), which that class does not
+# list: AccountVMSeriesCoreQuotaReached ("The specified account has reached VM series core quota for <family>",
+# https://learn.microsoft.com/troubleshoot/azure/hpc/batch/azure-batch-pool-resizing-failure, Scenario 3).
 CAPACITY_CODES = ("AccountCoreQuotaReached", "AccountLowPriorityCoreQuotaReached", "AccountSpotCoreQuotaReached",
-                  "AllocationFailed", "AllocationTimedOut", "OverconstrainedAllocationRequestError")
+                  "AccountVMSeriesCoreQuotaReached", "AllocationFailed", "AllocationTimedOut",
+                  "OverconstrainedAllocationRequestError")
 
 
-def job_wall_clock(allocation_minutes: int, max_hours: int) -> str:
-    """The job's maxWallClockTime (ISO 8601 duration): wait for the nodes plus train."""
+def job_wall_clock(allocation_minutes: int, max_hours: int, retries: int = 0) -> str:
+    """The job's maxWallClockTime (ISO 8601 duration): wait for the nodes once, plus train on every try (the first
+    and `retries` more, maxTaskRetryCount; -1, unlimited, counts as one)."""
     hours, minutes = divmod(allocation_minutes, 60)
-    return f"PT{max_hours + hours}H{minutes}M" if minutes else f"PT{max_hours + hours}H"
+    hours += max_hours * (1 + max(0, retries))
+    return f"PT{hours}H{minutes}M" if minutes else f"PT{hours}H"
 
 
 def give_back_lines(minutes: int, min_nodes: int) -> list[str]:
@@ -90,15 +115,38 @@ def deadline(job: dict[str, Any]) -> datetime | None:
     return created + timedelta(minutes=minutes) if minutes and created else None
 
 
+def ran_before(task: dict[str, Any]) -> str:
+    """How the task shows it has run on nodes ("" if it has not): running or completed (startTime), retried, requeued,
+    or back in the queue after running (previousState); the module docstring gives the REST spec's words for each."""
+    execution = task.get("executionInfo") or {}
+    if execution.get("startTime"):
+        return "started"
+    retries, requeues = int(execution.get("retryCount") or 0), int(execution.get("requeueCount") or 0)
+    if retries or execution.get("lastRetryTime"):
+        return f"retried {retries} time(s)"
+    if requeues or execution.get("lastRequeueTime"):
+        return f"requeued {requeues} time(s)"
+    if task.get("previousState") in ("preparing", "running", "completed"):
+        return f"back in the queue after {task['previousState']} (a Spot eviction or a node's recovery)"
+    return ""
+
+
 def never_started(task: dict[str, Any]) -> bool:
-    """The task has not run on its nodes (BatchTaskExecutionInfo.startTime is set once it starts)."""
-    return not (task.get("executionInfo") or {}).get("startTime")
+    """The task has never run on its nodes (ran_before)."""
+    return not ran_before(task)
 
 
-def overdue(job: dict[str, Any], task: dict[str, Any], now: datetime) -> bool:
-    """An active job whose task still waits for its nodes past the job's deadline."""
+def capacity_error(pool: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pool's first resize error that means quota or capacity (CAPACITY_CODES), or None."""
+    return next((e for e in (pool or {}).get("resizeErrors") or [] if e.get("code") in CAPACITY_CODES), None)
+
+
+def overdue(job: dict[str, Any], task: dict[str, Any], now: datetime, pool: dict[str, Any] | None = None) -> bool:
+    """An active job whose task never ran, past the job's deadline, on a pool whose last resize failed for quota or
+    capacity: only such a wait is ended (a job queued behind another, or a resuming one, is not)."""
     end = deadline(job)
-    return job.get("state") == "active" and never_started(task) and end is not None and now >= end
+    return (job.get("state") == "active" and never_started(task) and end is not None and now >= end
+            and capacity_error(pool) is not None)
 
 
 def gap_left(job: dict[str, Any], task: dict[str, Any], now: datetime) -> float:
@@ -122,12 +170,12 @@ def resize_error(pool: dict[str, Any] | None) -> str:
 
 def capacity_warning(pool: dict[str, Any] | None, nodes: int) -> str | None:
     """What `submit` says when the pool's last resize failed for quota or capacity: the job may wait out its deadline."""
-    errors = [e for e in (pool or {}).get("resizeErrors") or [] if e.get("code") in CAPACITY_CODES]
-    if not errors:
+    error = capacity_error(pool)
+    if error is None:
         return None
     have = int(pool.get("currentDedicatedNodes") or 0) + int(pool.get("currentLowPriorityNodes") or 0)
     return (f"warning: pool {pool.get('id', '?')} holds {have} node(s) and its last resize failed "
-            f"({errors[0].get('code')}: {errors[0].get('message', '')}); a job of {nodes} node(s) may wait out its "
+            f"({error.get('code')}: {error.get('message', '')}); a job of {nodes} node(s) may wait out its "
             "allocation deadline: ask for fewer nodes, or for quota (docs/deploying.md, \"Capacity\")")
 
 
@@ -149,9 +197,11 @@ def waited_node_hours(nodes: list[dict[str, Any]], since: datetime, until: datet
 
 def allocation_line(job: dict[str, Any], task: dict[str, Any], pool: dict[str, Any] | None,
                     nodes: list[dict[str, Any]], now: datetime) -> str:
-    """One line on a job whose task has not started on its nodes; "" once it has (or for a job without a deadline)."""
+    """One line on a job whose task waits for its nodes, naming its case (waiting within its deadline; past it for
+    capacity, which the next submit ends; past it queued behind others, which nothing ends; resuming after a requeue or
+    a retry), or why it ended without them; "" once it runs (or for a job without a deadline)."""
     minutes, created, end = deadline_minutes(job), _time(job.get("creationTime")), deadline(job)
-    if not never_started(task) or minutes is None or created is None or end is None:
+    if minutes is None or created is None or end is None:
         return ""
     wanted = int((task.get("multiInstanceSettings") or {}).get("numberOfInstances") or 1)
     pool = pool or {}
@@ -159,15 +209,28 @@ def allocation_line(job: dict[str, Any], task: dict[str, Any], pool: dict[str, A
     why = resize_error(pool)
     why_text = f" (the pool's last resize: {why})" if why else ""
     execution = job.get("executionInfo") or {}
+    ran = ran_before(task)
+    if job.get("state") == "active" and task.get("state") == "active" and ran:
+        return (f"allocation: resuming: its task ran before ({ran}) and waits for {wanted} node(s) again, the pool "
+                f"holds {have}{why_text}; no allocation deadline ends a resuming job (the job's maxWallClockTime "
+                "still bounds it)")
+    if ran:
+        return ""
     if job.get("state") == "active":
         hours = waited_node_hours(nodes, created, now)
         if now < end:
             return (f"allocation: waiting for {wanted} node(s), the pool holds {have}{why_text}; deadline "
                     f"{end:%Y-%m-%d %H:%M} UTC (allocationTimeoutMinutes {minutes}); {hours:.1f} node-hours billed "
                     "waiting so far")
+        if capacity_error(pool) is None:
+            return (f"allocation: queued past its deadline ({end:%Y-%m-%d %H:%M} UTC, {minutes} minutes) with {have} "
+                    f"of {wanted} node(s), but the pool reports no quota or capacity error{why_text}: it waits its "
+                    "turn behind the pool's other work (maxNodes reached, or nodes busy), so no submit ends it; "
+                    "`cancel` it to stop waiting")
         return (f"allocation: past its deadline ({end:%Y-%m-%d %H:%M} UTC, {minutes} minutes) with {have} of "
-                f"{wanted} node(s){why_text}: the pool gives its nodes back; the next submit ends the job (or "
-                f"`cancel` it); {hours:.1f} node-hours billed waiting (nodes still in the pool)")
+                f"{wanted} node(s){why_text}: a wait for capacity, so the pool gives its nodes back once nothing has "
+                f"run for the whole deadline, and the next submit ends the job (or `cancel` it); {hours:.1f} "
+                "node-hours billed waiting (nodes still in the pool)")
     reason = execution.get("terminateReason")
     if reason not in (TIMEOUT_REASON, WALL_CLOCK_REASON):
         return ""

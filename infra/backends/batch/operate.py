@@ -157,17 +157,20 @@ def _task(service: BatchService, job: str) -> dict[str, Any]:
 
 
 def _allocation_line(service: BatchService, job_info: dict[str, Any], task: dict[str, Any], now: datetime) -> str:
-    """allocation.allocation_line for the job and its task as read: "" once its task has started."""
-    if not allocation.never_started(task):
+    """allocation.allocation_line for the job and its task as read: "" while its task runs or once it has run to
+    completion (a task waiting again after a requeue or a retry gets its `resuming` line)."""
+    if not allocation.never_started(task) and task.get("state") != "active":
         return ""
     pool, nodes = service.pool_allocation((job_info.get("poolInfo") or {}).get("poolId") or "")
     return allocation.allocation_line(job_info, task, pool, nodes, now)
 
 
 def end_overdue(service: BatchService, stack: str, now: datetime, out: TextIO) -> list[str]:
-    """End the stack's jobs whose task still waits for its nodes past their deadline (allocation.py, (3)), one line
-    each; after any, wait SAMPLE_GAP_S so the pool's autoscale sees the queue empty before a new job joins it."""
+    """End the stack's jobs whose task still waits for its nodes past their deadline on a pool whose last resize
+    failed for quota or capacity (allocation.py, (3)), one line each; after any, wait SAMPLE_GAP_S so the pool's
+    autoscale sees the queue empty before a new job joins it. A job queued behind others, or resuming, is left."""
     ended, wait = [], 0.0
+    pools: dict[str, dict[str, Any] | None] = {}  # each pool read once
     for job in service.list_jobs(batch_spec.job_prefix(stack)):
         if job.get("state") not in ("active", DONE) or (job.get("state") == DONE and not job_ended_within_gap(job, now)):
             continue
@@ -175,10 +178,14 @@ def end_overdue(service: BatchService, stack: str, now: datetime, out: TextIO) -
             task = service.get_task(job["id"], batch_spec.TASK_ID)
         except JobNotFound:
             continue  # created, its task not added yet (or gone meanwhile)
-        if allocation.overdue(job, task, now):
+        pool_id = (job.get("poolInfo") or {}).get("poolId") or ""
+        if job.get("state") == "active" and allocation.never_started(task) and pool_id not in pools:
+            pools[pool_id] = service.pool_allocation(pool_id)[0] if pool_id else None
+        if allocation.overdue(job, task, now, pools.get(pool_id)):
             service.terminate(job["id"], allocation.TIMEOUT_REASON)
+            error = allocation.capacity_error(pools.get(pool_id)) or {}
             print(f"ended {job['id']}: it waited past its allocation deadline ({allocation.deadline_minutes(job)} "
-                  f"minutes) for nodes the pool did not get", file=out)
+                  f"minutes) for nodes the pool did not get ({error.get('code')})", file=out)
             ended.append(job["id"])
             wait = float(allocation.SAMPLE_GAP_S)
         else:  # one that a `cancel` (or Batch) ended moments ago after a whole deadline's wait

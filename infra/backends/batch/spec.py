@@ -229,10 +229,10 @@ def job_spec(inputs: JobInputs, job: str) -> dict:
         "poolInfo": {"poolId": inputs.pool_id},
         "onAllTasksComplete": "noaction",  # END_WITH_TASKS once the task is in
         "usesTaskDependencies": False,
-        # Wait for the nodes plus training: Batch ends the job and its task at this bound whatever happened
-        # (allocation.job_wall_clock). The task's own maxWallClockTime bounds the training alone.
+        # Wait for the nodes plus every try's training: Batch ends the job and its task at this bound whatever
+        # happened (allocation.job_wall_clock). The task's own maxWallClockTime bounds each try alone.
         "constraints": {"maxWallClockTime": allocation.job_wall_clock(inputs.allocation_timeout_minutes,
-                                                                      inputs.max_hours)},
+                                                                      inputs.max_hours, inputs.retries)},
         "metadata": [{"name": "fingerprint", "value": inputs.fingerprint()},
                      {"name": "framework", "value": inputs.framework},
                      # The deadline this job was given, so status reads the job's own, not today's config.

@@ -18,12 +18,15 @@ QUOTA = {"code": "AccountCoreQuotaReached", "message": "The specified account ha
 
 
 def test_the_job_is_bounded_by_its_wait_plus_training_and_carries_its_deadline():
-    spec = dataclasses.replace(inputs(), allocation_timeout_minutes=30, max_hours=24)
+    spec = dataclasses.replace(inputs(), allocation_timeout_minutes=30, max_hours=24, retries=3)
     job = batch_spec.job_spec(spec, "j")
-    assert job["constraints"] == {"maxWallClockTime": "PT24H30M"}
+    # The wait once, then the first try and its 3 retries of 24 hours each (a retry starts the task's clock again).
+    assert job["constraints"] == {"maxWallClockTime": "PT96H30M"}
     assert {"name": "allocationTimeoutMinutes", "value": "30"} in job["metadata"]
-    assert batch_spec.task_spec(spec, "j")["constraints"]["maxWallClockTime"] == "PT24H"  # training alone
+    assert batch_spec.task_spec(spec, "j")["constraints"]["maxWallClockTime"] == "PT24H"  # each try alone
     assert allocation.job_wall_clock(90, 1) == "PT2H30M" and allocation.job_wall_clock(60, 2) == "PT3H"
+    assert allocation.job_wall_clock(30, 2, retries=1) == "PT4H30M"
+    assert allocation.job_wall_clock(30, 2, retries=-1) == "PT2H30M"  # unlimited retries: no bound to add
 
 
 class Window(Samples):
