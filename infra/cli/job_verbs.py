@@ -68,11 +68,24 @@ def _verb_inputs(args: argparse.Namespace):
 
 
 def _job_verb(args: argparse.Namespace, services) -> int:
-    """A job verb through the SDK (infra/jobs.py); its errors as one line."""
+    """A job verb through the SDK (infra/jobs.py); its errors as one line. submit's first line: the data path's
+    warning when it feeds the GPUs less than they need (infra/core/data_path.py, as `plan` says it)."""
     from infra import jobs
 
-    return job_verb_errors(args, lambda args: _one_line_errors(args, lambda: jobs.run(_stack(args),
-                                                                                     _verb_inputs(args), services)))
+    def body() -> None:
+        if args.command == "submit":
+            _data_path_warning(args)
+        jobs.run(_stack(args), _verb_inputs(args), services)
+
+    return job_verb_errors(args, lambda args: _one_line_errors(args, body))
+
+
+def _data_path_warning(args: argparse.Namespace) -> None:
+    from infra.core import config, data_path
+
+    warning = data_path.of_stack(config.from_stack_file(args.stack, args.project_dir)).warning()
+    if warning:
+        print(warning, flush=True)
 
 
 def _one_line_errors(args: argparse.Namespace, body) -> int:

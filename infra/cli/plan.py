@@ -7,7 +7,7 @@ from datetime import date
 from typing import Any
 
 from infra.backends import Declares, Describes, backend
-from infra.core import budget, cost, naming, security, security_invariants, security_sas, shared_images
+from infra.core import budget, cost, data_path, naming, security, security_invariants, security_sas, shared_images
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 
@@ -340,6 +340,9 @@ def render(evaluation: Evaluation) -> tuple[str, bool]:
               f"  at maxNodes={nodes.max_nodes}: {estimate.at(nodes.max_nodes):.2f} per hour "
               f"({nodes.max_nodes * sku.gpus} GPUs)"] + _budget_lines(cfg, estimate) + _month_and_job_lines(
                   cfg, estimate) + _spot_lines(cfg)
+    # Will the GPUs be fed: need at maxNodes, what the data path delivers, staging per job start (docs/data.md,
+    # "Feeding the GPUs"); unindented, so `grep '^data path:'` finds it.
+    lines += ["", data_path.of_stack(cfg).line()]
     results = verdicts(evaluation)
     service = service_verdicts(evaluation)
     lines += ["", "Training images (built here, or imported by digest: sharedImages)"] + shared_images.plan_lines(

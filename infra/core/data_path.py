@@ -134,8 +134,8 @@ class DataPath:
                                      else "no stage has a published figure")
         if self.short:
             fix = self.fix or "no stack key raises it (docs/data.md, Feeding the GPUs)"
-            return f"{self.share:.2f} of the need, below {FED_SHARE}: the GPUs will wait for data; fix: {fix}"
-        return f"{self.share:.2f} of the need: fed"
+            return f"{_share(self.share)} of the need, below {FED_SHARE}: the GPUs will wait for data; fix: {fix}"
+        return f"{_share(self.share)} of the need: fed"
 
     def line(self) -> str:
         """plan's `data path:` line: need, delivered (slowest stage named, every stage's figure), verdict, staging."""
@@ -160,8 +160,12 @@ class DataPath:
         if not self.short:
             return None
         return (f"warning: data path: the {self.tier} data path delivers {_n(self.delivered)} img/s ({self.slowest.name}), "
-                f"{self.share:.2f} of the {_n(self.need.img_per_sec)} img/s the GPUs need at maxNodes={self.nodes}: "
+                f"{_share(self.share)} of the {_n(self.need.img_per_sec)} img/s the GPUs need at maxNodes={self.nodes}: "
                 f"they will wait for data; fix: {self.fix or 'no stack key raises it (docs/data.md, Feeding the GPUs)'}")
+
+
+def _share(share: float) -> str:
+    return f"{share:.2f}" if share >= 0.1 else f"{share:.3f}"
 
 
 def _n(value: float | None) -> str:
