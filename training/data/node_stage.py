@@ -11,9 +11,10 @@ The interface (what the pool's start task, the job's coordination command and Az
                       Azure AD: AZURE_CLIENT_ID=<client ID of the pool's user-assigned identity> picks it
                       (DefaultAzureCredential reads it: azure-identity 1.27 `_credentials/default.py`,
                       managed_identity_client_id "Defaults to the value of the environment variable AZURE_CLIENT_ID";
-                      learn.microsoft.com/dotnet/api/azure.identity.defaultazurecredentialoptions.managedidentityclientid
-                      says the same), which needs Storage Blob Data Reader on `data`. With a SAS it needs read+list
-                      (sp=rl); `env:VAR` reads the URL from $VAR so a SAS never shows in `ps`. A SAS is never printed.
+                      learn.microsoft.com/dotnet/api/azure.identity.defaultazurecredentialoptions
+                      .managedidentityclientid says the same); it needs Storage Blob Data Reader on `data`.
+                      With a SAS it needs read+list (sp=rl); `env:VAR` reads the URL from $VAR so a SAS never
+                      shows in `ps`. A SAS is never printed.
   --dataset NAME      `default` (the container's root) or a name (datasets/NAME/ in the container).
   --dest DIR          the node's local volume (infra/backends/batch/local_volume.sh makes it).
   --threads N         parallel downloads (default 16: shards are ~128 MB, so 16 in flight keep a node's network
@@ -273,9 +274,16 @@ def _check_space(folder: Path, items: list[Item]) -> None:
         (folder / item.name).is_file() and (folder / item.name).stat().st_size == item.size))
     free = shutil.disk_usage(folder).free
     if missing > free:
-        raise transfer.PermanentError(f"--dest {folder.parent.parent}: {free / 1e9:.1f} GB free, the dataset needs {missing / 1e9:.1f} "
-                         "GB more: give a larger volume (local_volume.sh stripes the node's NVMe drives) or remove "
-                         "other datasets under DEST/datasets/")
+        raise transfer.PermanentError(f"--dest {folder.parent.parent}: {_size(free)} free, the dataset needs "
+                                      f"{_size(missing)} more: give a larger volume (local_volume.sh stripes the "
+                                      "node's NVMe drives) or remove other datasets under DEST/datasets/")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 @dataclass(frozen=True)
@@ -383,7 +391,8 @@ def main(argv: list[str]) -> int:
     try:
         dataset_folder(args.dest, args.dataset).mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"--dest {args.dest}: cannot make {datasets.NAMED}{args.dataset} there ({err.strerror})") from None
+        raise UsageError(f"--dest {args.dest}: cannot make {datasets.NAMED}{args.dataset} there "
+                         f"({err.strerror})") from None
     result = node_stage(target, args.dataset, args.dest, args.threads)
     print(result.line, flush=True)
     return 0
