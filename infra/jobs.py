@@ -145,6 +145,8 @@ def run(stack: Stack, verb: JobVerb, services: Services = AZURE) -> None:
     name = verb_name(verb)
     if name in chosen.refused_verbs:  # before the outputs are read
         raise JobError(chosen.refused_verbs[name])
+    if isinstance(verb, Submit):  # wrong whatever Azure says: before the outputs, a sign-in or a request
+        verb.check(cfg)
     guarded = name in BUDGET_VERBS and cfg.budget.monthly_usd is not None
     outputs = load_outputs(stack.name, stack.outputs, chosen.required_outputs + (BUDGET_OUTPUTS if guarded else ()),
                            file_json=stack.outputs_json)

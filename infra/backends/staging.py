@@ -38,11 +38,12 @@ def _status(status_url: str, operation: str, use):
     retries is one line (training.errors.UsageError)."""
     from training.data import staged, transfer
 
-    blobs = staged.StatusBlobs(transfer.ContainerTarget.parse(status_url, "status container").client(workers=1),
-                               DATASET)
+    target = transfer.ContainerTarget.parse(status_url, "status container")
+    blobs = staged.StatusBlobs(target.client(workers=1), DATASET)
     with transfer.stopping_cleanly(operation):
         return transfer.with_retries(operation, transfer.Stats(), lambda: use(blobs))
 
+        target.check_reachable()  # in seconds, not six attempts' minutes, when the account cannot be reached at all
 
 def listing(data_url: str, seen=None):
     """The `data` container's listing (files, bytes, fingerprint), as the staging unit computes it

@@ -28,12 +28,47 @@ class Submit:
     skip_data_check: bool = False  # submit even when `data` is empty or not reported staged
     dataset: str | None = None  # which dataset of `data` (training/data/datasets.py); default: `default`, its root
 
+    def check(self, cfg: StackConfig) -> None:
+        """Refuse what is wrong whatever Azure says (nodes outside 1..maxNodes, --args the job or the training command
+        line refuses, a bad dataset name), before the outputs are read, anyone signs in or a request goes out."""
+        from training.data.datasets import check_name
+        from training.errors import UsageError
+
+        most = cfg.nodes.max_nodes
+        if self.nodes is not None and not 1 <= self.nodes <= most:
+            raise UsageError(f"--nodes {self.nodes}: give 1 to {most} (maxNodes in Pulumi.{cfg.stack}.yaml; the "
+                             "pool or cluster grows to it at most)")
+        if self.args is not None:
+            _refuse_shell_operators(self.args)
+        self.train_args(cfg)
+        if self.dataset is not None:
+            check_name(self.dataset)
+
     def train_args(self, cfg: StackConfig) -> tuple[str, ...] | None:
         """`args` as the job's train flags, with the stack config's refusals of trainingArgs and the training
         command line's own parser (None: the stack's trainingArgs)."""
         if self.args is None:
             return None
         return parse_training_args(self.framework or cfg.training.framework, self.args, key="--args")
+
+
+def _refuse_shell_operators(text: str) -> None:
+    """--args is split into words (shlex) and each word is quoted on the node: a `;`, `|`, `&`, `<`, `>` or `$(`
+    outside quotes would never run as the user meant, so it is named and refused (quoted, it is a plain value)."""
+    import shlex
+
+    from training.errors import UsageError
+
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=";&|<>()")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return  # unbalanced quotes: parse_training_args names them
+    operators = [word for word in words if word and set(word) <= set(";&|<>()")]
+    if operators or "`" in text:
+        raise UsageError(f"--args {text!r}: {(operators or ['`'])[0]!r} is a shell operator, and the job runs the "
+                         "train flags as words, never through a shell; remove it (quote a value that contains it)")
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,17 @@ def _azure_error_line(err: Exception) -> str | None:
         from azure.identity import CredentialUnavailableError
     except ImportError:
         return None
+    from azure.core.exceptions import ServiceRequestError
+
+    from training.data.transfer import PermanentError
+
     first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    if isinstance(err, PermanentError):  # a storage account that cannot be reached or refuses (transfer.classify)
+        return first
+    if isinstance(err, ServiceRequestError):  # no connection at all, after the client's own retries
+        return (f"cannot reach Azure ({first[:200]}): check your network, that the stack is deployed and its "
+                "outputs (or member file) are current, and that this machine's public address (`curl -s "
+                "https://ifconfig.me`) is in allowedIpRanges in Pulumi.<stack>.yaml (the platform team adds it)")
     if isinstance(err, (CredentialUnavailableError, ClientAuthenticationError)):
         return (f"cannot sign in to Azure ({first[:200]}): run `az login` (or set up a managed identity / "
                 "AZURE_CLIENT_ID), then try again")

@@ -304,5 +304,6 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     refused = job_verbs.follow_stack(args)
     if refused is not None:
         return refused
-    return args.run(args)
+    # Every verb: what a user causes (not signed in, refused, an account that cannot be reached) is one line.
+    return job_verbs.job_verb_errors(args, args.run)
 
