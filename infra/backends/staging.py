@@ -5,8 +5,10 @@ AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while ther
   root, the dataset `default` when it holds anything (training/data/datasets.py), be in the layout the trainer
   reads once it is staged as it is (no backend extracts archives): class folders under `train/` (training/data/
   layout.py, the check `python -m infra upload` runs on the folder before it uploads), and `val/`, when there,
-  with classes of train/. A named dataset's layout is checked as it goes up; `submit --dataset` checks it is there.
-- Batch with `nfsKind: vm`: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
+  with classes of train/, or a sharded root (shards/train-*.tar, training/data/layout.py). A named dataset's layout
+  is checked as it goes up; `submit --dataset` checks it is there. With dataTier node-local (the
+  default) nothing else is asked: every node stages the job's dataset from `data` itself at the job's start.
+- Batch with `nfsKind: vm` and dataTier nfs: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
   training/data/staged.py) must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written
   with its own identity), and the fingerprint it staged must be the container's listing now: data uploaded since is
   not on NFS yet.

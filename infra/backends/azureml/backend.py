@@ -79,7 +79,8 @@ class AzureMlBackend:
             # The job's inputs from the same stack outputs `python -m infra submit` reads: one mapping.
             stack_outputs = pulumi.Output.all(
                 aml_environments=azureml.environments, aml_compute_name=azureml.compute.name,
-                pull_identity_client_id=nodes.client_id)
+                pull_identity_client_id=nodes.client_id,
+                container_urls={"data": storage.container_urls["data"]})  # amlDataMode download: node-stage reads it
             job = AmlTrainingJob(f"{name}-job", AmlTrainingJobArgs(
                 subscription_id=subscription, resource_group=rg, workspace=azureml.workspace.name,
                 inputs=stack_outputs.apply(lambda outputs: self.job_inputs(cfg, StackOutputs(**outputs))),

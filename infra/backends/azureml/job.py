@@ -10,8 +10,12 @@ One command job on the stack's compute cluster (https://learn.microsoft.com/azur
 - TensorFlow and Keras with `--dist native` (MultiWorkerMirroredStrategy) as a TensorFlow distribution with
   worker_count = nodes: one process per node driving all its GPUs, Azure ML setting each one's TF_CONFIG
   ("TensorFlow" in the guide above; TensorFlowDistribution, https://learn.microsoft.com/python/api/azure-ai-ml/azure.ai.ml.tensorflowdistribution);
-- instance_count = nodes; the `data` container as the `data` input (download to the nodes' local disk, or a
-  read-only mount, as amlDataMode says), the run folder as the `run` output in the `outputs` container;
+- instance_count = nodes; the run folder as the `run` output in the `outputs` container; the dataset as amlDataMode
+  says: `download` (the default) stages it onto each node's local disk in the command itself, before `train`, with
+  the node stager the Batch nodes run (`python -m training node-stage`, issue 56: a sharded dataset's few thousand
+  shards in parallel, each MD5 checked, once per node: every process of the node runs it, the first copies while
+  the others wait on its lock and then find its marker), never Azure ML's per-file download or mount of a large
+  dataset; `mount` keeps the `data` input as a read-only mount (streamed; for a small dataset);
 - the training package as the job's code snapshot (the files `pulumi up` puts into `scripts` for Batch), so a
   code change needs no image rebuild; the image's environment version pins the image digest;
 - the data is read with the compute cluster's identity (the job's identity), never a key or SAS;
@@ -45,6 +49,10 @@ from training.efficiency import expectation_args
 from training.interconnect import job_train_args
 
 DATA_MODES = {"download": "download", "mount": "ro_mount"}  # amlDataMode -> the SDK's input mode
+# amlDataMode download: where node-stage puts the dataset, relative to the command's working directory. Azure ML runs
+# a job's command in a folder of its own on the node (the code snapshot's); that it lies on the node's local
+# temporary disk the docs do not say in so many words: NOT VERIFIED on a cluster here.
+LOCAL_DATA = "local-data"
 SHM_SIZE = "32g"  # PyTorch DataLoader workers pass batches through /dev/shm (Docker's default is 64 MB)
 
 
@@ -63,6 +71,14 @@ class AmlJobInputs:
     # `submit --dataset NAME`: the job's `data` input is that dataset's folder of the container (training/data/
     # datasets.py); "" its root. Out of repr, so the names of jobs without one stay as they were (job_name).
     dataset: str = field(default="", repr=False)
+    # the `data` container's URL (no SAS): with amlDataMode download every node stages the dataset from it (node-stage);
+    # "" keeps the `data` input as amlDataMode says. Out of repr, as dataset: one URL per stack.
+    data_url: str = field(default="", repr=False)
+
+    @property
+    def stages(self) -> bool:
+        """Whether the command stages the dataset onto the node's local disk itself (amlDataMode download)."""
+        return bool(self.data_url) and self.data_mode == "download"
 
     @property
     def gpus(self) -> int:
@@ -88,7 +104,7 @@ def aml_job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | Non
         stack=cfg.stack, framework=shape.framework, nodes=shape.nodes, gpu_sku=cfg.nodes.gpu_sku,
         environment=shape.image, compute=outputs.aml_compute_name, data_mode=cfg.aml.data_mode,
         train_args=shape.train_args, max_hours=cfg.training.max_hours,
-        identity_client_id=outputs.pull_identity_client_id)
+        identity_client_id=outputs.pull_identity_client_id, data_url=(outputs.container_urls or {}).get("data", ""))
 
 
 def job_name(inputs: AmlJobInputs, attempt: str = "") -> str:
@@ -105,10 +121,19 @@ def command_line(inputs: AmlJobInputs) -> str:
     train_args = job_train_args(expectation_args(list(inputs.train_args), framework=inputs.framework,
                                                  expected=sku.benchmark_img_per_sec),
                                 nodes=inputs.nodes, floor_gbps=sku.allreduce_floor_gbps)
+    name = inputs.dataset or datasets.DEFAULT
+    data = f"{LOCAL_DATA}/datasets/{shlex.quote(name)}" if inputs.stages else "${{inputs.data}}"
     words = ["python", "-m", "training", "train", "--framework", shlex.quote(inputs.framework),
-             "--data", "${{inputs.data}}", "--output-dir", "${{outputs.run}}", "--resume", "auto",
+             "--data", data, "--output-dir", "${{outputs.run}}", "--resume", "auto",
              *(shlex.quote(arg) for arg in train_args)]
-    return " ".join(words)
+    if not inputs.stages:
+        return " ".join(words)
+    # The node stager first, on every process (it is no MPI program: one MPI_Init per rank still holds), with the
+    # job's identity (AZURE_CLIENT_ID picks it for DefaultAzureCredential; no SAS); a failure ends the process
+    # before `train`, which the job reports as failed.
+    stage = (f"AZURE_CLIENT_ID={shlex.quote(inputs.identity_client_id)} python -m training node-stage "
+             f"{shlex.quote(inputs.data_url)} --dataset {shlex.quote(name)} --dest {LOCAL_DATA}")
+    return f"{stage} && {' '.join(words)}"
 
 
 def environment_variables(inputs: AmlJobInputs) -> dict[str, str]:
@@ -146,9 +171,10 @@ def build_job(inputs: AmlJobInputs, name: str, code: Path):
         command=command_line(inputs), code=str(code), environment=inputs.environment, compute=inputs.compute,
         instance_count=inputs.nodes, distribution=distribution, shm_size=SHM_SIZE,
         environment_variables=environment_variables(inputs),
-        inputs={"data": Input(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
-                                                     f"{datasets.prefix(inputs.dataset or datasets.DEFAULT)}",
-                              mode=DATA_MODES[inputs.data_mode])},
+        inputs={} if inputs.stages else {
+            "data": Input(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
+                                                 f"{datasets.prefix(inputs.dataset or datasets.DEFAULT)}",
+                          mode=DATA_MODES[inputs.data_mode])},
         outputs={"run": Output(type="uri_folder", path=f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/",
                                mode="rw_mount")},
         identity=ManagedIdentityConfiguration(client_id=inputs.identity_client_id),

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from infra.components.budget import StopAction
 
 
+def nfs_report(cfg) -> bool:
+    """Whether the NFS server stages `data` and reports it in `status`: nfsKind vm with dataTier nfs. With dataTier
+    node-local every node stages the job's dataset from `data` itself (spec.node_stage), and the server stages
+    nothing."""
+    return cfg.nfs.kind == "vm" and cfg.nfs.data_tier == "nfs"
+
+
 def allocation_mode_line(cfg, vcpus: str) -> str:
     """Plan's line on the Batch account's pool allocation mode (batchPoolAllocation): which quota the nodes draw on,
     and why the default is batch-service. "Batch service quotas and limits"
@@ -106,15 +113,16 @@ class BatchBackend:
             depends_on=[registry.acr_pull, nfs, *registry.images.values()],
             key_vault_name=lambda generation: naming.key_vault(cfg.team, cfg.stack, cfg.location, generation,
                                                               cfg.naming_subscription),
-            now=foundation.now),
+            now=foundation.now, node_egress_ip=foundation.network.egress_ip.ip_address),
             child)
         foundation.monitoring.watch_batch("batch", cluster.account.id)
         if cluster.key_vault:  # user-subscription: the account's vault, whose audit events say what Batch keeps there
             foundation.monitoring.watch_key_vault("batch-key-vault", cluster.key_vault.id)
         job, deployer_grants = None, []
         if self.launches_on_up(cfg):
-            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob).
-            status = urls["status"] if cfg.nfs.kind == "vm" else ""
+            # With the vm kind the job is submitted once the NFS server reports the data staged (see TrainingJob);
+            # with dataTier node-local the server stages nothing, and the gate checks `data` alone.
+            status = urls["status"] if nfs_report(cfg) else ""
             # The deployer's grants for that: list `data` and read the staging report (the data check before the
             # job is submitted), submit (and on destroy delete) the job. None with teamAdmins: the admins' group
             # grants hold them (access.grants_deployer).
@@ -173,7 +181,7 @@ class BatchBackend:
         if inputs.dataset and inputs.dataset != "default":  # its folder in the staged container (datasets.py)
             job_inputs = dataclasses.replace(job_inputs, dataset=inputs.dataset)
         if not inputs.skip_data_check:
-            require_staged(outputs, ctx.staged, cfg.nfs.kind == "vm", cfg.stack)
+            require_staged(outputs, ctx.staged, nfs_report(cfg), cfg.stack)
         operate.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)
 
     def status(self, ctx: JobContext, inputs: Status) -> None:
@@ -218,8 +226,11 @@ class BatchBackend:
 
     def restage_refusal(self, cfg) -> str | None:
         """Its ability to restage (infra/backends/__init__.py: Restages): the NFS server's, with nfsKind vm."""
-        if cfg.nfs.kind == "vm":
+        if nfs_report(cfg):
             return None
+        if cfg.nfs.data_tier == "node-local":
+            return ("with dataTier node-local each job stages its dataset from `data` onto every node's local volume "
+                    "at its start (a node holding the dataset as it is now skips the copy)")
         return "with nfsKind azure-files each job stages `data` at its start, only what changed"
 
     def launch_lines(self, cfg) -> list[str]:
@@ -230,10 +241,12 @@ class BatchBackend:
                 f"{cfg.stack}`"]
 
     def ready_when(self, cfg) -> str:
-        if cfg.nfs.kind == "vm":
+        if nfs_report(cfg):
             return ("once the NFS server reports `data` staged as it is now (it checks every minute while waiting, "
                     f"lists `data` every {STAGE_RECHECK_MINUTES} minutes once staged; `python -m infra restage` asks "
                     "at once)")
+        if cfg.nfs.data_tier == "node-local":
+            return "once `data` holds the dataset (every node stages it onto its local volume at the job's start)"
         return "once `data` holds the dataset (the job stages what changed at its start)"
 
     def node_health_line(self, cfg) -> str | None:
@@ -274,7 +287,7 @@ class BatchBackend:
 
         grants = [TeamGrant("service", roles.BATCH_JOB_SUBMITTER, "`python -m infra submit|status|logs|cancel` "
                                                                   "(jobs, tasks and their files)")]
-        if cfg.nfs.kind == "vm":
+        if nfs_report(cfg):
             grants.append(TeamGrant("status", roles.BLOB_DATA_WRITER, "`python -m infra submit` reads the NFS "
                                     "server's staging report, `python -m infra restage` writes its request",
                                     roles.blob_writes_only(request_name(DATASET))))

@@ -108,11 +108,25 @@ REPLACE_ON_CHANGES = ["vmSize", "deploymentConfiguration", "networkConfiguration
                       "taskSlotsPerNode", "mountConfiguration", "userAccounts", "identity"]
 
 
+def account_ip_rules(allowed: tuple[str, ...], node_egress_ip: str | None) -> list[str]:
+    """The account endpoint's ipRules: the deployers' allowedIpRanges and the nodes' egress address. A node calls the
+    account's data plane itself when it keeps a failed node out (training/cluster/keep_out.py), from its private
+    address through the NAT gateway, so the account sees the gateway's public IP, and "IP network rules are
+    configured on the public endpoints" only (https://learn.microsoft.com/azure/batch/public-network-access; the same
+    page: for the node management endpoint "you'll need to know the public IP address(es) ... used by Batch pool's
+    internet outbound access"). Chosen over a private endpoint for the account: the traffic already leaves by that
+    one static address, which the stack owns and only its own subnets use, while a private endpoint would add a
+    privatelink.batch.azure.com DNS zone linked to the VNet and a billed endpoint for the one call a failed attempt
+    makes."""
+    rules = security_firewalls.firewall_ip_rules(allowed)
+    return rules + [node_egress_ip] if node_egress_ip and node_egress_ip not in rules else rules
+
+
 @dataclass
 class ClusterArgs:
     nodes: NodesConfig  # the pool's size and autoscale bounds
     training: TrainingConfig  # the launched job's image (prefetched) and how long a node waits for the data
-    nfs: NfsConfig  # whether a node copies the data to its local disk
+    nfs: NfsConfig  # where the ranks read the data (dataTier) and whether a node copies it from NFS (dataLocalCache)
     resource_group_name: pulumi.Input[str]
     location: str
     tags: dict[str, str]
@@ -128,6 +142,8 @@ class ClusterArgs:
     # user-subscription: the account's Key Vault's name from the stack's name generation (naming.key_vault)
     key_vault_name: Callable[[str], str] | None = None
     now: datetime | None = None  # proposes the name generation on a stack's first `up`; tests pin it
+    # The NAT gateway's public address, the nodes' only way out: admitted by the account (account_ip_rules).
+    node_egress_ip: pulumi.Input[str] | None = None
 
 
 class Cluster(pulumi.ComponentResource):
@@ -153,8 +169,9 @@ class Cluster(pulumi.ComponentResource):
             public_network_access=batch.PublicNetworkAccessType.ENABLED,
             network_profile=batch.NetworkProfileArgs(account_access=batch.EndpointAccessProfileArgs(
                 default_action=batch.EndpointAccessDefaultAction.DENY,
-                ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
-                          for rule in security_firewalls.firewall_ip_rules(args.allowed_ip_ranges)])),
+                ip_rules=pulumi.Output.from_input(args.node_egress_ip).apply(
+                    lambda egress: [batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
+                                    for rule in account_ip_rules(args.allowed_ip_ranges, egress)]))),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None,
                                         replace_on_changes=ACCOUNT_REPLACE_ON_CHANGES, delete_before_replace=True))
         self.pool = batch.Pool(
@@ -199,8 +216,9 @@ class Cluster(pulumi.ComponentResource):
                                                      args.training.allocation_timeout_minutes),
                 evaluation_interval=AUTOSCALE_INTERVAL)),
             start_task=batch.StartTaskArgs(
+                # dataTier node-local: the node's local volume (batch_spec.local_volume_command) after the health checks
                 command_line=batch_spec.start_task_command(args.nfs.data_local_cache, args.training.data_wait_minutes,
-                                                         nodes.sku),
+                                                         nodes.sku, args.nfs.data_tier),
                 # A node whose start task (the node health checks included) still fails after the retries is
                 # left unusable and takes no task (BatchStartTask.waitForSuccess, Batch REST spec 2025-06-01:
                 # https://github.com/Azure/azure-rest-api-specs/tree/main/specification/batch/data-plane).

@@ -99,9 +99,10 @@ class NfsServer(pulumi.ComponentResource):
                 private_ip_allocation_method=network.IPAllocationMethod.DYNAMIC)],
             opts=child)
         # Its own identity, granted before the VM boots (the staging unit retries until the assignments have
-        # reached storage): read `data` and `scripts`, write its report to `status`.
+        # reached storage): read `data` and `scripts`, write its report to `status`. With dataTier node-local the
+        # server stages nothing (the nodes do), so its identity is granted nothing on storage.
         self.identity = managedidentity.UserAssignedIdentity(f"{name}-id", **common, opts=child)
-        self.grants = [roles.assign(f"{name}-{container}-{label}", role=role,
+        self.grants = [] if cfg.data_tier != "nfs" else [roles.assign(f"{name}-{container}-{label}", role=role,
                                     principal_id=self.identity.principal_id, scope=args.container_ids[container],
                                     parent=self, definition=args.writer_role_id if role == roles.BLOB_DATA_WRITER else None)
                        for container, label, role in (("data", "read", roles.BLOB_DATA_READER),
@@ -109,7 +110,8 @@ class NfsServer(pulumi.ComponentResource):
                                                       ("status", "write", roles.BLOB_DATA_WRITER))]
         urls = args.container_urls
         data = pulumi.Output.all(urls["data"], urls["scripts"], urls["status"], self.identity.client_id).apply(
-            lambda v: custom_data(args.export_to, cfg.disk_count, StagingUrls(v[0], v[1], v[2]), v[3]))
+            lambda v: custom_data(args.export_to, cfg.disk_count, StagingUrls(v[0], v[1], v[2]), v[3],
+                                  stage_data=cfg.data_tier == "nfs"))  # node-local: the nodes stage, not the server
         self.vm = compute.VirtualMachine(
             f"{name}-vm", **common, vm_name=args.names.vm,
             hardware_profile=compute.HardwareProfileArgs(vm_size=cfg.vm_size),

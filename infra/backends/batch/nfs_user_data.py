@@ -11,6 +11,10 @@ first runs report "waiting for data"; the run after the upload stages it; a late
 (seen by a listing every STAGE_RECHECK_MINUTES) or a restage request (`python -m infra restage`, seen within a
 minute) stages it again. The Batch backend's component (infra/backends/batch/nfs.py) puts this on the VM; tests
 run it through cloud-init's own code.
+
+With dataTier node-local (the default) the server stages nothing: each node stages the job's dataset from `data`
+onto its own local volume (infra/backends/batch/spec.py, node_stage), and the share keeps checkpoints, outputs and
+what the ranks share. The user data then only builds and exports /data: no staging unit, timer or stager.
 """
 from __future__ import annotations
 
@@ -180,22 +184,27 @@ def stage_env(urls: StagingUrls, client_id: str) -> str:
         ("STATUS_CONTAINER_URL", urls.status)))
 
 
-def cloud_config(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str) -> str:
-    """The whole user data: one #cloud-config document (no MIME parts, so nothing to merge)."""
-    files = [
-        ("/usr/local/sbin/dltrain-nfs-setup", "0700", setup_script(compute_cidr, disk_count)),
+def cloud_config(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str,
+                 stage_data: bool = True) -> str:
+    """The whole user data: one #cloud-config document (no MIME parts, so nothing to merge). `stage_data`: dataTier
+    nfs, the server stages `data` onto the share; without it (node-local) it only builds and exports /data."""
+    staging = [
         ("/usr/local/sbin/dltrain-stage", "0700", stage_script()),
         ("/etc/dltrain/stage.env", "0644", stage_env(urls, client_id)),
         (f"/etc/systemd/system/{STAGE_UNIT}", "0644", stage_unit()),
         (f"/etc/systemd/system/{STAGE_TIMER}", "0644", stage_timer()),
+    ] if stage_data else []
+    files = [
+        ("/usr/local/sbin/dltrain-nfs-setup", "0700", setup_script(compute_cidr, disk_count)),
+        *staging,
         ("/etc/systemd/system/nfs-server.service.d/dltrain.conf", "0644", NFS_SERVER_DROP_IN),
     ]
     document = {
         "package_update": True,
-        "packages": ["nfs-kernel-server", "mdadm", "xfsprogs", "python3-venv"],
+        "packages": ["nfs-kernel-server", "mdadm", "xfsprogs", *(["python3-venv"] if stage_data else [])],
         "write_files": [{"path": path, "permissions": mode, "content": content} for path, mode, content in files],
         "runcmd": [["/usr/local/sbin/dltrain-nfs-setup"], ["systemctl", "daemon-reload"],
-                   ["systemctl", "enable", "--now", STAGE_TIMER]],
+                   *([["systemctl", "enable", "--now", STAGE_TIMER]] if stage_data else [])],
     }
     return "#cloud-config\n" + yaml.dump(document, Dumper=_LiteralDumper, sort_keys=False, width=1000)
 
@@ -208,5 +217,5 @@ _LiteralDumper.add_representer(str, lambda dumper, value: dumper.represent_scala
     "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def custom_data(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str) -> str:
-    return base64.b64encode(cloud_config(compute_cidr, disk_count, urls, client_id).encode()).decode()
+def custom_data(compute_cidr: str, disk_count: int, urls: StagingUrls, client_id: str, stage_data: bool = True) -> str:
+    return base64.b64encode(cloud_config(compute_cidr, disk_count, urls, client_id, stage_data).encode()).decode()

@@ -20,14 +20,24 @@ Batch's rules this relies on:
   rank imports them from: nothing is copied or removed there (a retry runs the coordination command again, on
   the files Batch downloaded for that try).
 - A container task sees the folders under AZ_BATCH_NODE_ROOT_DIR and nothing else of the host unless mounted
-  (https://learn.microsoft.com/rest/api/batchservice/task/add, containerSettings).
+  (https://learn.microsoft.com/rest/api/batchservice/task/add, containerSettings: "all directories recursively below
+  the AZ_BATCH_NODE_ROOT_DIR ... are mapped into the container"). The node-local volume is a file system the start
+  task mounts at $AZ_BATCH_NODE_SHARED_DIR/local-data, below that folder: Docker includes the submounts of a bind
+  mount by default ("bind-recursive": enabled, the default, and `-v` binds are always recursive:
+  https://docs.docker.com/engine/storage/bind-mounts/, "Recursive mounts"), and with its default propagation,
+  rprivate (same page), a container sees the mounts that were there when it started: the start task has ended
+  before any task starts (startTask.waitForSuccess), so the volume is there first.
 - Resource files and output files reach storage with the pool's user-assigned identity (`identityReference`),
   so no SAS sits in the task definition, which anyone who can read the Batch account can read
   (https://learn.microsoft.com/azure/batch/managed-identity-pools).
 
 Where things live on a node:
   $AZ_BATCH_NODE_MOUNTS_DIR/data           the NFS share (the staged dataset; runs/ for job outputs; .jobs/ keys)
-  $AZ_BATCH_NODE_SHARED_DIR/data-cache     the dataset copied to local disk by the start task (dataLocalCache)
+  $AZ_BATCH_NODE_SHARED_DIR/local-data     dataTier node-local: the node's local volume (NVMe striped, or the temp disk),
+                                           made by the start task; the coordination command stages the job's dataset
+                                           into local-data/datasets/<name> (`python -m training node-stage`)
+  $AZ_BATCH_NODE_SHARED_DIR/data-cache     dataTier nfs: the dataset copied to local disk by the start task
+                                           (dataLocalCache)
   $AZ_BATCH_TASK_SHARED_DIR/training       the training scripts from the `scripts` container, on PYTHONPATH
 Checkpoints go to the NFS share, so a retried task resumes where the last one stopped.
 """
@@ -37,6 +47,7 @@ import hashlib
 import json
 import shlex
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from infra.backends.batch import allocation
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core import node_health
@@ -49,6 +60,9 @@ from training.interconnect import job_train_args
 
 NFS_MOUNT = "data"  # relative mount path: the share appears at $AZ_BATCH_NODE_MOUNTS_DIR/data
 LOCAL_CACHE = "data-cache"  # under AZ_BATCH_NODE_SHARED_DIR: on the node's local disk and seen by containers
+LOCAL_DATA = "local-data"  # under AZ_BATCH_NODE_SHARED_DIR: dataTier node-local's volume (the start task makes it)
+# The script that makes it (NVMe drives striped, or the temporary disk; idempotent), run by the start task as root.
+LOCAL_VOLUME_SCRIPT = Path(__file__).with_name("local_volume.sh")
 SSH_PORT = 2222  # the containers' sshd for mpirun; the host's own sshd keeps port 22
 TASK_ID = "train"
 DATA_WAIT_EXIT_CODE = 3  # the data was not staged within the deadline
@@ -88,6 +102,9 @@ class JobInputs:
     processes_per_node: int = 0  # training processes per node; 0: one per GPU of the size
     allocation_timeout_minutes: int = 30  # how long the job waits for all its nodes (allocation.py)
     dataset: str = ""  # a named dataset of `data` (`submit --dataset`, training/data/datasets.py); "": its root
+    # dataTier: node-local (the coordination command stages the dataset onto each node's local volume; data_url is
+    # set) or nfs (the ranks read the NFS share). The default is the one jobs had before the key: nfs.
+    data_tier: str = "nfs"
 
     @property
     def slots(self) -> int:
@@ -98,8 +115,10 @@ class JobInputs:
         return CATALOG[self.gpu_sku]
 
     def fingerprint(self) -> str:
-        """Same training, same fingerprint (no dataset named: the one it had before datasets had names)."""
-        fields = {key: value for key, value in asdict(self).items() if key != "dataset" or value}
+        """Same training, same fingerprint (no dataset named, the NFS tier: the ones it had before datasets had names
+        and before dataTier)."""
+        fields = {key: value for key, value in asdict(self).items()
+                  if (key != "dataset" or value) and (key != "data_tier" or value != "nfs")}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -118,8 +137,17 @@ def nfs_path(*parts: str) -> str:
     return batch_path("AZ_BATCH_NODE_MOUNTS_DIR", NFS_MOUNT, *parts)
 
 
-def data_dir(local_cache: bool, dataset: str = "") -> str:
-    """The job's --data: the staged container, or its named dataset's folder in it (training/data/datasets.py)."""
+def local_dataset_dir(dataset: str = "") -> str:
+    """dataTier node-local: where `node-stage` puts the dataset on the node's volume, DEST/datasets/NAME, the root
+    dataset as `default` (docs/data.md)."""
+    return batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_DATA, "datasets", dataset or "default")
+
+
+def data_dir(local_cache: bool, dataset: str = "", data_tier: str = "nfs") -> str:
+    """The job's --data: the dataset on the node's local volume (node-local), else the staged container on the
+    share, or its named dataset's folder in it (training/data/datasets.py)."""
+    if data_tier == "node-local":
+        return local_dataset_dir(dataset)
     named = ("datasets", dataset) if dataset else ()
     return (batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE, DATASET, *named) if local_cache
             else nfs_path(DATASET, *named))
@@ -137,7 +165,8 @@ def keys_dir(job: str) -> str:
 def train_words(inputs: JobInputs, job: str) -> list[str]:
     """The `python -m training train` arguments every rank runs, as shell words: the job's own paths expand
     Batch's variables; every user argument is quoted, so no user text is ever run by the shell."""
-    return ["--framework", shlex.quote(inputs.framework), "--data", data_dir(inputs.local_cache, inputs.dataset),
+    return ["--framework", shlex.quote(inputs.framework),
+            "--data", data_dir(inputs.local_cache, inputs.dataset, inputs.data_tier),
             "--output-dir", run_dir(job), "--resume", "auto", *(shlex.quote(a) for a in _train_args(inputs))]
 
 
@@ -180,9 +209,25 @@ _IMPORTABLE = ('[ -f "$AZ_BATCH_TASK_SHARED_DIR/training/__main__.py" ] || { ech
                'cd "$AZ_BATCH_TASK_SHARED_DIR" && export PYTHONPATH="$AZ_BATCH_TASK_SHARED_DIR" || exit 1')
 
 
-def coordination_command(job: str) -> str:
-    """On every node, before the application command: the job's sshd, with the scripts Batch downloaded."""
-    return _script(_IMPORTABLE, f"exec python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)}")
+def node_stage(inputs: JobInputs) -> str:
+    """Shell: dataTier node-local, on every node: the job's dataset from `data` onto the node's local volume
+    (`python -m training node-stage`: shards in parallel, each MD5 checked, a bad one fetched again; a node whose
+    copy carries the dataset's marker skips it), with the pool's identity: AZURE_CLIENT_ID picks it for
+    DefaultAzureCredential; no SAS. The client ID is set on the command itself: the task's environmentSettings
+    reach the application command, and whether Batch gives them to the coordination command too its pages do not
+    say (batch-mpi, MultiInstanceSettings)."""
+    return (f"AZURE_CLIENT_ID={shlex.quote(inputs.node_identity_client_id)} python -m training node-stage "
+            f"{shlex.quote(inputs.data_url)} --dataset {shlex.quote(inputs.dataset or 'default')} "
+            f"--dest {batch_path('AZ_BATCH_NODE_SHARED_DIR', LOCAL_DATA)} || exit $?")
+
+
+def coordination_command(job: str, inputs: JobInputs | None = None) -> str:
+    """On every node, before the application command: with dataTier node-local the dataset staged onto the node's
+    volume first (a failure ends the command, and so the task, before the job's sshd starts), then the job's sshd,
+    with the scripts Batch downloaded."""
+    stage = [node_stage(inputs)] if inputs is not None and inputs.data_tier == "node-local" else []
+    return _script(_IMPORTABLE, *stage,
+                   f"exec python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)}")
 
 
 def application_command(inputs: JobInputs, job: str) -> str:
@@ -190,8 +235,10 @@ def application_command(inputs: JobInputs, job: str) -> str:
     run (without checkpoints) to ./outputs, which Batch uploads to the outputs container, whatever the
     exit status."""
     dataset = nfs_path(DATASET)
-    prelude = (stage_data(dataset, inputs.data_url) if inputs.data_url
-               else wait_for_data(dataset, inputs.data_wait_minutes))
+    # node-local: every node's coordination command has staged the dataset already (node_stage).
+    prelude = ([] if inputs.data_tier == "node-local" else
+               [stage_data(dataset, inputs.data_url) if inputs.data_url
+                else wait_for_data(dataset, inputs.data_wait_minutes)])
     launcher = ["python", "-m", "training", "launch", "--slots", str(inputs.slots), "--ssh-port", str(SSH_PORT)]
     # One launch: on a multi-node job `train` checks the interconnect itself before training (--interconnect-check)
     launch = [*launcher, "--", *train_words(inputs, job)]
@@ -200,7 +247,7 @@ def application_command(inputs: JobInputs, job: str) -> str:
     # same container the docs do not say (devtools/rehearsal/containers.py plays the stricter case, where the
     # coordination command's ~/.ssh/config is not here); the job's key is in the task-shared folder either way.
     client = f"python -m training node-ssh --port {SSH_PORT} --keys-dir {keys_dir(job)} --client-only || exit $?"
-    return _script(_IMPORTABLE, prelude, client, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
+    return _script(_IMPORTABLE, *prelude, client, " ".join(launch), "rc=$?", f"rm -rf {keys_dir(job)}",
                    f"mkdir -p {outputs}",
                    f"(cd {run_dir(job)} && tar --exclude=./checkpoints -cf - .) | tar -xf - -C {outputs}",
                    "exit $rc")
@@ -257,7 +304,7 @@ def task_spec(inputs: JobInputs, job: str) -> dict:
         },
         "multiInstanceSettings": {
             "numberOfInstances": inputs.nodes,
-            "coordinationCommandLine": coordination_command(job),
+            "coordinationCommandLine": coordination_command(job, inputs),
             # The current training scripts, so a fix needs no image rebuild: they shadow the image's copy.
             "commonResourceFiles": [{"storageContainerUrl": inputs.scripts_url, "blobPrefix": SCRIPTS_PREFIX,
                                      "identityReference": identity}],
@@ -328,12 +375,27 @@ def autoscale_formula(min_nodes: int, max_nodes: int, spot: bool = False,
     ])
 
 
-def start_task_command(local_cache: bool, data_wait_minutes: int, sku: GpuSku | None = None) -> str:
-    """The pool's start task (on the host): the size's node health checks first (infra/core/node_health.py: with
-    the pool's startTask.waitForSuccess, a node that fails them never takes a task), then, with dataLocalCache, copy
-    the dataset from NFS to the node's local disk, under AZ_BATCH_NODE_SHARED_DIR so the task's container sees it
-    (resumable)."""
+def local_volume_command() -> str:
+    """Shell: run the local-volume script (LOCAL_VOLUME_SCRIPT, its text carried in the command line, so the start
+    task needs no download and no role on storage) to make $AZ_BATCH_NODE_SHARED_DIR/local-data: the size's local
+    NVMe drives striped into one volume, or its temporary disk; idempotent, as a start task must be (it runs again
+    after a reboot, and "in some cases ... even though the node was not rebooted":
+    https://learn.microsoft.com/javascript/api/@azure/arm-batch/starttask)."""
+    script = LOCAL_VOLUME_SCRIPT.read_text()
+    return (f"bash -c {shlex.quote(script)} local_volume.sh {batch_path('AZ_BATCH_NODE_SHARED_DIR', LOCAL_DATA)} "
+            "|| exit $?")
+
+
+def start_task_command(local_cache: bool, data_wait_minutes: int, sku: GpuSku | None = None,
+                       data_tier: str = "nfs") -> str:
+    """The pool's start task (on the host, as admin): the size's node health checks first (infra/core/node_health.py:
+    with the pool's startTask.waitForSuccess, a node that fails them never takes a task, so no volume is built on
+    it), then, with dataTier node-local, the node's local volume (local_volume_command), or with dataLocalCache
+    (dataTier nfs), a copy of the dataset from NFS to the node's local disk, under AZ_BATCH_NODE_SHARED_DIR so the
+    task's container sees it (resumable)."""
     health = [node_health.check_command(sku)] if sku is not None else []
+    if data_tier == "node-local":
+        return _script(*health, local_volume_command(), "echo node ready")
     if not local_cache:
         return _script(*health, "echo node ready") if health else "/bin/bash -c 'echo node ready'"
     cache = batch_path("AZ_BATCH_NODE_SHARED_DIR", LOCAL_CACHE)
@@ -347,6 +409,7 @@ def job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | None = 
     """The same inputs `pulumi up` gives the TrainingJob resource, with optional overrides."""
     shape = job_shape(cfg, outputs.image_refs, "image", "pool", framework, nodes, train_args)
     urls = outputs.container_urls
+    node_local = cfg.nfs.data_tier == "node-local"
     return JobInputs(
         stack=cfg.stack, pool_id=outputs.pool_id, nodes=shape.nodes, gpu_sku=cfg.nodes.gpu_sku,
         framework=shape.framework, image=shape.image, registry_server=outputs.registry_login_server,
@@ -354,5 +417,7 @@ def job_inputs(cfg: StackConfig, outputs: StackOutputs, framework: str | None = 
         train_args=shape.train_args, retries=cfg.training.retries, max_hours=cfg.training.max_hours,
         data_wait_minutes=cfg.training.data_wait_minutes, local_cache=cfg.nfs.data_local_cache,
         scripts_url=urls["scripts"], outputs_url=urls["outputs"],
-        data_url=urls["data"] if cfg.nfs.kind == "azure-files" else "", processes_per_node=processes_per_node,
+        # node-local: every node stages from `data`; nfs with azure-files: the primary stages onto the share
+        data_url=urls["data"] if cfg.nfs.kind == "azure-files" or node_local else "",
+        processes_per_node=processes_per_node, data_tier=cfg.nfs.data_tier,
         allocation_timeout_minutes=cfg.training.allocation_timeout_minutes)

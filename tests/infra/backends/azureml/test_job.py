@@ -38,14 +38,17 @@ def test_horovod_is_an_mpi_job_with_one_process_per_gpu_on_every_node(tmp_path):
     outputs = evaluation_for("nlp").outputs
     assert loaded.environment == outputs["amlEnvironments"]["pytorch"] and loaded.compute == outputs["amlComputeName"]
     assert loaded.distribution.process_count_per_instance == 8 and loaded.resources.instance_count == 4
-    assert loaded.inputs["data"].path == f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
-    assert loaded.inputs["data"].mode == "download"  # amlDataMode
+    # amlDataMode download: no `data` input (Azure ML's per-file download); every node stages the dataset itself
+    assert "data" not in loaded.inputs
     assert loaded.outputs["run"].path == f"azureml://datastores/{AML_DATASTORES['outputs']}/paths/{name}/run/"
     assert loaded.identity.client_id == outputs["pullIdentityClientId"]  # the cluster's identity reads the data
     assert loaded.limits.timeout == config.from_stack_file("nlp").training.max_hours * 3600
     # 4 nodes: every process checks the interconnect inside train, before training (ND96asr_v4 has no floor:
     # figure only): one program per process, as Azure ML's mpirun allows (one MPI_Init per rank)
-    assert loaded.command == ("python -m training train --framework pytorch --data ${{inputs.data}} "
+    data_url = outputs["containerUrls"]["data"]
+    assert loaded.command == (f"AZURE_CLIENT_ID={outputs['pullIdentityClientId']} python -m training node-stage "
+                              f"{data_url} --dataset default --dest local-data && "
+                              "python -m training train --framework pytorch --data local-data/datasets/default "
                               "--output-dir ${{outputs.run}} --resume auto --epochs 90 --batch-size 256 --precision bf16 "
                               "--interconnect-check")
     env = loaded.environment_variables
@@ -80,6 +83,20 @@ def test_mount_mode_reads_the_data_in_place(tmp_path):
     inputs = aml_job.aml_job_inputs(cfg, StackOutputs.from_json(evaluation_for("nlp").outputs))
     _, loaded, _ = built(tmp_path, inputs)
     assert loaded.inputs["data"].mode == "ro_mount"
+    assert loaded.inputs["data"].path == f"azureml://datastores/{AML_DATASTORES['data']}/paths/"
+    assert "node-stage" not in loaded.command and "--data ${{inputs.data}} " in loaded.command
+
+
+def test_download_mode_stages_the_named_dataset_on_every_node_before_train_with_the_jobs_identity(tmp_path):
+    """The staging step runs in every process of a node (Azure ML's MPI wraps the whole command): node-stage takes
+    a lock per dataset folder, so one copies and the others find its marker; it is no MPI program, so train stays
+    the rank's one MPI_Init. A failure stops the process before train (&&). No SAS anywhere."""
+    inputs = dataclasses.replace(stack_inputs(), dataset="cats")
+    _, loaded, _ = built(tmp_path, inputs)
+    stage, train = loaded.command.split(" && ")
+    assert stage.endswith("--dataset cats --dest local-data") and "python -m training node-stage https://" in stage
+    assert train.startswith("python -m training train") and " --data local-data/datasets/cats " in train
+    assert "sig=" not in loaded.command and "data" not in loaded.inputs
 
 
 @pytest.mark.parametrize("sku,nodes,floor", [("Standard_ND96isr_H100_v5", 2, "20"),
@@ -89,7 +106,8 @@ def test_the_interconnect_check_runs_on_multi_node_jobs_with_the_sizes_floor(sku
     inputs = dataclasses.replace(stack_inputs(train_args=("--allow-slow-interconnect", "--epochs", "1")),
                                  gpu_sku=sku, nodes=nodes)
     line = aml_job.command_line(inputs)
-    assert "&&" not in line and line.count("python -m training") == 1  # one program per MPI rank
+    # one MPI program per rank: train (node-stage before it, on the node's disk, is none)
+    assert line.count("python -m training train") == 1 and line.count("&&") == 1
     assert "--allow-slow-interconnect" in line  # train's own flag now: it runs the check
     if floor is None:
         assert "--interconnect-check" not in line
@@ -101,7 +119,8 @@ def test_no_user_text_reaches_the_shell(tmp_path):
     """Azure ML runs the command in a shell: user arguments arrive verbatim, and nothing in them runs."""
     hostile = ("--base-lr", "$(touch pwned)", "--note", "`id`; rm -rf / 'quoted'")
     line = aml_job.command_line(stack_inputs(train_args=hostile))
-    probe = line.replace("python -m training train", "printf '%s\\n'").replace("${{inputs.data}}", "D") \
+    probe = line.replace("python -m training node-stage", "true").replace("python -m training train", "printf '%s\\n'") \
+        .replace("${{inputs.data}}", "D") \
         .replace("${{outputs.run}}", "O")
     result = subprocess.run(["bash", "-c", probe], cwd=tmp_path, capture_output=True, text=True)
     # the user's words arrive as they were, before the interconnect check the job adds on 4 nodes

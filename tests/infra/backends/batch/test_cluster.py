@@ -1,6 +1,7 @@
 """NFS server, Batch account, GPU pool and the TrainingJob resource, as the program declares them (mocks)."""
 import base64
 import dataclasses
+import shlex
 
 import pytest
 
@@ -17,6 +18,21 @@ from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
 from infra.core.role_ids import role_key
 
 POOL = "azure-native:batch:Pool"
+_NFS_TIER: dict[str, offline.Evaluation] = {}
+
+
+def nfs_tier(stack: str = "dev") -> offline.Evaluation:
+    """The stack with dataTier nfs (the NFS server stages `data`, the ranks read the share), evaluated once."""
+    if stack not in _NFS_TIER:
+        cfg = config.from_stack_file(stack)
+        _NFS_TIER[stack] = offline.evaluate(dataclasses.replace(cfg, nfs=dataclasses.replace(cfg.nfs, data_tier="nfs")),
+                                            now=NOW)
+    return _NFS_TIER[stack]
+
+
+def stages_on_nfs(ev) -> bool:
+    """Whether the stack's NFS server stages `data` and reports to `status` (nfsKind vm, dataTier nfs)."""
+    return ev.config.nfs.kind == "vm" and ev.config.nfs.data_tier == "nfs"
 
 
 @pytest.fixture(params=BATCH_STACKS)
@@ -130,9 +146,21 @@ def test_nfs_vm_is_private_keyless_and_exports_to_the_compute_subnet_only(ev):
     assert f'pins="{" ".join(pins)}"' in stage and "pip install --quiet $pins" in stage
 
 
-def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_sas(ev):
-    if ev.config.nfs.kind != "vm":
-        pytest.skip("nfsKind azure-files: no file server VM (test_azure_files_kind_is_an_nfs_share_...)")
+def test_nfs_vm_under_node_local_stages_nothing_and_holds_no_storage_role(ev):
+    """dataTier node-local (the stacks' default): the nodes stage the dataset; the server only builds and exports
+    /data (checkpoints, outputs), with no staging unit, stager or role on storage."""
+    if ev.config.nfs.kind != "vm" or ev.config.nfs.data_tier != "node-local":
+        pytest.skip("not an NFS VM under dataTier node-local")
+    vm = ev.one("azure-native:compute:VirtualMachine")
+    assert not [r for r in ev.of_type("azure-native:authorization:RoleAssignment") if "nfs" in r.name]
+    user_data = base64.b64decode(vm.inputs["osProfile"]["customData"]).decode()
+    assert "dltrain-nfs-setup" in user_data and "exportfs -ra" in user_data
+    assert nfs_user_data.STAGE_UNIT not in user_data and "AZURE_CLIENT_ID" not in user_data
+    assert "training stage" not in user_data and "sig=" not in user_data
+
+
+def test_nfs_vm_reads_storage_with_its_own_identity_and_its_user_data_holds_no_sas():
+    ev = nfs_tier()  # dataTier nfs: the server stages `data`
     vm = ev.one("azure-native:compute:VirtualMachine")
     identity_id = ev.one("azure-native:managedidentity:UserAssignedIdentity", "nfs-id").state["id"]
     assert vm.inputs["identity"]["type"] == "SystemAssigned, UserAssigned"  # Entra login + storage
@@ -180,8 +208,8 @@ def test_training_job_is_launched_on_up_with_the_nodes_identity_and_no_sas(ev):
     assert "sig=" not in repr(job.inputs)
     # Submitted only once `data` holds the dataset and the NFS server reports it staged (vm kind; azure-files
     # stages at the job's start).
-    vm = ev.config.nfs.kind == "vm"
-    assert job.inputs["data_status_url"] == (ev.outputs["containerUrls"]["status"] if vm else "")
+    # With dataTier node-local every node stages the dataset itself: `data` alone is checked.
+    assert job.inputs["data_status_url"] == (ev.outputs["containerUrls"]["status"] if stages_on_nfs(ev) else "")
     assert job.inputs["data_container_url"] == ev.outputs["containerUrls"]["data"]
     assert job.inputs["max_hours"] == ev.config.training.max_hours
     assert ev.outputs["trainingJobId"].startswith(f"train-{ev.config.stack}-")
@@ -250,7 +278,7 @@ def test_up_grants_the_deployer_what_up_itself_does_on_the_data_plane(ev):
     account = ev.one("azure-native:batch:BatchAccount").state["id"]
     # The staging report is read with nfsKind vm only (azure-files has no file server to report).
     assert set(deployer) == {(data, roles.BLOB_DATA_READER), (account, roles.BATCH_JOB_SUBMITTER),
-                             *([(status, roles.BLOB_DATA_READER)] if ev.config.nfs.kind == "vm" else [])}
+                             *([(status, roles.BLOB_DATA_READER)] if stages_on_nfs(ev) else [])}
     assert {g.inputs["principalType"] for g in deployer.values()} == {ev.config.deployer_principal_type}
     assert all(g.inputs["description"].startswith(roles.DEPLOYER) for g in deployer.values())
     # The job is submitted (and deleted on destroy) while the grants exist.
@@ -262,7 +290,8 @@ def test_a_service_principal_deployer_is_granted_as_one_and_no_job_needs_no_gran
     cfg = dataclasses.replace(config.from_stack_file("dev"), deployer_principal_type="ServicePrincipal")
     grants = [g.inputs for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
               if g.inputs["principalId"] == "deployer"]
-    assert len(grants) == 3 and {g["principalType"] for g in grants} == {"ServicePrincipal"}
+    # `data` and the Batch account (dataTier node-local: no NFS staging report to read in `status`)
+    assert len(grants) == 2 and {g["principalType"] for g in grants} == {"ServicePrincipal"}
     cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, launch_on_up=False))
     assert not [g for g in offline.evaluate(cfg, now=NOW).of_type("azure-native:authorization:RoleAssignment")
                 if g.inputs["principalId"] == "deployer"]
@@ -286,100 +315,9 @@ class Samples:
         return self.percent
 
 
-class Interval(float):
-    """A timeinterval (a double times TimeInterval_Minute stays one)."""
-
-    def __mul__(self, other):
-        return Interval(float(self) * other)
-
-    __rmul__ = __mul__
-
-
-def _flatten(args):
-    return [v for a in args for v in (a if isinstance(a, list) else [a])]
-
-
-def evaluate_formula(formula: str, **metrics) -> dict:
-    """Run an autoscale formula with Batch's documented semantics for what it uses: statements `$x = expr;`, the
-    ternary, comparisons, + and *, max/min over doubles and vectors, GetSample(n) (the newest n samples),
-    GetSample(interval) (the samples in it), GetSamplePercent (https://learn.microsoft.com/azure/batch/
-    batch-automatic-scaling). Parsed by a small recursive-descent reader, so the formula text itself is what runs."""
-    import re
-
-    tokens = re.findall(r"\$?[A-Za-z_][A-Za-z_0-9]*|\d+(?:\.\d+)?|[?:;(),.*+<>=-]", formula)
-    env = {"TimeInterval_Minute": Interval(60), **metrics}
-    pos = 0
-
-    def peek():
-        return tokens[pos] if pos < len(tokens) else None
-
-    def take(expected=None):
-        nonlocal pos
-        token = tokens[pos]
-        assert expected is None or token == expected, (token, expected, formula)
-        pos += 1
-        return token
-
-    def primary():
-        token = take()
-        if token == "(":
-            value = ternary()
-            take(")")
-        elif token in ("max", "min"):
-            take("(")
-            args = [ternary()]
-            while peek() == ",":
-                take(",")
-                args.append(ternary())
-            take(")")
-            value = (max if token == "max" else min)(_flatten(args))
-        elif re.fullmatch(r"\d+(?:\.\d+)?", token):
-            value = float(token)
-        else:
-            value = env[token]
-        while peek() == ".":
-            take(".")
-            method = getattr(value, take())
-            take("(")
-            value = method(ternary())
-            take(")")
-        return value
-
-    def product():
-        value = primary()
-        while peek() == "*":
-            take()
-            value = value * primary()
-        return value
-
-    def total():
-        value = product()
-        while peek() in ("+", "-"):
-            value = value + product() if take() == "+" else value - product()
-        return value
-
-    def comparison():
-        value = total()
-        while peek() in ("<", ">"):
-            value = float(value < total()) if take() == "<" else float(value > total())
-        return value
-
-    def ternary():
-        condition = comparison()
-        if peek() != "?":
-            return condition
-        take("?")
-        yes = ternary()
-        take(":")
-        no = ternary()
-        return yes if condition else no
-
-    while peek() is not None:
-        name = take()
-        take("=")
-        env[name] = ternary() if name != "$NodeDeallocationOption" else take()
-        take(";")
-    return env
+# Interval and the formula evaluator (Batch's documented semantics) live with the rehearsal, which plays the same
+# arithmetic when a node leaves the pool (devtools/rehearsal/autoscale.py).
+from devtools.rehearsal.autoscale import Interval, evaluate_formula  # noqa: E402
 
 
 @pytest.mark.parametrize("min_nodes,max_nodes,active,running,current,expected", [
@@ -434,3 +372,39 @@ def test_the_pools_start_task_checks_node_health_and_a_node_that_fails_takes_no_
         assert node_health.conf_path(sku) in start["commandLine"] and node_health.RUN_HEALTH_CHECKS in start["commandLine"]
     else:
         assert f"no configuration for {sku.name}" in start["commandLine"]
+
+
+# --- dataTier node-local under Pulumi's mocks (issue 56) -----------------------------------------------------------
+
+def test_node_local_pool_makes_the_volume_and_the_job_stages_its_dataset_with_the_pools_identity(batch_ev):
+    """The pool's start task runs the local-volume script (its text, after the health checks) for
+    $AZ_BATCH_NODE_SHARED_DIR/local-data; the job `up` launches runs node-stage for its dataset on every node in the
+    coordination command, as the pool's identity, with the `data` URL and no SAS; the ranks read that folder."""
+    ev = batch_ev
+    assert ev.config.nfs.data_tier == "node-local"
+    start = ev.one(POOL).inputs["startTask"]
+    assert start["userIdentity"]["autoUser"]["elevationLevel"] == "Admin" and start["waitForSuccess"] is True
+    [script] = shlex.split(start["commandLine"].removeprefix("/bin/bash -c "))  # what bash runs
+    assert batch_spec.local_volume_command() in script
+    assert script.index("node health") < script.index('local_volume.sh "$AZ_BATCH_NODE_SHARED_DIR"/local-data')
+    job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
+    inputs = batch_spec.job_inputs(ev.config, StackOutputs.from_json(ev.outputs))
+    assert job.inputs["data_tier"] == "node-local" and job.inputs["data_url"] == ev.outputs["containerUrls"]["data"]
+    task = batch_spec.task_spec(inputs, ev.outputs["trainingJobId"])
+    coordination = task["multiInstanceSettings"]["coordinationCommandLine"]
+    assert (f"AZURE_CLIENT_ID={ev.outputs['pullIdentityClientId']} python -m training node-stage "
+            f"{ev.outputs['containerUrls']['data']} --dataset default") in coordination
+    assert coordination.index("node-stage") < coordination.index("node-ssh")
+    assert "local-data/datasets/default" in task["commandLine"] and "sig=" not in coordination + task["commandLine"]
+
+
+def test_nfs_tier_keeps_the_share_as_the_data_path():
+    ev = nfs_tier()
+    start = ev.one(POOL).inputs["startTask"]["commandLine"]
+    assert "local_volume" not in start
+    job = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "batch_endpoint" in r.inputs)
+    assert job.inputs["data_tier"] == "nfs" and job.inputs["data_url"] == ""
+    assert job.inputs["data_status_url"] == ev.outputs["containerUrls"]["status"]
+    deployer = {g.inputs["scope"].rsplit("/", 1)[-1] for g in ev.of_type("azure-native:authorization:RoleAssignment")
+                if g.inputs["principalId"] == "deployer"}
+    assert "status" in deployer  # it reads the NFS server's staging report before submitting

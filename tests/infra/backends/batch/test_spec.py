@@ -151,6 +151,68 @@ def test_local_cache_is_where_the_container_sees_it():
     assert "rsync" not in batch_spec.start_task_command(False, 120)
 
 
+DATA = "https://st.blob.core.windows.net/data"
+
+
+def node_local(**changes):
+    return inputs(data_tier="node-local", data_url=DATA, **changes)
+
+
+@pytest.mark.parametrize("dataset, folder", [("", "default"), ("cats", "cats")])
+def test_node_local_job_stages_its_dataset_on_every_node_before_its_sshd_and_trains_from_there(dataset, folder):
+    """dataTier node-local: the coordination command (every node) runs node-stage for the job's dataset onto the
+    node's volume with the pool's identity (its client ID, no SAS) before the job's sshd; the ranks' --data is that
+    folder; the primary neither waits for nor stages the NFS share's copy."""
+    spec = node_local(dataset=dataset)
+    task = batch_spec.task_spec(spec, batch_spec.job_id(spec))
+    coordination = _script(task["multiInstanceSettings"]["coordinationCommandLine"])
+    stage = ("AZURE_CLIENT_ID=client-pull python -m training node-stage https://st.blob.core.windows.net/data "
+             f'--dataset {folder} --dest "$AZ_BATCH_NODE_SHARED_DIR"/local-data || exit $?')
+    assert stage in coordination and coordination.index(stage) < coordination.index("node-ssh")
+    script = _script(task["commandLine"])
+    assert f'--data "$AZ_BATCH_NODE_SHARED_DIR"/local-data/datasets/{folder} ' in script
+    assert ".staged" not in script and "training stage" not in script and "imagenet" not in script
+    assert "sig=" not in repr(task) and "?sv=" not in repr(task)
+    assert models.BatchTaskCreateOptions(task).multi_instance_settings.coordination_command_line
+    # a job of another tier or dataset is another job
+    assert spec.fingerprint() != inputs(dataset=dataset).fingerprint()
+    assert inputs().fingerprint() == dataclasses.replace(inputs(), data_tier="nfs").fingerprint()
+
+
+def test_node_local_coordination_stops_before_the_sshd_when_staging_fails(tmp_path):
+    """A node that cannot stage (no such dataset, a shard bad three times: node-stage exits 2) ends its coordination
+    command with that status, so the task fails there and no rank starts; on success the sshd follows."""
+    spec = node_local(dataset="cats")
+    job = batch_spec.job_id(spec)
+    node = batch_node(tmp_path, job)
+    calls = tmp_path / "calls"
+    body = f'echo "$AZURE_CLIENT_ID $3" >> "{calls}"; [ "$3" = node-stage ] && exit ${{STAGE_EXIT:-0}}; exit 0'
+    env = {**os.environ, **node, "PATH": fake_python(tmp_path, body) + ":/usr/bin:/bin"}
+    env.pop("AZURE_CLIENT_ID", None)  # the command sets it itself
+    coordination = _script(batch_spec.coordination_command(job, spec))
+    failed = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"],
+                            env={**env, "STAGE_EXIT": "2"}, capture_output=True, text=True)
+    assert failed.returncode == 2 and calls.read_text().splitlines() == ["client-pull node-stage"]
+    calls.unlink()
+    ok = subprocess.run(["bash", "-c", coordination], cwd=node["AZ_BATCH_TASK_WORKING_DIR"], env=env,
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert calls.read_text().splitlines() == ["client-pull node-stage", " node-ssh"]
+    argv = (tmp_path / "argv").read_text().splitlines()  # the last call's: node-ssh
+    assert argv[:3] == ["-m", "training", "node-ssh"]
+
+
+def test_node_local_start_task_makes_the_volume_after_the_health_checks():
+    from infra.core.skus import CATALOG
+
+    start = _script(batch_spec.start_task_command(False, 120, CATALOG["Standard_ND96isr_H100_v5"], "node-local"))
+    assert start.index("azurehpc-health-checks") < start.index("local_volume.sh")
+    volume = batch_spec.LOCAL_VOLUME_SCRIPT.read_text()
+    assert shlex.quote(volume) in start  # the script itself, carried in the command line
+    assert 'local_volume.sh "$AZ_BATCH_NODE_SHARED_DIR"/local-data || exit $?' in start
+    assert "rsync" not in start and ".staged" not in start  # no copy from NFS, no wait for its staging
+
+
 def test_autoscale_formula_asks_for_dedicated_or_spot_nodes():
     formula = batch_spec.autoscale_formula(0, 8)  # sized from the jobs: tests/infra/backends/batch/test_cluster.py evaluates it
     assert "$TargetDedicatedNodes = $target;" in formula and "$TargetLowPriorityNodes = 0;" in formula
