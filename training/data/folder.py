@@ -1,4 +1,6 @@
-"""The ImageNet-layout folder every framework reads: its scan and up-front check (PIL only, no framework)."""
+"""The dataset folder every framework reads, `--data DIR`: an ImageNet-layout folder (train/<class>/IMAGE, its scan
+and up-front check here, PIL only, no framework) or a sharded dataset (DIR/dataset.json says "format": "shards":
+training/data/shards.py, read through training/data/shard_samples.py). `sharded` says which."""
 from __future__ import annotations
 
 import random
@@ -6,7 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from training.data import layout
+from training.data import layout, shards
 from training.errors import UsageError
 from training.model_card import MEAN, STD  # noqa: F401 - ImageNet channel statistics, read from here too
 
@@ -14,12 +16,21 @@ IMAGE_SUFFIXES = {".jpeg", ".jpg", ".png"}
 VERIFY_SAMPLE = 1000  # images opened up front to catch a broken dataset before the cluster spins
 
 
+def sharded(root: Path) -> bool:
+    """Whether `--data DIR` is a sharded dataset (its dataset.json says so) rather than one file per image."""
+    return shards.is_sharded(root)
+
+
 def class_names(root: Path, split: str = "train") -> list[str]:
-    """The classes of a folder dataset in label order: its class folders' names, sorted. Every framework numbers
-    labels by this list (through scan), and it is what the run writes beside its model (classes.json, the ONNX
-    metadata); raises UsageError on a folder not in ImageNet layout."""
+    """The classes of a folder dataset in label order: its class folders' names, sorted (a sharded dataset: its
+    manifest's "classes", made the same way). Every framework numbers labels by this list (through scan), and it
+    is what the run writes beside its model (classes.json, the ONNX metadata); raises UsageError on a folder not in
+    ImageNet layout."""
     if not root.is_dir():
-        raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder or 'synthetic')")
+        raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder, a sharded dataset's "
+                         "folder or 'synthetic')")
+    if sharded(root):
+        return list(shards.read_sharded(root).classes)
     folder = root / split
     if not folder.is_dir():
         raise UsageError(f"--data {root}: no {split}/ folder; expected ImageNet layout {split}/<class>/*.JPEG")

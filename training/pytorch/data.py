@@ -6,6 +6,13 @@ training/pytorch/nvjpeg.py). Which image a rank reads at each step, its random-r
 decided per (seed, epoch, sample) by training/pytorch/sampling.py, the same for all three: a run resumed in the
 middle of an epoch sees exactly the images and crops an uninterrupted run would have seen, and the loaders are
 interchangeable.
+
+A sharded dataset (`--data DIR` whose dataset.json says "format": "shards", training/data/shards.py) feeds the same
+loaders: `pil` and `nvjpeg` read sample i where its shard's index says it lies (training/data/shard_samples.py), so
+their sampler, epoch (the manifest's count // world // batch whole batches: the last part batch dropped, every rank
+the same number of steps), crops and exact mid-epoch resume are the per-file path's; `dali` reads the shards with
+DALI's own webdataset reader and GPU decoder (training/pytorch/dali_shards.py: its order and its resume semantics
+are DALI's, documented there). Validation reads the val shards with PIL, as it reads val/ files.
 """
 from __future__ import annotations
 
@@ -16,14 +23,19 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training.errors import UsageError
-from training.data.folder import MEAN, STD, num_classes, scan, verify_images
+from training.data import shards
+from training.data.folder import MEAN, STD, num_classes, scan, sharded, verify_images
+from training.data.shard_samples import ShardSamples
 from training.pytorch.sampling import (EpochTagged, batches_per_epoch, first_readable, training_crop,
                                        training_sampler)
 from training.runner import synthetic_steps_per_epoch
 
 
 class FolderDataset(Dataset):
-    def __init__(self, samples: list[tuple[Path, int]], image_size: int, train: bool, seed: int):
+    """`samples`: (image file, label) pairs: a folder's paths, or a sharded dataset's ShardSamples (each image a
+    ShardMember, a file object PIL opens alike)."""
+
+    def __init__(self, samples: list[tuple[Path, int]] | ShardSamples, image_size: int, train: bool, seed: int):
         from torchvision import transforms
 
         self.samples, self.seed, self.image_size, self.train = samples, seed, image_size, train
@@ -55,7 +67,7 @@ class FolderDataset(Dataset):
 class PilBatches:
     """Training batches decoded and augmented by PIL/torchvision in `--workers` processes."""
 
-    def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, pin_memory: bool):
+    def __init__(self, samples: list[tuple[Path, int]] | ShardSamples, cfg, rank: int, size: int, pin_memory: bool):
         self.dataset = FolderDataset(samples, cfg.image_size, train=True, seed=cfg.seed)
         self.sampler = training_sampler(len(samples), cfg, rank, size)
         self.loader = DataLoader(self.dataset, batch_size=cfg.batch_size, sampler=EpochTagged(self.sampler),
@@ -71,15 +83,26 @@ class PilBatches:
 class FolderData:
     def __init__(self, root: Path, cfg, rank: int, size: int, device: torch.device):
         if not root.is_dir():
-            raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder or 'synthetic')")
-        classes, samples = scan(root, "train")
+            raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder, a sharded dataset's "
+                             "folder or 'synthetic')")
+        self.sharded = sharded(root)
+        if self.sharded:
+            dataset = shards.read_sharded(root)
+            classes, samples = list(dataset.classes), ShardSamples(root, "train", dataset)
+        else:
+            classes, samples = scan(root, "train")
         num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
-        self.steps_per_epoch = batches_per_epoch(len(samples), size, cfg.batch_size)  # every loader's epoch
+        # Every loader's epoch, from the count alone (a sharded dataset's: its manifest's), the same on every rank
+        self.steps_per_epoch = batches_per_epoch(len(samples), size, cfg.batch_size)
         if self.steps_per_epoch == 0:
             raise UsageError(f"--data {root}: {len(samples)} images are fewer than one global batch "
                              f"({cfg.batch_size} x {size} workers); lower --batch-size")
-        if cfg.loader == "dali":
+        if cfg.loader == "dali" and self.sharded:
+            from training.pytorch.dali_shards import DaliShardBatches
+
+            self.train = DaliShardBatches(root, dataset, cfg, rank, size, device, self.steps_per_epoch)
+        elif cfg.loader == "dali":
             from training.pytorch.dali import DaliBatches
 
             self.train = DaliBatches(samples, cfg, rank, size, device, self.steps_per_epoch)
@@ -91,8 +114,12 @@ class FolderData:
             self.train = PilBatches(samples, cfg, rank, size, pin_memory=device.type == "cuda")
         # Evaluation runs once per epoch over a small split: PIL for every loader.
         self.val = None
-        if (root / "val").is_dir():
+        val_samples = None
+        if self.sharded and dataset.shards.get("val"):
+            val_samples = ShardSamples(root, "val", dataset)  # labelled by the manifest's (train/'s) classes
+        elif not self.sharded and (root / "val").is_dir():
             _, val_samples = scan(root, "val", classes)  # labelled by train/'s classes
+        if val_samples is not None:
             val_set = FolderDataset(val_samples, cfg.image_size, train=False, seed=cfg.seed)
             val_sampler = DistributedSampler(val_set, num_replicas=size, rank=rank, shuffle=False)
             self.val = DataLoader(val_set, batch_size=cfg.batch_size, sampler=val_sampler, num_workers=cfg.workers)

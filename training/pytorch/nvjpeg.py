@@ -1,6 +1,7 @@
 """`--loader nvjpeg`: training batches decoded by nvJPEG on the GPU through torchvision, then cropped, resized,
 flipped and normalised there. It needs nothing beyond torch and torchvision, so it runs wherever training runs
-(DALI's ~424 MB wheel cannot travel everywhere).
+(DALI's ~424 MB wheel cannot travel everywhere). A sharded dataset's images come from their shards
+(training/data/shard_samples.py) instead of their files; everything after the read is the same.
 
 Work is split as in the DALI loader: DataLoader worker processes read each file's bytes and header and draw its
 crop window and flip with the PIL path's own functions (training/pytorch/sampling.py: `training_sampler`,
@@ -50,6 +51,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from training.data.folder import MEAN, STD
+from training.data.shard_samples import ShardMember, ShardSamples
 from training.pytorch.sampling import Crop, EpochTagged, first_readable, training_crop, training_sampler
 
 # What nvJPEG takes as is; anything else (ImageNet has a PNG and some CMYK files named .JPEG) is decoded by PIL in
@@ -70,23 +72,29 @@ def _pixels(image) -> torch.Tensor:
     return torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1).contiguous()
 
 
-def read_sample(path: str, label: int, seed: int, epoch: int, index: int, encoded: bool = True) -> Sample:
-    """Sample `index` of `epoch` from `path`: its bytes and the crop drawn from its header, or (not `encoded`, or
-    not a JPEG file nvJPEG decodes) its pixels decoded by PIL. Raises OSError on a file PIL cannot read."""
+def read_sample(path: str | ShardMember, label: int, seed: int, epoch: int, index: int,
+                encoded: bool = True) -> Sample:
+    """Sample `index` of `epoch` from `path` (a file, or a sharded dataset's ShardMember: the image's bytes read
+    from its shard): its bytes and the crop drawn from its header, or (not `encoded`, or not a JPEG file nvJPEG
+    decodes) its pixels decoded by PIL. Raises OSError on a file PIL cannot read."""
     from PIL import Image
 
     with Image.open(path) as image:  # the header only, unless PIL has to decode it
         crop = training_crop(image, seed, epoch, index)
         if not encoded or image.format != "JPEG" or image.mode not in NVJPEG_MODES:
             return Sample(_pixels(image), label, crop)
+    if isinstance(path, ShardMember):  # in memory already: one copy into a tensor of its own
+        return Sample(torch.frombuffer(bytearray(path.getbuffer()), dtype=torch.uint8), label, crop)
     return Sample(torch.from_numpy(np.fromfile(path, dtype=np.uint8)), label, crop)
 
 
 class EncodedDataset(Dataset):
     """Dataset index -> Sample, in DataLoader workers: file reading, no decoding."""
 
-    def __init__(self, samples: list[tuple[Path, int]], seed: int):
-        self.samples, self.seed = [(str(path), label) for path, label in samples], seed
+    def __init__(self, samples: list[tuple[Path, int]] | ShardSamples, seed: int):
+        # A folder's paths as strings (they pickle at a fraction of Path objects' size); ShardSamples as it is
+        self.samples = samples if isinstance(samples, ShardSamples) else [(str(path), label) for path, label in samples]
+        self.seed = seed
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -302,7 +310,8 @@ class NvjpegBatches:
     """Training batches: files read by `--workers` processes, decoded and augmented on `device` (nvJPEG on a
     GPU; libjpeg-turbo in the training process on CPU, where this loader is for tests, not speed)."""
 
-    def __init__(self, samples: list[tuple[Path, int]], cfg, rank: int, size: int, device: torch.device):
+    def __init__(self, samples: list[tuple[Path, int]] | ShardSamples, cfg, rank: int, size: int,
+                 device: torch.device):
         self.device, self.image_size, self.channels_last = device, cfg.image_size, bool(cfg.channels_last)
         self.dataset = EncodedDataset(samples, cfg.seed)
         self.sampler = training_sampler(len(samples), cfg, rank, size)
