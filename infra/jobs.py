@@ -33,7 +33,7 @@ from infra.backends.shared import (JobError, StackOutputs, load_outputs, member_
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
 from infra.core import budget, config
-from training.data import datasets, decode_check, layout, transfer
+from training.data import datasets, decode_check, layout, sharding, shards, transfer
 from training.data.upload import upload as upload_tree
 from training.errors import UsageError
 
@@ -258,6 +258,23 @@ class Upload:
     add: bool = False  # into a dataset that holds other classes already: a job trains on both
     dataset: str = datasets.DEFAULT  # which (training/data/datasets.py: the container's root, or datasets/NAME/)
     replace: bool = False  # the dataset becomes the folder: its blobs the folder lacks are deleted after the upload
+    format: str = "auto"  # shards | files | auto (training/data/sharding.py AUTO_RULE: by the folder's size)
+    shard_bytes: int = shards.SHARD_BYTES  # with shards: the target size of one
+
+
+def upload_format(inputs: Upload) -> str:
+    """"shards" or "files": what the upload writes (--format; auto by the folder's images and bytes, a sharded
+    folder as shards). A tree outside the trainer's layout (--no-layout-check) goes up as files."""
+    if shards.is_sharded(inputs.dir):
+        if inputs.format == "files":
+            raise UsageError(f"DIR {inputs.dir}: a sharded folder goes up as shards; leave --format out")
+        return "shards"
+    found = layout.of_folder(inputs.dir) if inputs.layout_check or inputs.format == "shards" else None
+    if found is None or found.problem():
+        if inputs.format == "shards":
+            raise UsageError(f"DIR {inputs.dir}: shards need the trainer's layout ({layout.EXPECTED})")
+        return sharding.choose(inputs.format, 0, 0) if inputs.format != "auto" else "files"
+    return sharding.choose(inputs.format, *sharding.folder_figures(found, inputs.dir))
 
 
 def check_upload(inputs: Upload) -> layout.Layout | None:
@@ -269,6 +286,12 @@ def check_upload(inputs: Upload) -> layout.Layout | None:
     if inputs.workers < 1:
         raise UsageError("--workers must be at least 1")
     datasets.check_name(inputs.dataset)
+    if inputs.add and upload_format(inputs) == "shards":
+        raise UsageError(f"--add: a sharded dataset is one set of shards, not merged; --dataset NAME for a dataset of "
+                         f"its own, --replace to make dataset {inputs.dataset} this folder, or --format files")
+    if shards.is_sharded(src):
+        shards.read_sharded(src)  # its manifest checked before a byte moves
+        return layout.of_folder(src)
     if not inputs.layout_check:
         return None
     found = layout.of_folder(src)
@@ -298,6 +321,7 @@ def check_destination(inputs: Upload, found: layout.Layout | None, target: trans
     is check_upload's layout of the folder (None: unchecked, another tree, and nothing is checked here either)."""
     if inputs.add or inputs.replace or found is None:
         return
+    mine = set(found.images["train"]) or (set(shards.read_sharded(inputs.dir).classes) if found.shards else set())
     target.check_reachable()
     try:
         held = datasets.classes(target.client(inputs.workers), inputs.dataset)
@@ -305,7 +329,7 @@ def check_destination(inputs: Upload, found: layout.Layout | None, target: trans
         if getattr(err, "status_code", None) != 403:
             raise
         return
-    others = sorted(set(held) - set(found.images["train"]))
+    others = sorted(set(held) - mine)
     if others:
         named = ", ".join(others[:5]) + (" ..." if len(others) > 5 else "")
         raise UsageError(
@@ -318,7 +342,12 @@ def check_destination(inputs: Upload, found: layout.Layout | None, target: trans
 def upload(inputs: Upload, target: transfer.ContainerTarget) -> tuple[Any, int]:
     """Upload the folder into its dataset (training/data/upload.py: verified, resumable); with --replace, delete
     the dataset's blobs the folder lacks, after the upload (never a dataset half gone); then write the dataset's
-    manifest (who, when, content hash). Its transfer stats, and how many blobs --replace deleted."""
+    manifest (who, when, content hash). Its transfer stats, and how many blobs --replace deleted. As shards
+    (upload_format): training/data/sharding.py, its manifest last; --replace deletes the per-file blobs."""
+    if upload_format(inputs) == "shards":
+        pushed = sharding.upload_folder(inputs.dir, target, datasets.prefix(inputs.dataset), inputs.dataset,
+                                        workers=inputs.workers, shard_bytes=inputs.shard_bytes, replace=inputs.replace)
+        return pushed.stats, pushed.removed
     removed = 0
     with transfer.stopping_cleanly("upload"):
         stats = upload_tree(inputs.dir, target, datasets.prefix(inputs.dataset), inputs.workers)
@@ -326,7 +355,7 @@ def upload(inputs: Upload, target: transfer.ContainerTarget) -> tuple[Any, int]:
         if inputs.replace:
             mine = {path.relative_to(inputs.dir).as_posix() for path in inputs.dir.rglob("*") if path.is_file()}
             removed = datasets.remove(client, inputs.dataset, keep=mine | {datasets.MANIFEST})
-        described = datasets.describe(client, inputs.dataset)
+        described = datasets.describe_files(client, inputs.dataset)
         if described:
             datasets.write_manifest(client, dataclasses.replace(
                 described, uploaded_by=datasets.uploader(client), uploaded_at=datasets.now_iso()))
@@ -343,6 +372,30 @@ def dataset_client(stack: Stack) -> Any:
 def list_datasets(stack: Stack) -> list[datasets.Dataset]:
     client = dataset_client(stack)
     return [found for found in (datasets.describe(client, name) for name in datasets.names(client)) if found]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A per-file dataset of the stack's `data` container, rewritten in place as shards."""
+    dataset: str = datasets.DEFAULT
+    workers: int = 16  # parallel blob reads and uploads
+    shard_bytes: int = shards.SHARD_BYTES
+    remove_files: bool = False  # delete its per-file blobs once the shards and the manifest are up
+
+
+def shard_dataset(stack: Stack, inputs: Shard) -> Any:
+    """Convert the dataset (training/data/sharding.py convert: blobs streamed, shards uploaded, manifest last),
+    with your Azure AD sign-in; its sharding.Pushed."""
+    datasets.check_name(inputs.dataset)
+    if inputs.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    target = data_target(stack)
+    target.check_reachable()
+    if inputs.dataset not in datasets.names(target.client(1)):
+        raise UsageError(f"--dataset {inputs.dataset}: the stack's `data` container has no such dataset (`python -m "
+                         "infra datasets` lists them)")
+    return sharding.convert(target, inputs.dataset, workers=inputs.workers, shard_bytes=inputs.shard_bytes,
+                            remove_files=inputs.remove_files)
 
 
 def remove_dataset(stack: Stack, name: str) -> int:

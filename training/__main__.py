@@ -6,6 +6,8 @@ Commands:
   launch       start `train` on every GPU of every node with horovodrun (--hosts, or Azure Batch's node list)
   node-ssh     the job's own SSH between Batch nodes (key-only sshd per node; run by the job's coordination command)
   upload       put a dataset into a blob container (SAS or Azure AD), verified and resumable
+  shard        write a dataset as shards (WebDataset tars + DALI index + MD5 each): a local folder into a sharded
+               folder, or a container's per-file dataset in place (docs/data.md, Shards)
   stage        copy a blob container onto NFS or local disk, verified, resumable; --extract unpacks tarballs
                (ImageNet's train/val archives into the trainer's train/<class>/*.JPEG, val/<class>/*.JPEG)
   node-stage   put one dataset onto this node's local volume (DEST/datasets/NAME): shards in parallel, each MD5
@@ -31,7 +33,7 @@ import sys
 from training.errors import RunStopped, UsageError
 
 COMMANDS = {"launch": "training.cluster.launch", "node-ssh": "training.cluster.node_ssh",
-            "upload": "training.data.upload",
+            "upload": "training.data.upload", "shard": "training.data.sharding",
             "interconnect-check": "training.interconnect", "stage": "training.data.stage", "report": "training.report",
             "node-stage": "training.data.node_stage",
             "predict": "training.predict"}

@@ -84,8 +84,8 @@ class Dataset:
         named = ", ".join(self.classes[:6]) + (" ..." if len(self.classes) > 6 else "")
         who = f"uploaded by {self.uploaded_by or 'unknown'}" + (f" at {self.uploaded_at}" if self.uploaded_at else "")
         held = f"shards ({self.shard_count()})" if self.format == "shards" else "files"
-        return (f"{self.name}: {held}, {len(self.classes)} class(es) ({named}), {counts} images, "
-                f"{self.bytes / 1e6:.1f} MB, {who}, {self.content_hash[:19]}")
+        return (f"{self.name}: {len(self.classes)} class(es) ({named}), {counts} images, {self.bytes / 1e6:.1f} MB, "
+                f"{held}, {who}, {self.content_hash[:19]}")
 
     def manifest(self) -> dict:
         values = asdict(self)

@@ -8,10 +8,16 @@ layout.py) gets a note, and `--check-layout` refuses it, or one whose images do 
 (training/data/decode_check.py), before a byte moves. For a deployed stack, `python -m infra upload DIR` finds the
 `data` container itself and checks the layout and the images by default.
 
+--format: a folder in the trainer's layout goes up as shards (training/data/sharding.py: WebDataset tars with
+DALI's index, an MD5 each, dataset.json last) when it has >= 10,000 images or >= 1 GiB (`auto`, the default), or
+as you say (`shards`, `files`); a sharded folder (`python -m training shard`'s output) goes up as it is. --prefix
+is then the dataset's prefix (datasets/NAME/ for the dataset NAME, none for `default`).
+
 Examples:
   python -m training upload /data/imagenet "$DATA_URL_WITH_WRITE_SAS"
   python -m training upload ILSVRC2012_img_train.tar "https://ACCOUNT.blob.core.windows.net/data" --prefix tars/
   python -m training upload ~/pets "https://ACCOUNT.blob.core.windows.net/data" --check-layout
+  python -m training upload /data/imagenet "$DATA_URL" --prefix datasets/imagenet/ --format shards
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ import os
 import sys
 from pathlib import Path
 
-from training.data import decode_check, layout, transfer
+from training.data import datasets, decode_check, layout, sharding, shards, transfer
 from training.errors import UsageError
 
 
@@ -114,6 +120,11 @@ def main(argv: list[str]) -> int:
                              "environment variable VAR (keeps the SAS out of `ps`)")
     parser.add_argument("--prefix", default="", help="blob name prefix, e.g. imagenet/ (default: none)")
     parser.add_argument("--workers", type=int, default=16, help="parallel transfers (default: 16)")
+    parser.add_argument("--format", choices=sharding.FORMATS, default="auto", help=sharding.AUTO_RULE)
+    parser.add_argument("--shard-mb", type=float, default=shards.SHARD_BYTES / 1e6,
+                        help="with shards: target shard size in MB (default: 128)")
+    parser.add_argument("--replace", action="store_true",
+                        help="with shards: delete the dataset's per-file blobs once its shards and manifest are up")
     parser.add_argument("--check-layout", action="store_true",
                         help="refuse a folder the trainer cannot read (train/<class>/IMAGE, optionally val/<class>/ "
                              "with classes of train/; every image decodes) before anything is uploaded")
@@ -123,13 +134,26 @@ def main(argv: list[str]) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     target = transfer.ContainerTarget.parse(args.container_url, verb="upload")
-    problem = layout.of_folder(args.src).problem() if args.src.is_dir() else None
+    found = layout.of_folder(args.src) if args.src.is_dir() else None
+    problem = found.problem() if found else None
     if problem and args.check_layout:
         raise UsageError(f"SRC {args.src}: {problem}; {layout.EXPECTED} (without --check-layout it goes up as it is)")
     if args.check_layout and args.src.is_dir():
         bad = decode_check.undecodable(args.src)  # every image decoded here, before a byte is sent
         if bad:
             raise UsageError(f"SRC {args.src}: {decode_check.describe(bad)} (without --check-layout it goes up as it is)")
+    fmt = _format(args, found, problem)
+    if fmt == "shards":
+        name = _name_of(args.prefix)
+        print(f"upload: {args.src} -> {target.display} as shards, prefix {args.prefix or '(none)'}", file=sys.stderr)
+        pushed = sharding.upload_folder(args.src, target, args.prefix, name, workers=args.workers,
+                                        shard_bytes=int(args.shard_mb * 1e6), replace=args.replace)
+        print(pushed.stats.line("upload").replace(" files (", " shards (", 1)
+              + f"; {pushed.dataset.images()['train']} train images in {len(pushed.dataset.shards['train'])} shards, "
+              f"{pushed.removed} blob(s) deleted, {pushed.dataset.content_hash[:19]}")
+        return 0
+    if args.replace:
+        raise UsageError("--replace: only with shards (--format shards); a per-file upload keeps what is there")
     if problem:
         print(f"upload: note: {args.src} is not in the trainer's layout ({problem}); uploading it as it is",
               file=sys.stderr)
@@ -138,3 +162,31 @@ def main(argv: list[str]) -> int:
         stats = upload(args.src, target, args.prefix, args.workers)
     print(stats.line("upload"))
     return 0
+
+
+def _format(args, found: layout.Layout | None, problem: str | None) -> str:
+    """What goes up: "shards" or "files" (--format, and for auto the folder's size: sharding.AUTO_RULE)."""
+    if found is not None and shards.is_sharded(args.src):
+        if args.format == "files":
+            raise UsageError(f"SRC {args.src}: a sharded folder goes up as shards; leave --format out")
+        return "shards"
+    if found is None or problem:
+        if args.format == "shards":
+            raise UsageError(f"SRC {args.src}: {problem or 'a file'}; shards need a folder in the trainer's layout "
+                             f"({layout.EXPECTED})")
+        return "files"
+    images, size = sharding.folder_figures(found, args.src)
+    fmt = sharding.choose(args.format, images, size)
+    if args.format == "auto":
+        print(f"upload: {images} images, {size / 2**30:.2f} GiB: --format auto uploads {fmt}", file=sys.stderr)
+    return fmt
+
+
+def _name_of(prefix: str) -> str:
+    """The dataset a prefix is (training/data/datasets.py): "" is `default`, datasets/NAME/ is NAME."""
+    if not prefix:
+        return datasets.DEFAULT
+    if prefix.startswith(datasets.NAMED) and prefix.endswith("/"):
+        return datasets.check_name(prefix[len(datasets.NAMED):-1])
+    raise UsageError(f"--prefix {prefix}: a sharded dataset goes at no prefix (the dataset `default`) or at "
+                     f"{datasets.NAMED}NAME/ (the dataset NAME), where jobs find it")

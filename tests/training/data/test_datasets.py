@@ -36,6 +36,7 @@ def test_two_datasets_keep_their_own_classes_and_are_listed_replaced_and_removed
     listed = capsys.readouterr().out.splitlines()
     assert [row.split(":")[0] for row in listed] == ["default", "boats", "pets"]
     assert listed[2].startswith("pets: 2 class(es) (cat, dog), 2 train, 1 val images, ") and "uploaded by " in listed[2]
+    assert " MB, files, uploaded by " in listed[2]  # the format: a blob per image (shards: test_shard_upload.py)
     assert "sha256:" in listed[2]
 
     # --replace: the dataset becomes the folder (dog goes), the others stay as they were.
