@@ -1,5 +1,5 @@
 """The job and data verbs, over a deployed stack's outputs: submit, status, logs, download, cancel and
-register-model (infra/jobs.py: run), upload, datasets and restage; and member-file, which writes the file that
+register-model (infra/jobs.py: run), upload, datasets, shard and restage; and member-file, which writes the file that
 members give them (--outputs FILE). Each parses and prints; infra/jobs.py does the work.
 """
 from __future__ import annotations
@@ -217,14 +217,16 @@ def _upload(args: argparse.Namespace) -> int:
 
     stack = _stack(args)
     inputs = jobs.Upload(args.dir, layout_check=not args.no_layout_check, workers=args.workers, add=args.add,
-                         dataset=args.dataset, replace=args.replace)
+                         dataset=args.dataset, replace=args.replace, format=args.format,
+                         shard_bytes=int(args.shard_mb * 1e6))
     try:
         found = jobs.check_upload(inputs)
         if found is not None:
             print(f"upload: {args.dir}: {found.summary()}", file=sys.stderr)
         target = jobs.data_target(stack)
         jobs.check_destination(inputs, found, target)
-        print(f"upload: {args.dir} -> {target.display}, dataset {args.dataset}", file=sys.stderr)
+        print(f"upload: {args.dir} -> {target.display}, dataset {args.dataset}, as {jobs.upload_format(inputs)} "
+              f"(--format {args.format})", file=sys.stderr)
         stats, removed = jobs.upload(inputs, target)
     except (JobError, UsageError) as err:
         _error(args, err)
@@ -256,6 +258,28 @@ def _datasets(args: argparse.Namespace) -> int:
         return 1
     print("\n".join(item.line() for item in found) if found else
           f"no datasets in stack {args.stack}'s `data` container: python -m infra upload --dataset NAME DIR")
+    return 0
+
+
+def _shard(args: argparse.Namespace) -> int:
+    """Convert a per-file dataset of the stack's `data` container into shards in place (infra/jobs.py:
+    shard_dataset)."""
+    from infra import jobs
+    from infra.backends.shared import JobError
+    from training.errors import UsageError
+
+    inputs = jobs.Shard(args.dataset, workers=args.workers, shard_bytes=int(args.shard_mb * 1e6),
+                        remove_files=args.remove_files)
+    try:
+        pushed = jobs.shard_dataset(_stack(args), inputs)
+    except (JobError, UsageError) as err:
+        _error(args, err)
+        return 1
+    made = pushed.dataset
+    print(f"shard: dataset {args.dataset}: {len(made.shards['train'])} train and {len(made.shards.get('val', ()))} "
+          f"val shards ({made.images()['train']} and {made.images()['val']} images, {made.bytes() / 1e6:.1f} MB), "
+          f"{made.content_hash[:19]}; {pushed.stats.skipped} shard(s) already there; {pushed.removed} blob(s) deleted"
+          + ("" if args.remove_files else "; its per-file blobs are kept (--remove-files deletes them)"))
     return 0
 
 
@@ -300,13 +324,20 @@ def add_parsers(commands, services) -> None:
                              "held before names); `submit --dataset NAME` trains on it alone")
     upload.add_argument("--replace", action="store_true",
                         help="make the dataset this folder: after the upload, delete its blobs the folder lacks")
+    upload.add_argument("--format", choices=("auto", "shards", "files"), default="auto",
+                        help="auto (default): shards when the folder has >= 10,000 images or >= 1 GiB, else a blob "
+                             "per image; shards: WebDataset tars of ~128 MB with DALI's index and an MD5 each, which "
+                             "the nodes stage onto local NVMe (docs/data.md, Shards); files: a blob per image")
+    upload.add_argument("--shard-mb", type=float, default=128.0, help="with shards: target shard size in MB "
+                                                                      "(default: 128)")
     upload.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     upload.set_defaults(run=lambda a: job_verb_errors(a, _upload))
 
     data_sets = commands.add_parser(
         "datasets", help="list the datasets in the stack's `data` container (classes, images, size, uploader), or "
                          "remove one",
-        description="One line per dataset in the stack's `data` container (docs/data.md, Datasets): its classes, "
+        description="One line per dataset in the stack's `data` container (docs/data.md, Datasets): its format "
+                    "(files, or shards and their count), its classes, "
                     "train and val images, size, who uploaded it last and when, and its content hash (what a "
                     "model trained on it records). --remove NAME deletes its blobs (members and admins may: the "
                     "stack grants them deletes in `data`; restorable for 7 days).")
@@ -315,6 +346,23 @@ def add_parsers(commands, services) -> None:
     data_sets.add_argument("--remove", metavar="NAME", help="delete this dataset's blobs")
     data_sets.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     data_sets.set_defaults(run=lambda a: job_verb_errors(a, _datasets))
+
+    shard = commands.add_parser(
+        "shard", help="rewrite a per-file dataset of the stack's `data` container as shards, in place",
+        description="Stream the dataset's blobs, write them into WebDataset shards (~128 MB, DALI's index and an "
+                    "MD5 each), upload those beside them and the dataset's new dataset.json last; jobs then stage "
+                    "the shards onto each node's local disk (docs/data.md, Shards). Its per-file blobs are kept "
+                    "unless --remove-files. Resumable: a rerun skips the shards already up.",
+        epilog="Example: python -m infra shard --outputs member-dev.json --dataset imagenet")
+    shard.add_argument("--stack", help=MEMBER_STACK_HELP)
+    shard.add_argument("--outputs", type=Path, default=None, help=OUTPUTS_HELP)
+    shard.add_argument("--dataset", default="default", metavar="NAME", help="the dataset (default: default)")
+    shard.add_argument("--shard-mb", type=float, default=128.0, help="target shard size in MB (default: 128)")
+    shard.add_argument("--workers", type=int, default=16, help="parallel blob reads and uploads (default: 16)")
+    shard.add_argument("--remove-files", action="store_true",
+                       help="delete the dataset's per-file blobs once its shards and manifest are up")
+    shard.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
+    shard.set_defaults(run=lambda a: job_verb_errors(a, _shard))
 
     verbs = {
         "submit": "start a training job on the stack's GPU pool (defaults from the stack config); with "
