@@ -68,12 +68,16 @@ class RehearsalBatch:
     """A Batch account with one pool of local nodes. Jobs run in a background thread, one at a time."""
 
     def __init__(self, pool: Pool, account: Account, node_env: dict[str, str], pool_spec: dict[str, Any],
-                 identities: dict[str, str], work: Path, log: Callable[[str], None] = print, slots: int = 0):
+                 identities: dict[str, str], work: Path, log: Callable[[str], None] = print, slots: int = 0,
+                 allocated: int | None = None):
         """`node_env`: the image's environment (PATH to the training environment...); `pool_spec`: the Pool
         resource's inputs (startTask, mountConfiguration); `identities`: identity resource ID -> principal ID;
         `work`: the rehearsal's folder, where its state is recorded for the verbs of other processes; `slots`: the
         training processes a node here runs (the rehearsal's --processes-per-node; 0: as the job asks), for jobs
-        submitted from elsewhere (a member's `infra submit`), whose launch asks one per GPU of the size."""
+        submitted from elsewhere (a member's `infra submit`), whose launch asks one per GPU of the size;
+        `allocated`: the local nodes in the pool at first (default all); the others are Azure's reserve, which join
+        only when the stack's autoscale formula asks for more nodes than the pool holds (devtools/rehearsal/
+        autoscale.py): no spare node beyond what the formula asks for."""
         # the local nodes (not `pool`: that is Pools - Get, which the verbs call since the budget check)
         self.nodes, self.account, self.node_env, self.pool_spec = pool, account, node_env, pool_spec
         self.identities, self.log, self.work, self.slots = identities, log, work, slots
@@ -96,6 +100,11 @@ class RehearsalBatch:
         # none (docs/architecture.md, "When a node fails mid-run"); a test adds the pool's identity as a team would
         # add the custom role. The Batch endpoint's token check reads it (devtools/rehearsal/run.py).
         self.node_operators: set[str] = set()
+        # Pool - Remove Nodes (keep_out.py, taskcompletion): pool node index -> option; such a node takes no new task
+        # and leaves the pool once its task has ended (then in `removed`). `reserve`: local nodes not in the pool yet.
+        self.leaving: dict[int, str] = {}
+        self.removed: set[int] = set()
+        self.reserve: set[int] = set(range(allocated, len(pool.nodes))) if allocated is not None else set()
         # What every task's commands get besides Batch's variables once the nodes reach the account
         # (reach_from_nodes): AZ_BATCH_ACCOUNT_URL and the node's managed identity endpoint.
         self.account_env: dict[str, str] = {}
@@ -191,7 +200,11 @@ class RehearsalBatch:
             raise rest.pool_not_found()
         # An autoscale pool, as every stack declares it (infra/backends/batch/cluster.py): not the budget guard's stop
         return {"id": pool_id, "state": "active", "allocationState": "steady", "enableAutoScale": True,
-                "currentDedicatedNodes": len(self.nodes.nodes), "currentLowPriorityNodes": 0}
+                "currentDedicatedNodes": len(self._in_pool()), "currentLowPriorityNodes": 0}
+
+    def _in_pool(self) -> list[Node]:
+        """The local nodes in the pool: not Azure's reserve, not removed."""
+        return [n for n in self.nodes.nodes if n.index not in self.reserve and n.index not in self.removed]
 
     def pool_nodes(self, pool_id: str) -> list[dict[str, Any]]:
         """Nodes - List: its local nodes are dedicated; a node runs the task of a running job's newest attempt, is
@@ -205,7 +218,7 @@ class RehearsalBatch:
         return [{"id": node_id(node), "state": "running" if node.index in busy else
                  "offline" if node.index in self.disabled else "idle",
                  "schedulingState": "disabled" if node.index in self.disabled else "enabled",
-                 "ipAddress": node.address, "isDedicated": True} for node in self.nodes.nodes]
+                 "ipAddress": node.address, "isDedicated": True} for node in self._in_pool()]
 
     def disable_node_scheduling(self, pool_id: str, node: str, option: str) -> None:
         """Compute Node - Disable Scheduling (POST /pools/{poolId}/nodes/{nodeId}/disablescheduling): the node takes
@@ -219,6 +232,21 @@ class RehearsalBatch:
             self.disabled[found[0].index] = option
         self.log(f"rehearsal: node {found[0].hostname} ({node}): scheduling disabled ({option}); Batch schedules no "
                  "new task on it")
+
+    def remove_nodes(self, pool_id: str, node_ids: list[str], option: str) -> None:
+        """Pool - Remove Nodes (POST /pools/{poolId}/removenodes): with taskcompletion the nodes take no new task and
+        leave once their tasks have ended ("Remove Compute Nodes when all Tasks have completed",
+        BatchNodeDeallocationOption, REST spec 2025-06-01); the pool here is always steady, so never refused."""
+        self.pool(pool_id)
+        by_id = {node_id(n): n for n in self._in_pool()}
+        missing = [i for i in node_ids if i not in by_id]
+        if missing:
+            raise rest.BatchRefusal(404, "NodeNotFound", "The specified node does not exist.")
+        with self.lock:
+            for i in node_ids:
+                self.leaving[by_id[i].index] = option
+        self.log(f"rehearsal: node(s) {', '.join(node_ids)} asked to leave the pool ({option}): they go once their "
+                 "task has ended")
 
     def reach_from_nodes(self, account_url: str, identity_env: dict[str, str]):
         """The account's endpoint and the managed identity endpoint, reachable from every node at the host's URLs
@@ -365,15 +393,9 @@ class RehearsalBatch:
         if multi["numberOfInstances"] > len(self.nodes.nodes):
             raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; the rehearsal pool has "
                                f"{len(self.nodes.nodes)} (--nodes)")
-        # Batch places the task on nodes that take tasks: not one whose scheduling is disabled. On Azure the pool's
-        # autoscale adds a node for a task that waits (infra/backends/batch/spec.py, autoscale_formula); here the
-        # pool's spare nodes stand for it, and with none the rehearsal says so rather than wait.
-        schedulable = [n for n in self.nodes.nodes if n.index not in self.disabled]
-        if multi["numberOfInstances"] > len(schedulable):
-            raise RuntimeError(f"the task asks for {multi['numberOfInstances']} nodes; {len(schedulable)} of the "
-                               f"rehearsal pool's {len(self.nodes.nodes)} take tasks (scheduling disabled on "
-                               f"{', '.join(node_id(self.nodes.nodes[i]) for i in sorted(self.disabled))}); on Azure "
-                               "the task waits for autoscale to add nodes; here give the pool a spare node")
+        # Batch places the task on nodes that take tasks: not one whose scheduling is disabled or that is leaving.
+        # A task waiting again has the pool's autoscale play Azure's arithmetic (_autoscale).
+        schedulable = self._autoscale(multi["numberOfInstances"])
         nodes = schedulable[:multi["numberOfInstances"]]
         with self.lock:
             self.placed.setdefault(job_id, []).append([n.index for n in nodes])
@@ -409,6 +431,39 @@ class RehearsalBatch:
         return self._run(job_id, primary, self._command_here(job_id, task["commandLine"]),
                          {**self.node_env, **task_env, **self._batch_env(primary, job_id, task_id, nodes)},
                          task_dir / "wd", task_dir, limit)
+
+    def _autoscale(self, instances: int) -> list[Node]:
+        """The nodes that take tasks, after the pool's autoscale has added what the stack's formula asks for: nodes
+        that were leaving and run no task now have left; an offline node still counts in the pool
+        ($CurrentDedicatedNodes), so only a node that left makes room (devtools/rehearsal/autoscale.py). Raises, with
+        the arithmetic, when the task would wait: on Azure it would wait for nodes that never come."""
+        from devtools.rehearsal.autoscale import nodes_added
+
+        with self.lock:
+            self.removed |= set(self.leaving)  # between attempts: their task has ended
+            in_pool = self._in_pool()
+            schedulable = [n for n in in_pool if n.index not in self.disabled and n.index not in self.leaving]
+            if instances <= len(schedulable) or not self.reserve:
+                added = []
+            else:
+                formula = ((self.pool_spec.get("scaleSettings") or {}).get("autoScale") or {}).get("formula") or ""
+                spot = "$TargetLowPriorityNodes = $target" in formula
+                count = nodes_added(formula, instances, len(in_pool), spot) if formula else 0
+                added = sorted(self.reserve)[:count]
+                self.reserve -= set(added)
+                if added:
+                    self.log(f"rehearsal: the pool's autoscale formula asks for {len(in_pool) + count} node(s) with "
+                             f"{len(in_pool)} in the pool; Batch adds "
+                             f"{', '.join(node_id(self.nodes.nodes[i]) for i in added)}")
+            schedulable += [self.nodes.nodes[i] for i in added]
+        if instances > len(schedulable):
+            out = sorted(set(self.disabled) | set(self.leaving) | self.removed)
+            raise RuntimeError(
+                f"the task asks for {instances} nodes; {len(schedulable)} of the pool's {len(self._in_pool())} take "
+                f"tasks (out of scheduling: {', '.join(node_id(self.nodes.nodes[i]) for i in out) or 'none'}), and "
+                "the stack's autoscale formula adds none (an offline node still counts in $CurrentDedicatedNodes): "
+                "on Azure the task would wait for nodes that never come")
+        return schedulable
 
     def _command_here(self, job_id: str, command: str) -> str:
         """The application command as a node here runs it: `training launch --slots N` (one rank per GPU of the

@@ -97,6 +97,11 @@ class BatchAccount(Protocol):
         """Compute Node - Disable Scheduling (option: requeue, terminate or taskcompletion); an account that does
         not take node operations need not have it (the endpoint then answers 500, as for any fault of its own)."""
 
+    def remove_nodes(self, pool_id: str, node_ids: list[str], option: str) -> None:
+        """Pool - Remove Nodes (nodeDeallocationOption: requeue, terminate, taskcompletion or retaineddata); 409
+        when the pool's allocation state is not steady ("This operation can only run when the allocation state of
+        the Pool is steady", Pools_RemoveNodes); optional as disable_node_scheduling is."""
+
 
 class JobsInDicts:
     """The lookups every account answers the same way, over `jobs[id]` and `tasks[job id]` (one task per job, as
@@ -369,6 +374,13 @@ class BatchEndpoint:
             account.disable_node_scheduling(parts[1], parts[3], (body or {}).get("nodeDisableSchedulingOption")
                                             or "requeue")
             return 200, {"DataServiceId": f"{self.url}/pools/{parts[1]}/nodes/{parts[3]}/disablescheduling"}, b""
+        if method == "POST" and len(parts) == 3 and parts[0] == "pools" and parts[2] == "removenodes":
+            # Pool - Remove Nodes: 202 (https://learn.microsoft.com/rest/api/batchservice/pools/remove-nodes);
+            # requeue by default (BatchNodeRemoveOptions.nodeDeallocationOption: "The default value is requeue").
+            body = body or {}
+            account.remove_nodes(parts[1], list(body.get("nodeList") or []),
+                                 body.get("nodeDeallocationOption") or "requeue")
+            return 202, {"DataServiceId": f"{self.url}/pools/{parts[1]}/removenodes"}, b""
         if len(parts) == 2 and parts[0] == "jobs":
             if method == "GET":
                 job = account.job(parts[1])

@@ -85,8 +85,9 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
              stay: bool = False, spare_nodes: int = 0, scarce: bool = False) -> Rehearsal:
     """`tamper_storage(account)` (before the data is staged) and `fault(service, pool, job)` (once the job is
     submitted): the tests' ways to break things as Azure can. `stay`: after the job, serve the verbs of other shells
-    and people until SIGINT or SIGTERM (stay_up). `spare_nodes`: nodes in the pool beyond the job's, standing for
-    the ones autoscale adds when a node is taken out of scheduling (devtools/rehearsal/batch.py). `scarce`: the pool
+    and people until SIGINT or SIGTERM (stay_up). `spare_nodes`: local nodes beyond the job's, Azure's reserve: they
+    join the pool only when the stack's autoscale formula asks for more nodes than it holds (a node that left after a
+    fault: devtools/rehearsal/autoscale.py), never as a spare the formula did not ask for. `scarce`: the pool
     stops one node short of the job's, which waits past its deadline and is ended; then the nodes come late for the
     next job, which trains (devtools/rehearsal/scarce.py)."""
     from devtools.emulator import Azurite
@@ -137,7 +138,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's "
                      "users)")
             identities = {inputs.node_identity_id: principal_of(ev, inputs.node_identity_id)}
-            batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say, slots=inputs.slots)
+            batch = RehearsalBatch(pool, account, node_env, pool_spec, identities, work, log=_say, slots=inputs.slots,
+                                   allocated=nodes)
             # --scarce: Azure gave the pool one node fewer than the job's, with a quota resize error (ScarceCapacity)
             served = ScarceCapacity(batch, have=nodes - 1, came=now_utc()) if scarce else batch
             with BatchEndpoint(served, tls=(str(ad.cert), str(ad.key)),

@@ -118,7 +118,7 @@ def account_ip_rules(allowed: tuple[str, ...], node_egress_ip: str | None) -> li
     one static address, which the stack owns and only its own subnets use, while a private endpoint would add a
     privatelink.batch.azure.com DNS zone linked to the VNet and a billed endpoint for the one call a failed attempt
     makes."""
-    rules = security_firewalls.firewall_ip_rules(allowed)
+    rules = list(security_firewalls.firewall_ip_rules(allowed))
     return rules + [node_egress_ip] if node_egress_ip and node_egress_ip not in rules else rules
 
 

@@ -1,7 +1,8 @@
 """The rehearsal under node faults that need more than its two nodes' training: a rank that hangs (its collective
-never returns) ends by the watchdog, its node is taken out of scheduling at the local Batch endpoint and the retry
-runs on a spare node from the newest checkpoint; a Spot eviction, then a node that dies, both resume from the
-checkpoint (the second on the spare node); a code fault is not run again. Minutes of wall: run by `make
+never returns) ends by the watchdog, its node is taken out of scheduling and asked to leave the pool at the local
+Batch endpoint, and the retry runs on the node the stack's autoscale formula then asks for (Azure's reserve: no spare
+node joins the pool unless the formula's target exceeds the pool) from the newest checkpoint; a Spot eviction, then a
+node that dies, both resume from the checkpoint (the second on the added node); a code fault is not run again. Minutes of wall: run by `make
 test-faults`, apart from make test."""
 import json
 import re
@@ -13,6 +14,10 @@ import pytest
 from tests.devtools.rehearsal.rehearsal_runs import FAST, WHY_NOT
 
 pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
+# What keep_out says of the blamed node (training/cluster/keep_out.py), and what the pool's autoscale then does.
+KEPT_OUT = ("scheduling disabled (taskcompletion) on node(s) tvm-1 of pool gpu; removal asked (taskcompletion): it "
+            "leaves the pool when this task ends, and autoscale adds a replacement")
+ADDED = "rehearsal: the pool's autoscale formula asks for 2 node(s) with 1 in the pool; Batch adds tvm-2"
 
 
 # The watchdog's bounds for a CPU run of a few steps (training/watchdog.py; the job's defaults suit 8-GPU nodes):
@@ -93,9 +98,10 @@ def test_a_hung_rank_ends_by_the_watchdog_and_the_retry_runs_on_a_replacement_no
     node1 = pool.nodes[1]
     assert (first["kind"], first["reason"], first["exit_code"]) == ("node", "hang", 76), records
     assert first["blamed_hosts"] == [node1.address] and first["blamed_nodes"] == ["tvm-1"], first
-    assert first["kept_out"] == "scheduling disabled (taskcompletion) on node(s) tvm-1 of pool gpu", first
+    assert first["kept_out"] == KEPT_OUT, first
     assert last["kind"] == "ok" and node1.address not in last["hosts"], records
-    assert service.disabled == {1: "taskcompletion"}
+    assert service.disabled == {1: "taskcompletion"} and service.removed == {1} and not service.reserve
+    assert ADDED in out, out[-3000:]  # the formula's target 2 with node 1 gone: Batch adds node 2, no other
     assert service.placed[seen["job"]] == [[0, 1], [0, 2]]
     said = re.search(r"no training step for (\d+) s after step (\d+) \(bound (\d+) s\); rank 1 on host (\S+) stopped",
                      (result.downloaded / "logs" / "stderr.txt").read_text())
@@ -237,8 +243,9 @@ def test_a_spot_eviction_requeues_and_a_node_lost_retries_both_resume_from_the_c
     records = attempts.read_lines((result.downloaded / "logs" / "stdout.txt").read_text())
     blamed = [a for a in records if a["kind"] == "node" and a["blamed_hosts"]]
     assert blamed and blamed[-1]["blamed_hosts"] == [faults["node1"]] and blamed[-1]["node_hours"] > 0, records
-    assert blamed[-1]["kept_out"] == "scheduling disabled (taskcompletion) on node(s) tvm-1 of pool gpu", blamed[-1]
+    assert blamed[-1]["kept_out"] == KEPT_OUT, blamed[-1]
     assert service.disabled == {1: "taskcompletion"} and service.placed[job] == [[0, 1], [0, 1], [0, 2]]
+    assert service.removed == {1} and ADDED in out, out[-3000:]
     assert records[-1]["kind"] == "ok", records
     # What the endpoint answered for this task and job, as the REST spec has them.
     answers = [("GET", f"/jobs/{job}", 200, json.dumps(service.jobs[job]).encode()),
