@@ -212,10 +212,10 @@ def wait_first_failure(procs: list) -> int:
 
 def build_command(hosts: list[Host], train_flags: list[str], *, python: str, horovodrun: str, ssh_port: int | None,
                   env_names: list[str], controller: str | None = None, has_mpi: bool = True,
-                  command_name: str = "train") -> list[str]:
-    """The horovodrun command line (pure): one rank per slot, `python -m training train FLAGS` each. Across
-    nodes MPI where Open MPI is installed (the images), else Horovod's Gloo controller, which starts the remote
-    ranks over the same SSH."""
+                  command_name: str = "train", rank_prefix: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The horovodrun command line (pure): one rank per slot, `python -m training train FLAGS` each (after
+    `rank_prefix`: the NUMA binding's wrapper, training/cluster/binding.py). Across nodes MPI where Open MPI is
+    installed (the images), else Horovod's Gloo controller, which starts the remote ranks over the same SSH."""
     local = all(h.name in LOCAL_NAMES for h in hosts)
     controller = controller or ("gloo" if local or not has_mpi else "mpi")
     command = [horovodrun, f"--{controller}", "-np", str(sum(h.slots for h in hosts)),
@@ -225,7 +225,24 @@ def build_command(hosts: list[Host], train_flags: list[str], *, python: str, hor
     forwarded = sorted(name for name in env_names if name.startswith(FORWARDED_PREFIXES))
     if controller == "mpi" and forwarded:
         command += ["--mpi-args", " ".join(f"-x {name}" for name in forwarded)]
-    return command + [python, "-m", "training", command_name, *train_flags]
+    return command + [*rank_prefix, python, "-m", "training", command_name, *train_flags]
+
+
+def numa_binding(topology: str, slots: int, python: str, exists=os.path.exists,
+                 read=lambda path: Path(path).read_text()) -> tuple[list[str], str]:
+    """(the words before each rank's command, the line `launch` prints) for ranks bound to their GPU's NUMA node
+    by the size's topology file (training/cluster/binding.py); no words where there is no file to bind by."""
+    from training.cluster import binding
+
+    if not topology:
+        return [], "binding: none (no NCCL topology file: NCCL_TOPO_FILE or --topology names the size's)"
+    if not exists(topology):
+        return [], f"binding: none ({topology} is not on this node)"
+    try:
+        ranks = binding.plan(read(topology), slots)
+    except (ValueError, SyntaxError) as err:  # ElementTree's ParseError is a SyntaxError
+        raise UsageError(f"--topology {topology}: {err}; name the size's NCCL topology file") from None
+    return binding.wrapper(ranks, python), f"binding from {Path(topology).name}: {binding.describe(ranks)}"
 
 
 def horovod_has_mpi() -> bool:
@@ -260,6 +277,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--run", choices=("train", "interconnect-check"), default="train",
                         help="what every rank runs, with the flags after `--` (default: train); a job's train "
                              "checks the interconnect itself (--interconnect-check), so this is for a person at a node")
+    parser.add_argument("--topology", default=os.environ.get("NCCL_TOPO_FILE", ""),
+                        help="the size's NCCL topology file: each rank bound to its GPU's NUMA node's CPUs "
+                             "(default: NCCL_TOPO_FILE, which the job sets for InfiniBand sizes; none: unbound)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     args = parser.parse_args(argv)
     if args.slots < 1:
@@ -294,9 +314,14 @@ def main(argv: list[str]) -> int:
         except ValueError:
             raise UsageError(f"MASTER_PORT={os.environ['MASTER_PORT']!r} is not a port number") from None
         os.environ.update(ddp_rendezvous(hosts, port))
+    prefix, bound = numa_binding(args.topology, max(h.slots for h in hosts), sys.executable)
+    print(f"launch: {bound}", file=sys.stderr, flush=True)
+    if prefix:  # GPU i is the i-th by PCI bus id, as in the topology file (training/cluster/binding.py)
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     command = build_command(hosts, train_flags, python=sys.executable, horovodrun=_horovodrun(),
                             ssh_port=args.ssh_port, env_names=list(os.environ), controller=args.controller,
-                            has_mpi=shutil.which("mpirun") is not None and horovod_has_mpi(), command_name=args.run)
+                            has_mpi=shutil.which("mpirun") is not None and horovod_has_mpi(), command_name=args.run,
+                            rank_prefix=prefix)
     ranks = sum(h.slots for h in hosts)
     print(f"launch: {ranks} ranks on {len(hosts)} host(s): {shlex.join(command)}", file=sys.stderr, flush=True)
     if args.dry_run:
