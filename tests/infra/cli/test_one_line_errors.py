@@ -44,7 +44,7 @@ def _verbs(tmp_path, stack="dev"):
         return [["status"], ["submit"], ["logs"], ["download", "--dest", str(tmp_path / "r")], ["cancel"],
                 ["register-model", "--dest", str(tmp_path / "r")]]
     return [["upload", str(folder)], ["upload", "--dataset", "pets", str(folder)], ["datasets"],
-            ["datasets", "--remove", "pets"], ["submit"], ["submit", "--dataset", "pets"], ["status"],
+            ["datasets", "--remove", "pets"], ["shard", "--dataset", "pets"], ["submit"], ["submit", "--dataset", "pets"], ["status"],
             ["logs"], ["download", "--dest", str(tmp_path / "r")], ["cancel"], ["restage"]]
 
 
@@ -184,6 +184,8 @@ def test_every_verb_without_a_sign_in_is_one_line_and_asks_nothing(answer, sign_
     (["submit", "--args=--epochs 1 `id`"], "'`' is a shell operator"),
     (["submit", "--args=--epochs 1 --no-such-flag"], "--args: unrecognized arguments: --no-such-flag"),
     (["submit", "--dataset", "Pets!"], "--dataset 'Pets!': give 1 to 32"),
+    (["shard", "--dataset", "Pets!"], "--dataset 'Pets!': give 1 to 32"),
+    (["shard", "--workers", "0"], "--workers must be at least 1"),
 ])
 def test_arguments_wrong_whatever_azure_says_are_refused_before_any_sign_in_or_request(argv, named, sign_in, batch,
                                                                                         project, tmp_path):

@@ -81,7 +81,7 @@ def test_help_teaches_the_commands():
 def test_help_lists_each_command_once_then_the_examples():
     result = subprocess.run([sys.executable, "-m", "infra", "--help"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    commands = ("plan", "preflight", "leftovers", "changed-stacks", "ci-roles", "shared-images", "new-team", "teams", "member-file", "upload", "datasets", "submit", "status",
+    commands = ("plan", "preflight", "leftovers", "changed-stacks", "ci-roles", "shared-images", "new-team", "teams", "member-file", "upload", "datasets", "shard", "submit", "status",
                 "logs", "download", "cancel", "register-model", "restage", "rehearse")
     first_words = [line.split()[0] for line in result.stdout.splitlines() if line.strip()]
     assert {name: first_words.count(name) for name in commands} == dict.fromkeys(commands, 1)
