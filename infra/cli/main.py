@@ -21,7 +21,8 @@ EXAMPLES = """Examples:
   python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
   python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
   python -m infra upload --outputs member-dev.json --dataset pets ~/pets   # a dataset of its own
-  python -m infra datasets --outputs member-dev.json   # the datasets: classes, images, size, uploader
+  python -m infra datasets --outputs member-dev.json   # the datasets: classes, images, size, format, uploader
+  python -m infra shard --outputs member-dev.json --dataset pets   # a per-file dataset in data, as shards
   python -m infra teams                 # every stack file: backend, region, nodes, cost, failing checks
   python -m infra teams --live          # and, from Azure: nodes now, jobs running, spend this month
   python -m infra submit --stack dev --framework keras --nodes 1 --args "--epochs 1 --batch-size 128"
