@@ -320,7 +320,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                             loop.checkpoint_suffix)
             cadence.saved(time.monotonic())
 
-    dog = watchdog.start(loop.rank, loop.size, out)  # a run whose steps stop ends (training/watchdog.py)
+    # a run whose steps stop ends (training/watchdog.py); the first step's bound follows the compiler
+    dog = watchdog.start(loop.rank, loop.size, out, compiler=watchdog.compiler_of(cfg))
     if step < the_plan.stop_at:
         step = loop.fit(step, the_plan.stop_at, the_plan.lr, dog.wrap(after_step) if dog else after_step)
     if dog:

@@ -4,12 +4,19 @@ instead of billing every node until the task's maxWallClockTime.
 A collective waiting on a dead peer waits: Horovod's NCCL and MPI operations have no timeout, and a rank that is
 stopped (a GPU fallen off the bus, a host frozen, SIGSTOP) never closes its sockets. So every rank runs a thread
 that expects a step within a bound derived from the measured step time (`Deadline`, pure, its clock injected),
-with a floor for the first steps (start-up, compilation, the first collective) and a wider one while rank 0 writes
-a checkpoint or the run validates (`busy`). Past the bound, the thread reads which ranks still show signs of life
-(each rank's thread rewrites a small file under OUTPUT_DIR/.watchdog every poll, on the share every node sees),
-writes one line and a fault record (OUTPUT_DIR/.faults, read by `python -m training launch`) and ends the
-process with EXIT_HANG (training/errors.py). The checkpoints are written atomically (training/checkpoint.py), so
-the newest one is intact whatever moment the process ends at.
+with a start-up bound for the first step only (start-up, compilation: it follows the compile mode) and a wider one
+while rank 0 writes a checkpoint or the run validates (`busy`); a collective (the log line's averaged loss,
+validation's sums) is never inside a busy window, so a peer frozen at any step ends the run within the step bound.
+
+Two threads, so that a share that stops answering (a hard-mounted NFS server gone: every call on it blocks) cannot
+stop the watchdog: the sign-of-life thread rewrites this rank's small file under OUTPUT_DIR/.watchdog (on the share
+every node sees) and reads its peers' each poll; the deadline thread never touches the share: it reads the peers'
+signs of life from memory. A sign of life carries progress (steps done, collectives entered), so a rank whose
+process lives while its main thread is stuck (a GPU fallen off the bus, a kernel that never ends) is named as the
+one that lags. Past the bound the deadline thread writes one line and the fault record to stderr (the launcher
+reads it from horovodrun's output: FAULT_LINE), to node-local disk and, with a bounded wait, to OUTPUT_DIR/.faults,
+then ends the process with EXIT_HANG (training/errors.py) whatever the writes did. The checkpoints are written
+atomically (training/checkpoint.py), so the newest one is intact whatever moment the process ends at.
 
 The frameworks' own timeouts are set too (`collective_env`), for what they catch sooner: Horovod's Gloo context
 times out after HOROVOD_GLOO_TIMEOUT_SECONDS (30 s by default: horovod/common/gloo/gloo_context.cc,
@@ -22,19 +29,25 @@ exceptions; `install_excepthook` records those as node faults (a peer lost), and
 fault.
 
 Bounds, each from the environment (seconds; the job's defaults suit 8-GPU nodes, tests set small ones):
-  TRAINING_WATCHDOG_FIRST_S   900  until the first steps are measured (start-up, compilation, cuDNN autotune)
-  TRAINING_WATCHDOG_FLOOR_S   120  the least bound once steps are measured
+  TRAINING_WATCHDOG_FIRST_S        until the first step is done (start-up, compilation, cuDNN autotune); unset:
+                                   300 eager, 900 compiled, 2,700 with max-autotune (start_up_s)
+  TRAINING_WATCHDOG_FLOOR_S   120  the least bound once a step is done
   TRAINING_WATCHDOG_FACTOR     10  the bound is this many times the median of the recent step times
   TRAINING_WATCHDOG_BUSY_S    900  while a checkpoint is written or the run validates
-  TRAINING_WATCHDOG_POLL_S     10  how often the thread looks (and rewrites its sign of life)
+  TRAINING_WATCHDOG_POLL_S     10  how often the threads look (and rewrite the sign of life)
+  TRAINING_WATCHDOG_WRITE_S    10  the most the ending rank waits for its fault record's writes
+  TRAINING_WATCHDOG_LOCAL_DIR      node-local folder for fault records (default: the Batch task's working folder,
+                                   else the system's temp folder)
   TRAINING_WATCHDOG=off            no watchdog
-  TRAINING_WATCHDOG_INJECT=raise@STEP[:RANK]  raise an exception after that step on that rank (a code fault, rehearsed)
+  TRAINING_WATCHDOG_INJECT=KIND@STEP[:RANK]  after that step on that rank (rank 0 by default), rehearsed faults:
+      raise  an exception (a code fault)
+      hang   the main thread blocks for good while the process lives (a stuck GPU or NCCL call)
+      stop   the whole process stops (SIGSTOP: a frozen host)
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import socket
 import statistics
 import sys
 import threading
@@ -44,13 +57,33 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.errors import EXIT_CODE_FAULT, EXIT_HANG, EXIT_NODE_FAULT, UsageError
+from training.errors import EXIT_HANG, UsageError
+# The signs of life and fault records, named here too for the modules that import them from the watchdog.
+from training.faults import (ALIVE_DIR, FAULT_LINE, FAULTS_DIR, LOCAL_DIR_ENV, RUN_DIR_ENV,  # noqa: F401
+                             blame, blame_text, emit, exception_record, host_name, is_collective_failure, lagging,
+                             local_dir, rank_of, read_alive, record_fault, stalled, write_alive)
 
-ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten every poll
-FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)
-WARMUP_STEPS = 3  # step times measured before the bound follows them (the first ones include start-up)
 RECENT = 20  # step times the median is taken over
 AfterStep = Callable[[int, Callable[[], float]], None]  # the runner's after_step(steps done, averaged loss)
+
+# The first step's bound by compiler (seconds): start-up (the dataset's scan, the first collective), cuDNN's
+# autotune, and the compile. Measured on one H100 (docs/training.md, the lever table): warm-up 17-23 s eager,
+# 37-62 s compiled with one rank; 8 ranks compile at once on a node, with compile threads capped at cores/ranks
+# (loop.py), so several times that; max-autotune benchmarks each kernel's configurations, minutes more.
+START_UP_S = {"eager": 300.0, "default": 900.0, "reduce-overhead": 900.0, "max-autotune": 2700.0,
+              "max-autotune-no-cudagraphs": 2700.0, "xla": 900.0}
+
+
+def start_up_s(compiler: str) -> float:
+    """The first step's bound for `compiler` (eager, xla, or a torch.compile mode); pure."""
+    return START_UP_S.get(compiler, START_UP_S["default"])
+
+
+def compiler_of(cfg) -> str:
+    """eager, xla, or the torch.compile mode a run's config asks for (pure)."""
+    if getattr(cfg, "xla", False):
+        return "xla"
+    return getattr(cfg, "compile_mode", "default") if getattr(cfg, "compile", False) else "eager"
 
 
 @dataclass(frozen=True)
@@ -60,11 +93,15 @@ class Bounds:
     factor: float = 10.0
     busy_s: float = 900.0
     poll_s: float = 10.0
+    write_s: float = 10.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "Bounds":
-        names = {"first_s": "FIRST_S", "floor_s": "FLOOR_S", "factor": "FACTOR", "busy_s": "BUSY_S", "poll_s": "POLL_S"}
-        values = {}
+    def from_env(cls, env: Mapping[str, str], compiler: str | None = None) -> "Bounds":
+        """The bounds the environment sets; the first step's follows `compiler` unless TRAINING_WATCHDOG_FIRST_S
+        says otherwise."""
+        names = {"first_s": "FIRST_S", "floor_s": "FLOOR_S", "factor": "FACTOR", "busy_s": "BUSY_S", "poll_s": "POLL_S",
+                 "write_s": "WRITE_S"}
+        values = {"first_s": start_up_s(compiler)} if compiler else {}
         for field, suffix in names.items():
             text = env.get(f"TRAINING_WATCHDOG_{suffix}")
             if text:
@@ -76,30 +113,45 @@ class Bounds:
 
 
 class Deadline:
-    """When the next step must have completed by (pure: the caller passes the clock's readings)."""
+    """When the next step must have completed by (pure: the caller passes the clock's readings).
+
+    The start-up bound holds until the first step is done, and only then: from there the step bound applies (the
+    floor until steps are timed, then `factor` x their median). A busy spell (rank 0's checkpoint, validation)
+    gets the busy bound; a collective started inside one (`collective`) ends it, since a peer frozen there would
+    otherwise hold every rank for the whole busy bound."""
 
     def __init__(self, bounds: Bounds, now: float):
         self.bounds = bounds
-        self.last = now  # the clock at the last step (or the start, or the start of a busy spell)
+        self.last = now  # the clock at the last step (or the start, or the start of a busy spell or a collective)
         self.step = 0  # the last step done
+        self.done = 0  # steps done by this process (a resumed run starts at 0 too)
         self.times: deque[float] = deque(maxlen=RECENT)
-        self.measured = 0
+        self.untimed = True  # the next step's time is not a step time (the first step; one after a busy spell)
         self.busy_what = ""  # what the run is busy with (a checkpoint, validation), or ""
 
     def stepped(self, step: int, now: float) -> None:
-        if not self.busy_what and step > self.step:
-            self.times.append((now - self.last) / (step - self.step))  # per step, whatever the cadence of calls
-            self.measured += 1
+        if step > self.step:
+            if not self.busy_what and not self.untimed:
+                self.times.append((now - self.last) / (step - self.step))  # per step, whatever the cadence of calls
+            self.done += 1
+            self.untimed = False
         self.step, self.last, self.busy_what = step, now, ""
 
     def busy(self, what: str, now: float) -> None:
         """The run does something other than steps (rank 0's checkpoint, validation): the busy floor from now."""
         self.busy_what, self.last = what, now
 
+    def collective(self, now: float) -> None:
+        """A collective starts: it is not busy time; if the run was busy, the step bound runs from now."""
+        if self.busy_what:
+            self.busy_what, self.last, self.untimed = "", now, True
+
     def bound(self) -> float:
         b = self.bounds
-        if self.measured < WARMUP_STEPS:
+        if not self.done:
             steady = b.first_s
+        elif not self.times:
+            steady = b.floor_s
         else:
             steady = max(b.floor_s, b.factor * statistics.median(self.times))
         return max(steady, b.busy_s) if self.busy_what else steady
@@ -110,71 +162,6 @@ class Deadline:
         return waited if waited > self.bound() else None
 
 
-# --- signs of life: which rank stopped ---------------------------------------------------------------------------
-
-def host_name(env: Mapping[str, str] = os.environ) -> str:
-    """This rank's host as the launcher named it (horovodrun's -H name: the node's IP in a Batch job, which is what
-    keep_out looks nodes up by), else, under mpirun (which names no host), the address the machine's name resolves
-    to (a Batch node's private IP), else its name."""
-    if env.get("HOROVOD_HOSTNAME"):
-        return env["HOROVOD_HOSTNAME"]
-    name = socket.gethostname()
-    try:
-        address = socket.gethostbyname(name)
-    except OSError:
-        return name
-    return name if address.startswith("127.") else address
-
-
-def write_alive(directory: Path, rank: int, host: str, beats: int, step: int) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".rank-{rank}.tmp"
-    tmp.write_text(json.dumps({"rank": rank, "host": host, "pid": os.getpid(), "beats": beats, "step": step}))
-    os.replace(tmp, directory / f"rank-{rank}.json")  # a reader sees the old file or the new one, never half
-
-
-def read_alive(directory: Path) -> dict[int, dict]:
-    found = {}
-    for path in directory.glob("rank-*.json") if directory.is_dir() else ():
-        try:
-            record = json.loads(path.read_text())
-            found[int(record["rank"])] = record
-        except (OSError, ValueError, KeyError):
-            continue  # a file being replaced: the next look reads it
-    return found
-
-
-def stalled(before: Mapping[int, dict], after: Mapping[int, dict], world: int) -> list[dict]:
-    """The ranks (of 0..world-1) whose thread gave no sign of life between the two looks, lowest first: their
-    beat count did not move, or they never wrote one. Pure."""
-    out = []
-    for rank in range(world):
-        then, now = before.get(rank), after.get(rank)
-        if now is None:
-            out.append({"rank": rank, "host": "unknown", "step": None})
-        elif then is not None and now["beats"] == then["beats"]:
-            out.append(now)
-    return out
-
-
-def blame_text(stopped: list[dict], world: int) -> str:
-    if not stopped:
-        return f"all {world} ranks are alive, so a collective hung (an interconnect fault, or ranks out of step)"
-    named = "; ".join(f"rank {s['rank']} on host {s['host']}" for s in stopped)
-    return f"{named} stopped (no sign of life)"
-
-
-RUN_DIR_ENV = "TRAINING_WATCHDOG_RUN_DIR"  # set by `launch` for every rank (forwarded as TRAINING_WATCHDOG*)
-
-
-def rank_of(env: Mapping[str, str]) -> int:
-    """This process's rank as its launcher said it (horovodrun's, mpirun's or torchrun's variable), else 0."""
-    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "RANK"):
-        if env.get(name, "").isdigit():
-            return int(env[name])
-    return 0
-
-
 def record_refusal(err: BaseException, code: int, env: Mapping[str, str] = os.environ) -> None:
     """A rank that refused its input (a UsageError: bad flags, a dataset that is not one; exit `code`) leaves a
     code-fault record for `launch`, which otherwise sees only horovodrun's exit status. Nothing outside `launch`."""
@@ -182,48 +169,50 @@ def record_refusal(err: BaseException, code: int, env: Mapping[str, str] = os.en
     if not run_dir:
         return
     rank, host = rank_of(env), host_name(env)
-    try:
-        record_fault(Path(run_dir), {"rank": rank, "host": host, "kind": "code", "exit_code": code, "reason": "usage",
-                                     "blamed_hosts": [], "blamed_ranks": [],
-                                     "line": f"error: code fault: rank {rank} ({host}) refused its input: {err}"})
-    except OSError:
-        pass
+    emit({"rank": rank, "host": host, "kind": "code", "exit_code": code, "reason": "usage", "blamed_hosts": [],
+          "blamed_ranks": [], "line": f"error: code fault: rank {rank} ({host}) refused its input: {err}"},
+         Path(run_dir), Bounds.from_env(env).write_s, env, say=False)
 
 
-def record_fault(output_dir: Path, record: dict) -> None:
-    """One rank's fault (kind node|code, exit code, reason, blamed host), for the launcher to classify the task."""
-    directory = output_dir / FAULTS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".rank-{record['rank']}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, directory / f"rank-{record['rank']}.json")
+# --- the threads ------------------------------------------------------------------------------------------------
 
-
-# --- the thread -------------------------------------------------------------------------------------------------
-
-FAULT_ENV = "TRAINING_WATCHDOG_INJECT"  # raise@STEP[:RANK]: a code fault on purpose (rehearsals, tests)
+FAULT_ENV = "TRAINING_WATCHDOG_INJECT"  # KIND@STEP[:RANK]: a fault on purpose (rehearsals, tests)
+FAULT_KINDS = ("raise", "hang", "stop")
 
 
 class InjectedFault(RuntimeError):
     """The exception TRAINING_WATCHDOG_INJECT asks for: an error in the loop, as a bug would raise."""
 
 
-def injected_fault(env: Mapping[str, str]) -> tuple[int, int] | None:
-    """(step, rank) of the exception TRAINING_WATCHDOG_INJECT=raise@STEP[:RANK] asks for (rank 0 by default), or
+def injected_fault(env: Mapping[str, str]) -> tuple[str, int, int] | None:
+    """(kind, step, rank) of the fault TRAINING_WATCHDOG_INJECT=KIND@STEP[:RANK] asks for (rank 0 by default), or
     None (pure)."""
     text = env.get(FAULT_ENV, "")
     if not text:
         return None
     kind, _, where = text.partition("@")
     step, _, rank = where.partition(":")
-    if kind != "raise" or not step.isdigit() or (rank and not rank.isdigit()):
-        raise UsageError(f"{FAULT_ENV}={text!r}: give raise@STEP or raise@STEP:RANK")
-    return int(step), int(rank or 0)
+    if kind not in FAULT_KINDS or not step.isdigit() or (rank and not rank.isdigit()):
+        raise UsageError(f"{FAULT_ENV}={text!r}: give KIND@STEP or KIND@STEP:RANK, KIND one of {', '.join(FAULT_KINDS)}")
+    return kind, int(step), int(rank or 0)
+
+
+def _inject(kind: str, step: int, rank: int) -> None:
+    if kind == "raise":
+        raise InjectedFault(f"{FAULT_ENV} asked for an exception at step {step} on rank {rank}")
+    if kind == "stop":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)  # every thread stops, as on a frozen host
+    while True:  # hang: this thread blocks for good, the process and its watchdog threads live on
+        time.sleep(3600)
 
 
 class Watchdog:
-    """One rank's watchdog thread. `wrap(after_step)` is the runner's hook: a step done is a beat, and the time in
-    after_step itself (rank 0's checkpoint) runs under the busy floor."""
+    """One rank's watchdog: a deadline thread and a sign-of-life thread. `wrap(after_step)` is the runner's hook: a
+    step done is progress, the time in after_step itself (rank 0's checkpoint) runs under the busy floor, and the
+    log line's averaged loss (a collective) under the step bound. `mark` and `collective` (module functions below)
+    let the framework's loop say where its main thread is."""
 
     def __init__(self, rank: int, world: int, output_dir: Path, bounds: Bounds, *,
                  clock: Callable[[], float] = time.monotonic, host: str | None = None,
@@ -235,146 +224,214 @@ class Watchdog:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._beats = 0
-        self.on_expire = on_expire or _end_process
+        self.progress = 0  # marks the main thread passed: steps done, collectives and exchanges entered
+        self.doing = "starting"  # the last of them, in words
+        self._looks: list[tuple[int, dict[int, dict]]] = []  # (look number, every rank's sign of life), newest last
+        self._look_count = 0
+        self.on_expire = on_expire or self._end_process
         self._thread = threading.Thread(target=self._run, name="training-watchdog", daemon=True)
+        self._life = threading.Thread(target=self._signs_of_life, name="training-watchdog-life", daemon=True)
 
     @property
     def alive_dir(self) -> Path:
         return self.output_dir / ALIVE_DIR
 
     def start(self) -> "Watchdog":
-        self._alive()
+        self._life.start()
         self._thread.start()
         return self
 
     def stepped(self, step: int) -> None:
         with self._lock:
+            if step > self.deadline.step:
+                self.progress += 1
+                self.doing = f"step {step} done"
             self.deadline.stepped(step, self.clock())
 
     def busy(self, what: str) -> None:
         with self._lock:
             self.deadline.busy(what, self.clock())
 
+    def mark(self, what: str) -> None:
+        """The main thread reached `what` (e.g. the gradient exchange): progress, the deadline unchanged."""
+        with self._lock:
+            self.progress += 1
+            self.doing = what
+
+    @contextlib.contextmanager
+    def collective(self, what: str):
+        """Around a collective outside a step: progress, and no busy bound while it runs (restored after)."""
+        with self._lock:
+            was = self.deadline.busy_what
+            self.progress += 1
+            self.doing = f"in {what}"
+            self.deadline.collective(self.clock())
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.doing = f"{what} done"
+                if was:
+                    self.deadline.busy(was, self.clock())
+
     def wrap(self, after_step: AfterStep) -> AfterStep:
         inject = injected_fault(os.environ)
 
         def hooked(done: int, loss: Callable[[], float]) -> None:
             self.stepped(done)
-            if inject and inject == (done, self.rank):
-                raise InjectedFault(f"{FAULT_ENV} asked for an exception at step {done} on rank {self.rank}")
+            if inject and inject[1:] == (done, self.rank):
+                _inject(inject[0], done, self.rank)
             self.busy("a checkpoint or a log line")
-            after_step(done, loss)
+
+            def averaged() -> float:
+                with self.collective("the log line's loss average"):
+                    return loss()
+
+            after_step(done, averaged)
             self.stepped(done)  # back to the step bound; the time in after_step is not a step time
         return hooked
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.bounds.poll_s + 5)
+        for thread in (self._thread, self._life):  # the sign-of-life thread removes this rank's file itself
+            if thread.is_alive():
+                thread.join(timeout=self.bounds.poll_s + self.bounds.write_s)
+
+    def sign_of_life(self) -> dict:
+        with self._lock:
+            return {"progress": self.progress, "doing": self.doing, "busy": self.deadline.busy_what}
+
+    def _signs_of_life(self) -> None:
+        """The only thread that touches the share: writes this rank's sign of life, reads every rank's, and keeps
+        the looks in memory for the deadline thread. A share that blocks blocks this thread alone."""
+        while True:
+            self._beats += 1
+            try:
+                write_alive(self.alive_dir, self.rank, self.host, self._beats, self.deadline.step,
+                            **self.sign_of_life())
+                found = read_alive(self.alive_dir)
+            except OSError:
+                found = None  # a share that hiccups must not end the run; the peers see a pause, if it passes
+            if found is not None:
+                with self._lock:
+                    self._look_count += 1
+                    self._looks = [*self._looks[-3:], (self._look_count, found)]
+            if self._stop.wait(self.bounds.poll_s):
+                break
         try:  # a finished run leaves no sign of life behind (the folder is copied with the run's outputs)
             (self.alive_dir / f"rank-{self.rank}.json").unlink(missing_ok=True)
             self.alive_dir.rmdir()
         except OSError:
             pass  # another rank's file is still there: the last rank to stop removes the folder
 
-    def _alive(self) -> None:
-        self._beats += 1
-        try:
-            write_alive(self.alive_dir, self.rank, self.host, self._beats, self.deadline.step)
-        except OSError:
-            pass  # a share that hiccups must not end the run; the peers see a pause, not a death, if it passes
+    def _latest(self) -> tuple[int, dict[int, dict]]:
+        with self._lock:
+            return self._looks[-1] if self._looks else (0, {})
+
+    def _peer_busy(self) -> str:
+        """What a peer whose signs of life still move is busy with (rank 0's checkpoint), or ""."""
+        with self._lock:
+            looks = list(self._looks)
+        if len(looks) < 2:
+            return ""
+        (_, before), (_, after) = looks[-2], looks[-1]
+        for rank, record in sorted(after.items()):
+            moved = rank in before and before[rank].get("beats") != record.get("beats")
+            if rank != self.rank and moved and record.get("busy"):
+                return f"rank {rank} busy with {record['busy']}"
+        return ""
+
+    def look_twice(self) -> tuple[list[dict], list[dict], bool]:
+        """Who stopped and who lags, from two looks of the sign-of-life thread more than a poll apart (read from
+        memory; this thread waits, it does not read the share). The bool: the looks were fresh (False: the
+        sign-of-life thread is blocked, so the share is not answering; the blame is from the last look it had)."""
+        number, before = self._latest()
+        if self._stop.wait(2 * self.bounds.poll_s + 0.5):
+            return [], [], True
+        after_number, after = self._latest()
+        fresh = after_number > number
+        mine = {"rank": self.rank, "host": self.host, "step": self.deadline.step, **self.sign_of_life()}
+        after = {**after, self.rank: {**after.get(self.rank, {}), **mine}}
+        if not fresh:
+            return [], lagging(after), False
+        stopped, behind = blame(before, after, self.world, self.rank)
+        return stopped, behind, True
 
     def _run(self) -> None:
+        """The deadline thread: never touches the share (it reads the signs of life the other thread keeps)."""
+        peer_busy_since = None
         while not self._stop.wait(self.bounds.poll_s):
-            self._alive()
             with self._lock:
-                waited = self.deadline.overdue(self.clock())
+                now = self.clock()
+                waited = self.deadline.overdue(now)
                 bound, step, busy = self.deadline.bound(), self.deadline.step, self.deadline.busy_what
             if waited is None:
+                peer_busy_since = None
                 continue
-            # Who stopped: look twice, more than a poll apart, at every rank's sign of life.
-            before = read_alive(self.alive_dir)
-            if self._stop.wait(2 * self.bounds.poll_s + 0.5):
+            # A peer that is busy (rank 0's checkpoint) and alive holds this rank in its next step's collective:
+            # the busy bound, from when this rank first saw it so.
+            peer = self._peer_busy()
+            if peer and not busy:
+                peer_busy_since = now if peer_busy_since is None else peer_busy_since
+                if now - peer_busy_since <= self.bounds.busy_s:
+                    continue
+            stopped, behind, fresh = self.look_twice()
+            if self._stop.is_set():
                 return
-            self._alive()
-            stopped = [s for s in stalled(before, read_alive(self.alive_dir), self.world) if s["rank"] != self.rank]
-            doing = f" while busy with {busy}" if busy else ""
+            doing = f" while busy with {busy}" if busy else f" ({peer})" if peer else ""
+            share = "" if fresh else (f"; the signs of life on {self.alive_dir} have not changed for "
+                                      f"{2 * self.bounds.poll_s:.0f} s (the share is not answering)")
+            named = stopped or behind
             line = (f"error: node fault: no training step for {waited:.0f} s after step {step}{doing} (bound "
-                    f"{bound:.0f} s); {blame_text(stopped, self.world)}; rank {self.rank} on {self.host} ends the run "
-                    f"(exit {EXIT_HANG}) so the job can retry on other nodes from the newest checkpoint")
+                    f"{bound:.0f} s); {blame_text(stopped, self.world, behind)}{share}; rank {self.rank} on "
+                    f"{self.host} ends the run (exit {EXIT_HANG}) so the job can retry on other nodes from the newest "
+                    "checkpoint")
             record = {"rank": self.rank, "host": self.host, "kind": "node", "exit_code": EXIT_HANG, "step": step,
-                      "reason": "hang", "blamed_hosts": sorted({s["host"] for s in stopped} - {"unknown"}),
-                      "blamed_ranks": [s["rank"] for s in stopped],
-                      "line": line}
+                      "reason": "hang" if stopped or not behind else "stuck rank",
+                      "blamed_hosts": sorted({s["host"] for s in named} - {"unknown"}),
+                      "blamed_ranks": [s["rank"] for s in named], "line": line}
             self.on_expire(line, record)
             return
 
-
-def _end_process(line: str, record: dict) -> None:
-    print(line, file=sys.stderr, flush=True)
-    try:
-        record_fault(Path(_output_dir_of(record)), record)
-    except (OSError, KeyError):
-        pass
-    os._exit(record["exit_code"])  # the main thread is blocked in a collective: only _exit ends the process
+    def _end_process(self, line: str, record: dict) -> None:
+        emit(record, self.output_dir, self.bounds.write_s)
+        os._exit(record["exit_code"])  # the main thread is blocked in a collective: only _exit ends the process
 
 
-_RUN: dict[str, Path] = {}  # the output dir of this process's run, for _end_process and the excepthook
+_RUN: dict[str, object] = {}  # this process's run: its output dir and watchdog, for the excepthook and the marks
 
 
-def _output_dir_of(record: dict) -> Path:
-    return _RUN["output_dir"]
+def mark(what: str) -> None:
+    """The main thread reached `what` inside a step (the gradient exchange): progress for the signs of life."""
+    dog = _RUN.get("dog")
+    if dog:
+        dog.mark(what)
 
 
-def start(rank: int, world: int, output_dir: Path, env: Mapping[str, str] = os.environ) -> Watchdog | None:
+@contextlib.contextmanager
+def collective(what: str):
+    """Around a collective outside a step (validation's sums, a broadcast): progress, and the step bound while it
+    runs, not the busy one."""
+    dog = _RUN.get("dog")
+    if not dog:
+        yield
+        return
+    with dog.collective(what):
+        yield
+
+
+def start(rank: int, world: int, output_dir: Path, env: Mapping[str, str] = os.environ,
+          compiler: str | None = None) -> Watchdog | None:
     """This rank's watchdog, started (None with TRAINING_WATCHDOG=off), and the excepthook that records how the
-    rank ended. The runner calls it once the loop exists (rank and world known)."""
+    rank ended. The runner calls it once the loop exists (rank and world known); `compiler` (compiler_of) sizes
+    the first step's bound."""
     _RUN["output_dir"] = Path(output_dir)
     install_excepthook(rank, world, Path(output_dir))
     if env.get("TRAINING_WATCHDOG", "").lower() in ("off", "0", "false"):
         return None
-    return Watchdog(rank, world, Path(output_dir), Bounds.from_env(env)).start()
-
-
-# --- exceptions: a peer lost, or the code ------------------------------------------------------------------------
-
-# What the frameworks raise when a collective fails because a peer went away or timed out (not a bug in our code):
-# Horovod's HorovodInternalError ("Horovod has been shut down", a failed Gloo/NCCL/MPI operation), torch's
-# DistBackendError / DistNetworkError (torch.distributed, ProcessGroupNCCL/Gloo timeouts and lost connections).
-COLLECTIVE_ERRORS = ("HorovodInternalError", "DistBackendError", "DistNetworkError", "DistStoreError")
-COLLECTIVE_TEXTS = ("Horovod has been shut down", "Connection closed by peer", "Connection reset by peer",
-                    "Gloo all-reduce failed", "Timed out waiting", "NCCL communicator was aborted", "ncclSystemError",
-                    "ncclRemoteError", "Socket Timeout", "Broken pipe")
-
-
-def is_collective_failure(err: BaseException) -> bool:
-    """Whether `err` says a collective failed (a peer lost), not that our code or data is wrong. Pure."""
-    for e in _chain(err):
-        if type(e).__name__ in COLLECTIVE_ERRORS or any(text in str(e) for text in COLLECTIVE_TEXTS):
-            return True
-    return False
-
-
-def _chain(err: BaseException):
-    seen = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        yield err
-        err = err.__cause__ or err.__context__
-
-
-def exception_record(err: BaseException, rank: int, host: str, blamed: list[dict], world: int) -> dict:
-    """The fault record and exit code of a rank that ended on an exception (pure)."""
-    first = f"{type(err).__name__}: {err}".splitlines()[0][:300]
-    if is_collective_failure(err):
-        line = (f"error: node fault: a collective failed on rank {rank} ({host}): {first}; "
-                f"{blame_text(blamed, world)}")
-        return {"rank": rank, "host": host, "kind": "node", "exit_code": EXIT_NODE_FAULT, "reason": "peer lost",
-                "blamed_hosts": sorted({b["host"] for b in blamed} - {"unknown"}),
-                "blamed_ranks": [b["rank"] for b in blamed], "line": line}
-    line = f"error: code fault: rank {rank} ({host}) raised {first}: not retried (it fails the same on any node)"
-    return {"rank": rank, "host": host, "kind": "code", "exit_code": EXIT_CODE_FAULT, "reason": "exception",
-            "blamed_hosts": [], "blamed_ranks": [], "line": line}
+    dog = Watchdog(rank, world, Path(output_dir), Bounds.from_env(env, compiler)).start()
+    _RUN["dog"] = dog
+    return dog
 
 
 def install_excepthook(rank: int, world: int, output_dir: Path) -> None:
@@ -388,19 +445,23 @@ def install_excepthook(rank: int, world: int, output_dir: Path) -> None:
         if issubclass(kind, KeyboardInterrupt):  # a person's Ctrl-C: no fault of the code's or the node's
             return
         blamed: list[dict] = []
+        bounds = Bounds.from_env(os.environ)
         if is_collective_failure(err):
-            alive = output_dir / ALIVE_DIR
-            poll = Bounds.from_env(os.environ).poll_s
-            before = read_alive(alive)
-            time.sleep(2 * poll + 0.5)  # our own thread has stopped beating too: leave ourselves out below
-            blamed = [s for s in stalled(before, read_alive(alive), world) if s["rank"] != rank]
+            dog = _RUN.get("dog")
+            if dog:  # the sign-of-life thread's looks, from memory: this thread does not read the share
+                stopped, _, _ = dog.look_twice()
+                blamed = stopped
+            else:
+                alive = output_dir / ALIVE_DIR
+                before = read_alive(alive)
+                time.sleep(2 * bounds.poll_s + 0.5)
+                blamed = [s for s in stalled(before, read_alive(alive), world) if s["rank"] != rank]
         record = exception_record(err, rank, host, blamed, world)
-        print(record["line"], file=sys.stderr, flush=True)
+        emit(record, output_dir, bounds.write_s)  # bounded: a share that blocks does not keep the rank alive
         try:
-            record_fault(output_dir, record)
-        except OSError:
+            sys.stdout.flush()
+        except (OSError, ValueError):
             pass
-        sys.stdout.flush()
         os._exit(record["exit_code"])
 
     sys.excepthook = hook

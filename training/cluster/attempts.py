@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.errors import EXIT_NODE_FAULT, kind_of
-from training.watchdog import ALIVE_DIR, FAULTS_DIR
+from training.faults import ALIVE_DIR, FAULT_LINE, FAULTS_DIR
 
 ATTEMPTS_FILE = "attempts.jsonl"
 
@@ -107,6 +108,53 @@ def read_records(output_dir: Path) -> list[dict]:
         except (OSError, ValueError):
             continue
     return records
+
+
+def record_in_line(line: str) -> dict | None:
+    """The fault record a rank printed on a line of its output (watchdog.FAULT_LINE + JSON), wherever the launcher's
+    prefix put it (horovodrun's `[1]<stderr>:`, mpirun's `[1,1]<stderr>:`), or None (pure)."""
+    at = line.find(FAULT_LINE)
+    if at < 0:
+        return None
+    try:
+        record = json.loads(line[at + len(FAULT_LINE):])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and "rank" in record and "kind" in record else None
+
+
+class FaultLines:
+    """Copies the ranks' launcher's stderr to ours as it comes, keeping the fault records ranks print on it: they
+    reach the launcher through horovodrun's output even when the share under OUTPUT_DIR does not answer."""
+
+    def __init__(self, stream, out):
+        self.records: dict[int, dict] = {}
+        self._stream, self._out = stream, out
+        self._thread = threading.Thread(target=self._copy, name="fault-lines", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        for raw in iter(self._stream.readline, b""):
+            line = raw.decode("utf-8", "replace")
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (OSError, ValueError):
+                pass
+            record = record_in_line(line.rstrip("\n"))
+            if record is not None:
+                self.records[int(record["rank"])] = record
+
+    def join(self, timeout: float = 10.0) -> list[dict]:
+        self._thread.join(timeout)
+        return [self.records[rank] for rank in sorted(self.records)]
+
+
+def merged(lines: list[dict], shared: list[dict]) -> list[dict]:
+    """Every rank's record once: the one its output carried, else the one on the share (pure)."""
+    by_rank = {int(r["rank"]): r for r in shared}
+    by_rank.update({int(r["rank"]): r for r in lines})
+    return [by_rank[rank] for rank in sorted(by_rank)]
 
 
 def clear(output_dir: Path) -> None:

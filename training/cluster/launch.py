@@ -393,7 +393,9 @@ def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, 
                                    f"fault: node {','.join(h for h, _ in bad)}: gpu check ("
                                    f"{'; '.join(f'{h}: {why}' for h, why in bad)})")
     else:
-        procs = start() if start else [subprocess.Popen(command)]
+        # horovodrun's stderr passes through us: a rank's fault record is on it (training/watchdog.py FAULT_LINE)
+        procs = start() if start else [subprocess.Popen(command, stderr=subprocess.PIPE)]
+        relay = None if start else attempts.FaultLines(procs[0].stderr, sys.stderr)
         signalled: list[int] = []
 
         def forward(signum, frame):  # horovodrun ends its ranks itself; a native worker is one process
@@ -410,7 +412,8 @@ def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, 
                                        f"fault: none: stopped by signal {signalled[0]} (a cancel, an eviction or the "
                                        "task's time limit)")
         else:
-            verdict = attempts.classify(attempts.read_records(output_dir), rc)
+            said = relay.join() if relay else []
+            verdict = attempts.classify(attempts.merged(said, attempts.read_records(output_dir)), rc)
             verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
     record = attempts.attempt_record(len(previous), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)

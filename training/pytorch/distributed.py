@@ -17,6 +17,7 @@ import torch
 
 from training.cluster.launch import set_horovod_cycle, torch_rank_env
 from training.errors import UsageError
+from training import watchdog
 from training.watchdog import collective_timeout
 from training.pytorch import single
 
@@ -81,6 +82,7 @@ class Horovod:
             # tasks", https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__DEVICE.html): the all-reduces
             # it had queued would count as compute, and an exchange-bound run would read compute-bound.
             torch.cuda.current_stream(self.device).synchronize()
+        watchdog.mark("the gradient exchange")  # backward's kernels done here: a rank stuck before this lags
         start = time.perf_counter()
         # Horovod: finish the allreduce, (unscale,) then step without a second allreduce.
         optimizer.synchronize()

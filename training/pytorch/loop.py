@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from training import efficiency, interconnect, runner
+from training import efficiency, interconnect, runner, watchdog
 from training.metrics import usable_cores
 from training.config import TrainConfig, as_dict, resolve_for_device, resolve_optimizer
 from training.pytorch import distributed, optim, weights
@@ -127,6 +127,7 @@ class TorchLoop:
                 self.optimizer.zero_grad()  # Horovod 0.28 takes no arguments; torch 2 sets grads to None
                 with autocast:
                     loss = F.cross_entropy(train_model(images), labels, label_smoothing=cfg.label_smoothing)
+                watchdog.mark("backward")  # progress for the signs of life: a rank stuck before here lags
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
                 exchange = self.dist.step(self.optimizer, self.scaler)  # seconds blocked on the all-reduce, or None
                 done = time.perf_counter()
@@ -156,7 +157,8 @@ class TorchLoop:
                 correct += (logits.argmax(1) == labels).sum().item()
                 total += labels.numel()
         model.train()
-        correct, total, loss_sum = self.dist.sum(correct), self.dist.sum(total), self.dist.sum(loss_sum)
+        with watchdog.collective("validation's sums"):  # the step bound, not the busy one: a peer may be frozen
+            correct, total, loss_sum = self.dist.sum(correct), self.dist.sum(total), self.dist.sum(loss_sum)
         return (loss_sum / total, correct / total) if total else None
 
     def tensorboard(self, directory: Path) -> TorchWriter:

@@ -17,6 +17,13 @@ from training.watchdog import (Bounds, Deadline, Watchdog, collective_env, excep
 BOUNDS = Bounds(first_s=100, floor_s=10, factor=5, busy_s=50, poll_s=0.01)
 
 
+@pytest.fixture(autouse=True)
+def node_local_disk(tmp_path, monkeypatch):
+    """The node-local folder for fault records, inside the test's own folder."""
+    monkeypatch.setenv("TRAINING_WATCHDOG_LOCAL_DIR", str(tmp_path / "node-local"))
+    return tmp_path / "node-local"
+
+
 def test_the_first_steps_get_the_start_up_floor_then_the_bound_follows_the_measured_step_time():
     d = Deadline(BOUNDS, now=0)
     assert d.bound() == 100 and d.overdue(99) is None and d.overdue(101) == 101
@@ -37,6 +44,96 @@ def test_a_checkpoint_or_validation_runs_under_the_busy_floor_and_is_not_a_step_
     assert d.bound() == 50 and d.overdue(5 + 49) is None
     d.stepped(5, 5 + 45)  # the same step: back to the step bound, the 45 s not counted as a step
     assert d.bound() == 10 and max(d.times) == 1
+
+
+def test_the_start_up_bound_covers_the_first_step_only_and_a_collective_ends_a_busy_spell():
+    d = Deadline(BOUNDS, now=0)
+    d.stepped(1, 80)  # the first step: 80 s of start-up and compile, not a step time
+    assert d.bound() == 10 and not d.times  # the floor from here, not the start-up bound for more steps
+    d.stepped(2, 81)
+    d.busy("a checkpoint or a log line", now=81)
+    assert d.bound() == 50
+    d.collective(now=82)  # the log line's averaged loss: a frozen peer must not hold this rank for the busy bound
+    assert d.bound() == 10 and d.overdue(82 + 11) == 11
+    d.busy("a checkpoint or a log line", now=83)
+    d.stepped(2, 90)
+    d.stepped(3, 91)  # the first step after the collective is not timed (the clock restarted inside it)
+    assert list(d.times) == [1.0]
+
+
+def test_the_start_up_bound_follows_the_compiler():
+    from training.watchdog import compiler_of, start_up_s
+
+    class Cfg:
+        compile, compile_mode, xla = True, "max-autotune", False
+
+    assert compiler_of(Cfg) == "max-autotune" and start_up_s("max-autotune") > start_up_s("default") > start_up_s(
+        "eager")
+    assert Bounds.from_env({}, "eager").first_s == start_up_s("eager")
+    assert Bounds.from_env({"TRAINING_WATCHDOG_FIRST_S": "42"}, "max-autotune").first_s == 42
+
+
+def test_the_rank_that_lags_while_it_lives_is_named_not_all_alive():
+    """Rank 1's process beats (its watchdog thread lives) but its main thread is stuck in step 8's compute (a
+    GPU): rank 0 entered the log line's average and rank 2 the exchange. Rank 1 is named; every rank alike is not."""
+    from training.watchdog import blame, blame_text
+
+    def look(beats, progress):
+        return {r: {"rank": r, "host": f"10.0.0.{4 + r}", "beats": beats, "step": 7, "progress": p,
+                    "doing": "backward" if p == 15 else "in the log line's loss average"}
+                for r, p in enumerate(progress)}
+
+    stopped, behind = blame(look(3, (16, 15, 16)), look(4, (16, 15, 16)), world=3, me=0)
+    assert stopped == [] and [(s["rank"], s["host"]) for s in behind] == [(1, "10.0.0.5")]
+    assert blame_text(stopped, 3, behind).startswith("rank 1 on host 10.0.0.5 (at step 7, backward) lags the others "
+                                                     "while its process lives")
+    assert blame(look(3, (16, 16, 16)), look(4, (16, 16, 16)), world=3, me=0) == ([], [])  # level: a collective hung
+    assert blame_text([], 3, []).startswith("all 3 ranks are alive, so a collective hung")
+
+
+WATCHED = """
+import sys, time
+from pathlib import Path
+from training.watchdog import Bounds, Watchdog
+dog = Watchdog(0, 2, Path(sys.argv[1]), Bounds(first_s=1, floor_s=1, factor=1, busy_s=1, poll_s=0.2, write_s=1),
+               host="node-a").start()
+print("started", flush=True)
+dog.stepped(1)
+time.sleep(600)  # the main thread waits in a collective that never ends
+"""
+
+
+def test_a_share_that_blocks_every_write_does_not_stop_the_watchdog(tmp_path, node_local_disk):
+    """The output dir is on a share that stopped answering (a hard NFS mount: a write blocks for good). Played by
+    named pipes where the watchdog writes its sign of life and its fault record and where it reads a peer's: opening
+    one blocks until the other end opens, which nobody does. The rank still ends within its bound, with its line on
+    stderr, its record there for the launcher (FAULT_LINE) and on node-local disk."""
+    import subprocess
+    import time
+
+    from training.watchdog import FAULT_LINE
+
+    out = tmp_path / "share"
+    for folder, name in ((".watchdog", ".rank-0.tmp"), (".watchdog", "rank-1.json"), (".faults", ".rank-0.tmp")):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+        os.mkfifo(out / folder / name)
+    began = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", WATCHED, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])})
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError("the watchdog never ended the process: it blocked on the share")
+    took = time.monotonic() - began
+    assert proc.returncode == EXIT_HANG, err
+    assert took < 15, took  # bound 1 s + two looks (0.9 s) + the bounded write (1 s) + Python's start
+    assert "error: node fault: no training step for" in err and "the share is not answering" in err, err
+    [line] = [line for line in err.splitlines() if line.startswith(FAULT_LINE)]
+    record = json.loads(line.removeprefix(FAULT_LINE))
+    assert (record["rank"], record["kind"], record["exit_code"]) == (0, "node", EXIT_HANG)
+    assert json.loads((node_local_disk / "training-watchdog" / ".faults" / "rank-0.json").read_text()) == record
 
 
 def test_steps_reported_in_jumps_are_timed_per_step():
@@ -236,14 +333,14 @@ def test_an_injected_fault_is_read_from_the_environment():
     from training.watchdog import injected_fault
 
     assert injected_fault({}) is None
-    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5"}) == (5, 0)
-    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5:1"}) == (5, 1)
-    with pytest.raises(UsageError, match="give raise@STEP or raise@STEP:RANK"):
-        injected_fault({"TRAINING_WATCHDOG_INJECT": "hang@5"})
+    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "raise@5"}) == ("raise", 5, 0)
+    assert injected_fault({"TRAINING_WATCHDOG_INJECT": "hang@5:1"}) == ("hang", 5, 1)
+    with pytest.raises(UsageError, match="give KIND@STEP or KIND@STEP:RANK, KIND one of raise, hang, stop"):
+        injected_fault({"TRAINING_WATCHDOG_INJECT": "sleep@5"})
 
 
 def test_a_ranks_host_is_the_launchers_name_for_it_else_the_address_its_name_resolves_to(monkeypatch):
-    from training import watchdog
+    from training import faults as watchdog  # the signs of life live there
 
     assert watchdog.host_name({"HOROVOD_HOSTNAME": "10.0.0.5"}) == "10.0.0.5"
     monkeypatch.setattr(watchdog.socket, "gethostname", lambda: "tvmps-node-5")
@@ -328,3 +425,19 @@ def test_native_workers_are_classified_too_and_the_first_failure_stops_the_other
     assert time.monotonic() - began < 10 and workers[0].returncode == -15  # stopped, not waited for
     assert capfd.readouterr().err.splitlines()[0] == "fault: code: code 1"
     assert json.loads((out / "attempts.jsonl").read_text())["kind"] == "code"
+
+
+def test_the_launcher_reads_a_ranks_fault_from_its_output_when_the_share_has_none(tmp_path, capfd):
+    """A rank whose share hung could only say its fault on stderr: horovodrun prefixes the line with the rank; the
+    launcher passes the output on and classifies the attempt from it."""
+    from training.watchdog import FAULT_LINE
+
+    record = {**_rec(1, "node", ["10.0.0.5"]), "blamed_ranks": [1], "reason": "stuck rank"}
+    child = [sys.executable, "-c", "import sys; print('[1]<stderr>:' + sys.argv[1], file=sys.stderr); sys.exit(1)",
+             FAULT_LINE + json.dumps(record)]
+    hosts = [Host("10.0.0.4", 1), Host("10.0.0.5", 1)]
+    assert run_attempt(child, hosts, tmp_path / "run", check_gpus=lambda hs: []) == EXIT_HANG
+    err = capfd.readouterr().err
+    assert "[1]<stderr>:" + FAULT_LINE in err  # passed on as it came
+    assert "fault: node 10.0.0.5: stuck rank (node 1)" in err
+    assert attempts.record_in_line("[1,1]<stderr>:" + FAULT_LINE + "{not json") is None

@@ -39,44 +39,58 @@ def _rank(out, rank):
         return None
 
 
-def test_a_stopped_rank_ends_the_run_within_the_bound_naming_its_host(tmp_path):
-    out = tmp_path / "run"
+def _launch(tmp_path, out, env, steps=400, extra=()):
     command = [TORCH.python, "-m", "training", "launch", "--hosts", "localhost:2", "--", "--data", "synthetic",
-               "--steps", "400", "--image-size", "32", "--batch-size", "2", "--workers", "1", "--log-every", "2",
-               "--no-export", "--num-classes", "4", "--checkpoint-every", "3", "--keep-checkpoints", "1",
-               "--output-dir", str(out)]
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        proc = subprocess.Popen(command, cwd=REPO_ROOT, env={**TORCH.env(), **BOUNDS}, stdout=subprocess.DEVNULL,
-                                stderr=stderr)
-    stopped = None
+               "--steps", str(steps), "--image-size", "32", "--batch-size", "2", "--workers", "1", "--log-every", "1",
+               "--no-export", "--num-classes", "4", *extra, "--output-dir", str(out)]
+    stderr = open(tmp_path / "stderr.txt", "w")
+    proc = subprocess.Popen(command, cwd=REPO_ROOT, env={**TORCH.env(), **FROZEN, **env}, stdout=subprocess.DEVNULL,
+                            stderr=stderr)
+    stderr.close()
+    return proc
+
+
+# The busy bound (a checkpoint) far above the step bound, and Horovod's Gloo timeout above both: only the watchdog's
+# step bound can end these runs within the test's limit.
+FROZEN = {**BOUNDS, "TRAINING_WATCHDOG_BUSY_S": "120", "TRAINING_WATCHDOG_FIRST_S": "120",
+          "HOROVOD_GLOO_TIMEOUT_SECONDS": "300"}
+
+
+def _end_of(proc, out, timeout):
+    """(exit code, seconds from rank 0's sign of life at step 5 to the run's end)."""
+    pid = None
     try:
-        # a checkpoint on disk and rank 1 past it
-        _wait_for(lambda: list((out / "checkpoints").glob("ckpt-*.pt")) if (out / "checkpoints").is_dir() else None,
-                  180, "checkpoint")
-        rank1 = _wait_for(lambda: (r := _rank(out, 1)) and r["step"] >= 4 and r, 60, "rank 1 past step 4")
-        stopped = rank1["pid"]
-        os.kill(stopped, signal.SIGSTOP)
+        _wait_for(lambda: (r := _rank(out, 0)) and r["step"] >= 5, 180, "rank 0 at step 5")
         since = time.monotonic()
-        rc = proc.wait(timeout=90)
-        took = time.monotonic() - since
+        pid = (_rank(out, 1) or {}).get("pid")
+        rc = proc.wait(timeout=timeout)
+        return rc, time.monotonic() - since
     finally:
-        if stopped:
-            for signum in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(stopped, signum)
-                except ProcessLookupError:
-                    pass
+        pid = pid or (_rank(out, 1) or {}).get("pid")
+        for signum in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                if pid:
+                    os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_rank_frozen_after_a_logged_step_ends_the_run_within_the_step_bound_naming_its_host(tmp_path):
+    """Rank 1 freezes whole (SIGSTOP: a frozen host) right after step 5, before the log line's averaged loss, a
+    collective every rank joins. Rank 0 waits in it under the step bound (4 s), not the busy one (120 s), and ends
+    the run naming rank 1's host; the checkpoint written before is intact and the attempt is a node fault."""
+    out = tmp_path / "run"
+    proc = _launch(tmp_path, out, {"TRAINING_WATCHDOG_INJECT": "stop@5:1"},
+                   extra=("--checkpoint-every", "3", "--keep-checkpoints", "1"))
+    rc, took = _end_of(proc, out, timeout=90)
     err = (tmp_path / "stderr.txt").read_text()
-    print(f"stopped rank 1 at step {rank1['step']}; the run ended {took:.1f} s later")
+    print(f"rank 1 stopped after step 5; the run ended {took:.1f} s after rank 0 reached it")
     assert rc == EXIT_HANG, err[-3000:]
-    # the step bound (4 s, or the busy 8 s when rank 0 waited in a logged step's average) + two looks at the signs of
-    # life, well before Horovod's own Gloo timeout (30 s)
-    assert took < 25, (took, err[-3000:])
+    assert took < 25, (took, err[-3000:])  # the step bound (4 s) + two looks (1.5 s) + the launcher, not 120 s
     verdict = [line for line in err.splitlines() if line.startswith("fault: ")]
-    assert verdict and verdict[0].startswith("fault: node localhost: hang (no training step for "), \
-        err[-3000:]
+    assert verdict and verdict[0].startswith("fault: node localhost: hang (no training step for "), err[-3000:]
     assert "rank 1 on host localhost stopped (no sign of life)" in verdict[0]
     attempt = json.loads((out / "attempts.jsonl").read_text())
     assert (attempt["attempt"], attempt["kind"], attempt["exit_code"], attempt["reason"], attempt["blamed_hosts"]) == (
@@ -88,6 +102,21 @@ def test_a_stopped_rank_ends_the_run_within_the_bound_naming_its_host(tmp_path):
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     assert int(loaded.stdout) == int(ckpt.stem.removeprefix("ckpt-")) >= 3
 
+
+def test_a_rank_stuck_while_its_process_lives_is_named_as_the_one_that_lags(tmp_path):
+    """Rank 1's main thread blocks for good after step 5 (a GPU stuck in a kernel: the process and its watchdog
+    threads live, so its signs of life keep coming). Its progress stays behind rank 0's, which entered the log
+    line's collective: rank 1's host is named, not "all ranks alive"."""
+    out = tmp_path / "run"
+    proc = _launch(tmp_path, out, {"TRAINING_WATCHDOG_INJECT": "hang@5:1"})
+    rc, took = _end_of(proc, out, timeout=90)
+    err = (tmp_path / "stderr.txt").read_text()
+    print(f"rank 1 stuck after step 5; the run ended {took:.1f} s after rank 0 reached it")
+    assert rc == EXIT_HANG and took < 25, (rc, took, err[-3000:])
+    verdict = [line for line in err.splitlines() if line.startswith("fault: ")]
+    assert verdict and verdict[0].startswith("fault: node localhost: stuck rank (no training step for "), err[-3000:]
+    assert "rank 1 on host localhost (at step 5, step 5 done) lags the others while its process lives" in verdict[0]
+    assert "all 2 ranks are alive" not in err
 
 
 def test_an_exception_in_the_loop_is_a_code_fault_and_batchs_retry_of_it_does_not_train(tmp_path):
