@@ -138,6 +138,11 @@ def test_a_local_folder_sharded_then_uploaded_as_it_is(azurite, container, tmp_p
     assert remote["shards"] == local["shards"] and remote["content_hash"] == local["content_hash"]
     assert samples_in_container(client, "pets", tmp_path) == made_set(made)
     tar = local["shards"]["train"][0]["name"]
+    # A create+write-only SAS: every shard goes up (nothing to compare with), the manifest last; nothing is deleted.
+    blind = cli("upload", tmp_path / "out", azurite.container_url(container, "cw"), "--prefix", "datasets/w/")
+    assert blind.returncode == 0, blind.stderr
+    assert "blobs the manifest does not list stay" in blind.stderr
+    assert manifest_of(client, "w")["content_hash"] == local["content_hash"]
     # A damaged local shard is refused before anything moves; a non-empty DEST is refused; a bad prefix too.
     (tmp_path / "out" / tar).write_bytes(b"broken")
     again = cli("upload", tmp_path / "out", azurite.container_url(container, "racwl"), "--prefix", "datasets/b/")
