@@ -8,7 +8,7 @@ from azure.storage.blob import ContainerClient
 
 from infra.backends import staging
 from infra.cli.main import main
-from tests.training.data.conftest import cli
+from tests.training.data.conftest import cli, cli_background
 from tests.training.data.test_infra_upload import names, outputs_for
 from tests.training.data.test_shards import image_folder
 from training.data import datasets, sharding, shards
@@ -158,3 +158,32 @@ def test_auto_picks_shards_at_ten_thousand_images_or_one_gib():
     assert sharding.choose("auto", 10_000, 0) == "shards"
     assert sharding.choose("auto", 1, 2**30) == "shards"
     assert sharding.choose("files", 10**6, 2**40) == "files" and sharding.choose("shards", 1, 1) == "shards"
+
+
+def test_an_upload_stopped_midway_is_no_dataset_and_its_rerun_sends_only_the_rest(azurite, container, tmp_path):
+    image_folder(tmp_path / "src", per_class=10, val_per_class=0)  # 30 images, about one a shard
+    url = azurite.container_url(container, "racwdl")
+    run = cli_background("upload", tmp_path / "src", url, "--format", "shards", "--shard-mb", "0.002")
+    seen = []
+    for line in run.stderr:
+        seen.append(line)
+        if line.startswith("shard: shards/train-000003.tar"):
+            run.terminate()  # SIGTERM while shards are going up
+            break
+    run.communicate(timeout=60)
+    assert run.returncode != 0, "".join(seen)
+    client = ContainerClient.from_container_url(url)
+    assert "dataset.json" not in names_with_manifest(client)  # no manifest: not a dataset yet
+    assert datasets.describe(client, "default") is None and datasets.names(client) == ["default"]
+    sent = len([n for n in names_with_manifest(client) if n.endswith(".tar")])
+    assert 1 <= sent < 30
+    again = cli("upload", tmp_path / "src", url, "--format", "shards", "--shard-mb", "0.002")
+    assert again.returncode == 0, again.stderr
+    manifest = manifest_of(client, "default")
+    total = len(manifest["shards"]["train"])
+    assert total >= 25 and f"{total - sent} transferred, {sent} skipped" in again.stdout
+    assert len(samples_in_container(client, "default", tmp_path)) == 30
+
+
+def names_with_manifest(client):
+    return [blob.name for blob in client.list_blobs()]
