@@ -47,11 +47,15 @@ def run_on(host: str, local: bool) -> tuple[int, str]:
 
 
 def failing(hosts: Sequence[tuple[str, int]], is_local: Callable[[str], bool],
-            run: Callable[[str, bool], tuple[int, str]] = run_on) -> list[tuple[str, str]]:
-    """(host, what is wrong) for each of `hosts` ((name, ranks on it)) whose GPUs do not pass."""
+            run: Callable[[str, bool], tuple[int, str]] = run_on,
+            deep: Callable[[str, bool], str | None] | None = None) -> list[tuple[str, str]]:
+    """(host, what is wrong) for each of `hosts` ((name, ranks on it)) whose GPUs do not pass; `deep` (node_checks.check:
+    ECC, retired pages, remapped rows, Xids, InfiniBand ports) looks further at each node whose driver sees them all."""
     found = []
     for host, slots in hosts:
         wrong = problem(*run(host, is_local(host)), slots)
+        if not wrong and deep:
+            wrong = deep(host, is_local(host))
         if wrong:
             found.append((host, wrong))
     return found

@@ -348,12 +348,13 @@ def flag_value(train_flags: list[str], flag: str, default: str) -> str:
 def gpus_failing(hosts: list[Host]) -> list[tuple[str, str]]:
     """Every node's GPUs as the driver sees them now (training/cluster/gpu_check.py), where this node has nvidia-smi;
     nothing on CPU."""
-    from training.cluster import gpu_check
+    from training.cluster import gpu_check, node_checks  # node_checks: ECC, retired pages, Xids, InfiniBand ports
 
     if not shutil.which("nvidia-smi"):
         return []
     here = os.environ.get("AZ_BATCH_MASTER_NODE", "").rpartition(":")[0]  # the primary: this node
-    return gpu_check.failing([(h.name, h.slots) for h in hosts], lambda name: name in LOCAL_NAMES or name == here)
+    return gpu_check.failing([(h.name, h.slots) for h in hosts], lambda name: name in LOCAL_NAMES or name == here,
+                             deep=node_checks.check)
 
 
 def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, ssh_port: int | None = None,
