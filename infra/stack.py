@@ -64,7 +64,8 @@ class Environment(pulumi.ComponentResource):
         place = dict(resource_group_name=rg, location=cfg.location, tags=cfg.tags)
         self.monitoring = Monitoring(f"{name}-mon", MonitoringArgs(cfg.monitoring, **place), child)
         self.network = Network(f"{name}-net", NetworkArgs(
-            cfg.network, **place, key_vault_endpoint=facts(cfg.backend).key_vault_endpoint), child)
+            cfg.network, **place, key_vault_endpoint=facts(cfg.backend).key_vault_endpoint,
+            auto_named=cfg.network_auto_named), child)
         self.storage = Storage(f"{name}-data", StorageArgs(
             cfg.storage, **place, account_name=account_name, adopted=adopted,
             subnet_ids=[self.network.compute_subnet.id, self.network.storage_subnet.id],

@@ -21,6 +21,14 @@ from infra.core.config_sections import NetworkConfig
 # reference), so a stack whose subnets exist keeps theirs rather than failing its next `up`.
 PRIVATE_SUBNET = pulumi.ResourceOptions(ignore_changes=["defaultOutboundAccess"])
 
+# Fixed names for the VNet and its subnets (unique in the stack's own resource group, which holds one VNet). Left to
+# azure-native, a name is "the logical name plus a random suffix" (https://www.pulumi.com/docs/iac/concepts/resources/
+# names/), drawn anew at every create: after `destroy` the retained storage account's VNet rules name subnets of the
+# old VNet, the next `up` creates subnets with other IDs, and adopting the account (adoptRetained, an import) fails on
+# "inputs to import do not match". With these names the subnets' IDs are the same after every create.
+VNET_NAME = "vnet-dltrain"
+SUBNET_NAMES = {"compute": "snet-compute", "storage": "snet-storage"}
+
 
 @dataclass
 class NetworkArgs:
@@ -30,6 +38,9 @@ class NetworkArgs:
     tags: dict[str, str]
     # The azureml backend's Key Vault admits both subnets, which needs the Microsoft.KeyVault endpoint on each.
     key_vault_endpoint: bool = False
+    # networkAutoNamed: a stack deployed before the names were fixed keeps azure-native's (a VNet cannot be renamed:
+    # a new name replaces it, and every NIC and pool in it; docs/upgrade.md).
+    auto_named: bool = False
 
 
 # Priorities: VNet traffic first, the Internet deny last (Azure's implicit rules sit at 65000+).
@@ -64,8 +75,9 @@ class Network(pulumi.ComponentResource):
             sku=network.NatGatewaySkuArgs(name=network.NatGatewaySkuName.STANDARD),
             public_ip_addresses=[network.SubResourceArgs(id=self.egress_ip.id)], opts=child)
 
+        named = not args.auto_named
         self.vnet = network.VirtualNetwork(
-            f"{name}-vnet", **common,
+            f"{name}-vnet", **common, virtual_network_name=VNET_NAME if named else None,
             address_space=network.AddressSpaceArgs(address_prefixes=[str(cfg.address_space)]), opts=child)
 
         self.compute_nsg = self._nsg(f"{name}-compute-nsg", common)
@@ -80,6 +92,7 @@ class Network(pulumi.ComponentResource):
         vault = ["Microsoft.KeyVault"] if args.key_vault_endpoint else []
         self.compute_subnet = network.Subnet(
             f"{name}-compute", resource_group_name=args.resource_group_name,
+            subnet_name=SUBNET_NAMES["compute"] if named else None,
             virtual_network_name=self.vnet.name, address_prefix=str(cfg.compute_subnet),
             network_security_group=network.NetworkSecurityGroupArgs(id=self.compute_nsg.id),
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),
@@ -89,6 +102,7 @@ class Network(pulumi.ComponentResource):
         # Subnets of one VNet are created one after the other: Azure rejects concurrent subnet writes.
         self.storage_subnet = network.Subnet(
             f"{name}-storage", resource_group_name=args.resource_group_name,
+            subnet_name=SUBNET_NAMES["storage"] if named else None,
             virtual_network_name=self.vnet.name, address_prefix=str(cfg.storage_subnet),
             network_security_group=network.NetworkSecurityGroupArgs(id=self.storage_nsg.id),
             nat_gateway=network.SubResourceArgs(id=self.nat_gateway.id),

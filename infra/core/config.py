@@ -43,7 +43,7 @@ SECTIONS = {"network": NetworkConfig, "nodes": NodesConfig, "storage": StorageCo
             "registry": RegistryConfig, "nfs": NfsConfig, "training": TrainingConfig, "aml": AmlConfig,
             "access": AccessConfig, "tagging": TaggingConfig, "budget": BudgetConfig}
 TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType", "namesWithoutSubscription",  # StackConfig's own
-            "adoptRetained")
+            "adoptRetained", "networkAutoNamed")
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`
 # (config_sections.py).
@@ -62,6 +62,8 @@ class StackConfig:
     names_without_subscription: bool = False
     # retainOutputs stacks after `pulumi destroy`: the next `up` adopts the retained group and storage (naming.retained_ids)
     adopt_retained: bool = False
+    # A stack deployed before the VNet and subnets had fixed names keeps azure-native's (infra/components/network.py).
+    network_auto_named: bool = False
     network: NetworkConfig
     nodes: NodesConfig
     storage: StorageConfig
@@ -205,6 +207,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     return StackConfig(stack=stack, team=team, location=location, backend=backend, deployer_principal_type=deployer,
                        names_without_subscription=merged["namesWithoutSubscription"],
                        adopt_retained=_check_adopt(merged, subscription_id),
+                       network_auto_named=merged["networkAutoNamed"],
                        network=network, nodes=nodes, storage=storage, monitoring=monitoring, registry=registry,
                        nfs=nfs, training=training, aml=AmlConfig.parse(merged), access=AccessConfig.parse(merged),
                        tagging=TaggingConfig.parse(merged, backend), budget=BudgetConfig.parse(merged),

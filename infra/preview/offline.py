@@ -90,20 +90,29 @@ def _arm_id(typ: str, name: str, resource_group: str) -> str:
 class AzureMocks(pulumi.runtime.Mocks):
     """Echo inputs and add the outputs the providers would compute."""
 
-    def __init__(self) -> None:
+    def __init__(self, autoname: Callable[[str], str] | None = None) -> None:
         self.invocations: list[Invocation] = []
         self._subnets: dict[str, str] = {}  # subnet ID -> its CIDR, to give NICs addresses inside it
+        # azure-native names a resource without an explicit name "the logical name plus a random suffix", drawn at each
+        # create (https://www.pulumi.com/docs/iac/concepts/resources/names/); by default the mocks take a hash of the
+        # logical name so plans are stable, and a test of a re-created stack passes a random one (test_retained_network.py).
+        self._autoname = autoname or (lambda logical: f"{logical}{hashlib.sha256(logical.encode()).hexdigest()[:6]}")
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = dict(args.inputs)
         # A resource named explicitly keeps that name; others get an autoname, as azure-native gives.
         known = security.RESOURCE_TYPES.get(args.typ)
         explicit = inputs.get(known.own_name) if known and known.own_name else None
-        name = explicit or f"{args.name}{hashlib.sha256(args.name.encode()).hexdigest()[:6]}"
+        name = explicit or self._autoname(args.name)
         state = {**inputs, "name": name}
         if args.typ.startswith("azure-native:"):
             group = inputs.get("resourceGroupName")
             state["id"] = _arm_id(args.typ, name, group if isinstance(group, str) else "")
+            if args.typ == security.SUBNET and isinstance(inputs.get("virtualNetworkName"), str):
+                # A subnet's ID names its VNet, as Azure's does: .../virtualNetworks/<vnet>/subnets/<subnet>.
+                vnet = _arm_id("azure-native:network:VirtualNetwork", inputs["virtualNetworkName"],
+                               group if isinstance(group, str) else "")
+                state["id"] = f"{vnet}/subnets/{name}"
         identity = state.get("identity")
         if isinstance(identity, dict) and identity.get("type") == "SystemAssigned":
             state["identity"] = {**identity, "principalId": f"principal-{name}", "tenantId": SUBSCRIPTION}
@@ -190,14 +199,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def evaluate(config: StackConfig, now: datetime | None = None) -> Evaluation:
+def evaluate(config: StackConfig, now: datetime | None = None,
+             autoname: Callable[[str], str] | None = None) -> Evaluation:
     """Run the program's body, `deploy(config)`, under mocks; nothing leaves this process. For a config that no
     stack file holds (tests vary one); `plan` and the conformance tests run __main__.py with `evaluate_program`."""
     # The program's body, imported here for its weight (pulumi_azure_native's modules, the components): ~1.7 s that
     # only an evaluation needs, not every user of the mocks.
     from infra.stack import deploy
 
-    return _evaluate(config.stack, lambda: deploy(config, now), lambda: config)
+    return _evaluate(config.stack, lambda: deploy(config, now), lambda: config, autoname)
 
 
 def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
@@ -225,8 +235,9 @@ def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
         pulumi.runtime.set_all_config({}, [])
 
 
-def _evaluate(stack: str, program: Callable[[], Any], config_of: Callable[[], StackConfig]) -> Evaluation:
-    azure_mocks = AzureMocks()
+def _evaluate(stack: str, program: Callable[[], Any], config_of: Callable[[], StackConfig],
+              autoname: Callable[[str], str] | None = None) -> Evaluation:
+    azure_mocks = AzureMocks(autoname)
     declared: list[DeclaredResource] = []
     resolved: dict[str, Any] = {}
     secret: set[str] = set()
