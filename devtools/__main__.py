@@ -9,6 +9,9 @@ Commands:
   pace             ResNet50 on one GPU lever by lever (compile modes, fused SGD, batch, nvjpeg); not in make test
   data-demo        the reference data path on a local Azurite: upload with a write SAS, stage with a read-only SAS
   stage-benchmark  staging throughput and memory from Azurite: our stager vs a naive sequential loop
+  node-stage-benchmark  one dataset onto a node from Azurite: shards vs the same images as files, loopback and
+                   10 ms round trip, beside AzCopy (--azcopy)
+  shard-loader     the CPU (PIL) loader from shards beside the same images as files: img/s and img per CPU-second
   fleet-benchmark  teams, plan and new-team over 100 and 300 stack files, beside the repo's own stacks
   rehearse         run a stack's own job here as Azure would (local nodes, Azurite, a local Batch endpoint; root)
 
@@ -27,7 +30,8 @@ COMMANDS = {"synth-data": "devtools.synth_data", "benchmark": "devtools.benchmar
             "overlap-benchmark": "devtools.overlap_benchmark", "gpu-smoke": "devtools.gpu_smoke",
             "pace": "devtools.pace",
             "data-demo": "devtools.data_demo", "stage-benchmark": "devtools.stage_benchmark",
-            "fleet-benchmark": "devtools.fleet_benchmark",
+            "node-stage-benchmark": "devtools.node_stage_benchmark",
+            "shard-loader": "devtools.shard_loader_benchmark", "fleet-benchmark": "devtools.fleet_benchmark",
             "rehearse": "devtools.rehearsal.run"}
 
 

@@ -27,8 +27,17 @@ class LatencyProxy:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        # Connections still open (a client's idle keep-alive ones) are cancelled and awaited before the loop
+        # stops: a loop stopped under them leaves pending tasks that print "Task was destroyed" at exit.
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         self._thread.join(10)
+
+    async def _shutdown(self) -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loop.stop()
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
