@@ -44,6 +44,7 @@ class Arm:
         from azure.mgmt.core.policies import ARMChallengeAuthenticationPolicy, ARMHttpLoggingPolicy
 
         self.base_url = base_url.rstrip("/")
+        self.credential = credential  # its token's claims say who is signed in (preflight's deployer check)
         self._client = ARMPipelineClient(base_url=self.base_url, transport=RequestsTransport(
             connection_verify=connection_verify, connection_timeout=10, read_timeout=60), policies=[
             policies.HeadersPolicy(), policies.UserAgentPolicy("dltrain-preflight"),

@@ -18,6 +18,7 @@ EXAMPLES = """Examples:
   python -m infra preflight --stack vision   # before `pulumi up`: can the subscription run it?
   python -m infra leftovers --stack vision   # after `pulumi destroy`: what is left, and how to remove it
   python -m infra new-team speech      # writes Pulumi.speech.yaml from trial, with a free address space
+  python -m infra new-team speech --ci   # the same, for the pipeline's deploy identity (docs/ci.md)
   python -m infra member-file --stack dev -o member-dev.json   # once per stack: what members need, no secret
   python -m infra upload --outputs member-dev.json ~/pets     # pets/train/<class>/*.jpg into the stack's data
   python -m infra upload --outputs member-dev.json --dataset pets ~/pets   # a dataset of its own
@@ -72,6 +73,13 @@ def _plan(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return 2
+    from infra.core import deployer_identity
+
+    signed_in = deployer_identity.from_provider_environment(os.environ)  # the pipeline's ARM_*: who runs `up`
+    wrong = signed_in and deployer_identity.mismatch(stack_config.deployer_principal_type, *signed_in, args.stack)
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     for placeholder in stack_config.placeholders:
         print(f"note: {placeholder}", file=sys.stderr)
     from infra.cli import plan
@@ -111,7 +119,7 @@ def _new_team(args: argparse.Namespace) -> int:
 
     try:
         result = new_team(args.name, args.template, args.backend, args.project_dir, args.subscription, args.location,
-                          args.own_images)
+                          args.own_images, ci=args.ci)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -256,6 +264,9 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     new_team.add_argument("--own-images", action="store_true", help="build the training images at `up` instead of "
                           "importing the fleet's shared images (default: the sharedImages the stacks here use most; "
                           "docs/teams.md)")
+    new_team.add_argument("--ci", action="store_true", help="the pipeline deploys it (docs/ci.md): writes "
+                          "deployerPrincipalType: ServicePrincipal, for the deploy identity's role assignments, and "
+                          "gives the pipeline's next steps")
     new_team.add_argument("--project-dir", type=Path, default=REPO_ROOT, help=argparse.SUPPRESS)
     new_team.set_defaults(run=_new_team)
 

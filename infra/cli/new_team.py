@@ -16,7 +16,7 @@ from pathlib import Path
 
 from infra import REPO_ROOT
 from infra.cli.teams import Fleet
-from infra.core import config, cost, fleet_limits, shared_images
+from infra.core import config, cost, deployer_identity, fleet_limits, shared_images
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
 from infra.core.config import PROJECT, StackConfig
 from infra.core.config_schema import ConfigError
@@ -106,6 +106,7 @@ class NewTeam:
     left_out: tuple[str, ...] = ()  # the template team's own keys it set, not copied (TEAM_OWN_KEYS)
     quota_lines: tuple[str, ...] = ()  # the group it joins over a default quota (fleet_limits.limit_warnings)
     images_line: str = ""  # where its training images come from (sharedImages, the fleet's default)
+    ci: bool = False  # the pipeline deploys it (deployerPrincipalType ServicePrincipal)
 
 
 def member(cfg: StackConfig) -> fleet_limits.Member:
@@ -148,11 +149,13 @@ def fleet_shared_images(fleet: Fleet, frameworks: tuple[str, ...]) -> tuple[Shar
 
 
 def new_team(name: str, template: str = "dev", backend_name: str | None = None, root: Path = REPO_ROOT,
-             subscription: str | None = None, location: str | None = None, own_images: bool = False) -> NewTeam:
+             subscription: str | None = None, location: str | None = None, own_images: bool = False,
+             ci: bool = False) -> NewTeam:
     """Write Pulumi.NAME.yaml from Pulumi.TEMPLATE.yaml, or refuse (ConfigError) with nothing written. `subscription`
     and `location` put the new stack in another (subscription, region) group than the template's. The new stack
     imports the fleet's shared images (the sharedImages the stacks here use most) unless the template sets its own
-    or `own_images` (then it builds every image itself)."""
+    or `own_images` (then it builds every image itself). `ci`: the pipeline's deploy identity runs its `up`
+    (deployerPrincipalType ServicePrincipal; infra/core/deployer_identity.py)."""
     config.check_team(name)  # also what keeps NAME a plain file name
     subscription = config.check_subscription_id(subscription) if subscription else None
     path = root / f"Pulumi.{name}.yaml"
@@ -184,6 +187,10 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
               "reservedAddressSpaces": "[" + ", ".join(map(str, reserved)) + "]"}
     if location:
         values["location"] = location  # checked with the rest below, as the written file
+    # Who runs `up`: the pipeline's deploy identity (--ci), else the template's (a person after `az login`).
+    principal = deployer_identity.SERVICE_PRINCIPAL if ci else source.deployer_principal_type
+    if principal != source.deployer_principal_type:
+        values["deployerPrincipalType"] = principal
     drop = {key for key in TEAM_OWN_KEYS if key in config.KEYS}
     # One build for the fleet: a new team imports the images the other stacks here import (by digest), so its
     # `up` builds none; --own-images (or a template with its own sharedImages) decides otherwise.
@@ -208,7 +215,8 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
         values["backend"] = chosen
         # The keys of the other backends would be refused (backend_facts.BACKEND_ONLY_KEYS).
         drop |= {key for other, keys in BACKEND_ONLY_KEYS.items() if other != chosen for key in keys}
-    header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}`: set what\n"
+    header = (f"# The {name} team's stack, written by `python -m infra new-team {name} --from {template}"
+              f"{' --ci' if ci else ''}`: set what\n"
               "# differs (docs/deploying.md, step 1); reservedAddressSpaces lists the other\n"
               "# stacks' spaces and the ranges they reserve.")
     text = rewrite_stack_file((root / f"Pulumi.{template}.yaml").read_text(), values, drop, header)
@@ -227,10 +235,10 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     got = {"team": written.team, "addressSpace": str(written.network.address_space),
            "backend": written.backend, "reservedAddressSpaces": sorted(written.network.reserved_address_spaces),
            "location": written.location, "subscriptionId": written.subscription_id,
-           shared_images.KEY: written.registry.shared_images}
+           shared_images.KEY: written.registry.shared_images, "deployerPrincipalType": written.deployer_principal_type}
     want = {"team": name, "addressSpace": str(new), "backend": chosen, "reservedAddressSpaces": reserved,
             "location": location or source.location, "subscriptionId": subscription or source.subscription_id,
-            shared_images.KEY: shared}
+            shared_images.KEY: shared, "deployerPrincipalType": principal}
     if got != want:
         wrong = next(key for key in want if got[key] != want[key])
         raise ConfigError(wrong, f"Pulumi.{template}.yaml writes it in a form new-team cannot rewrite (over several "
@@ -249,7 +257,7 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
             continue
     quota = fleet_limits.limit_warnings(members, only=members[0].group)
     return NewTeam(path, written, {str(cidr): reserved_from[cidr] for cidr in reserved}, own, tuple(quota),
-                   images_line)
+                   images_line, ci)
 
 
 def new_team_lines(result: NewTeam, template: str) -> list[str]:
@@ -265,7 +273,33 @@ def new_team_lines(result: NewTeam, template: str) -> list[str]:
                 "over a default quota:" if result.quota_lines else "within the documented default quotas"),
             *(f"    {line}" for line in result.quota_lines),
             *([f"  {result.images_line}"] if result.images_line else []),
-            "next:",
+            *([f"  deployerPrincipalType: {cfg.deployer_principal_type} (--ci: the pipeline's deploy identity runs "
+               "`up`; `plan` under the pipeline's ARM_* sign-in and `preflight` refuse a mismatch)"]
+              if result.ci else []),
+            *(_ci_next_steps(result) if result.ci else _next_steps(result))]
+
+
+def _ci_next_steps(result: NewTeam) -> list[str]:
+    """What follows `new-team --ci`: the pipeline does `stack init` and `up` (docs/ci.md); people review and merge."""
+    cfg, sub = result.config, result.config.subscription_id or "SUB"
+    return ["next (the pipeline deploys it: docs/ci.md):",
+            f"  1. edit {result.path.name}: allowedIpRanges (the addresses `up` and your members run from), and what "
+            f"differs for this team (location, gpuSku, maxNodes, "
+            f"{''.join(f'{key}, ' for key in TEAM_OWN_KEYS if key in config.KEYS)}...)",
+            f"  2. python -m infra plan --stack {cfg.team}      # offline: resources, cost, security checks",
+            f"  3. python -m infra ci-roles --subscription {sub}   # its custom role joins the deploy identity's "
+            "condition: if it changed, the subscription's Owner updates the assignment with it (`az role assignment "
+            "update`) before this team's first deploy (docs/ci.md, Identities)",
+            f"  4. open a pull request with {result.path.name}: fleet-plan plans and preflights it; merging to main "
+            "runs fleet-deploy (preflight as the deploy identity, `pulumi stack select --create`, `pulumi up`)",
+            f"  5. python -m infra member-file --stack {cfg.team}   # after the deploy, for the team's members",
+            f"  (the other stack files do not reserve {cfg.network.address_space} yet; `plan` refuses any two stack "
+            "files here whose spaces overlap)"]
+
+
+def _next_steps(result: NewTeam) -> list[str]:
+    cfg = result.config
+    return ["next:",
             f"  1. edit {result.path.name}: allowedIpRanges (your egress IPs; `curl -s https://ifconfig.me`), and what "
             f"differs for this team (location, gpuSku, maxNodes, "
             f"{''.join(f'{key}, ' for key in TEAM_OWN_KEYS if key in config.KEYS)}...)",

@@ -94,6 +94,26 @@ def against_azure(args: Any, services: Callable[[], tuple[Any, Any]] | None, wor
                 client.close()
 
 
+def deployer_check(arm: Any, stack_config: Any) -> list:
+    """deployerPrincipalType against who this sign-in is (its ARM token's claims: infra/core/deployer_identity.py):
+    preflight runs as the identity that runs `up` (docs/ci.md), so a mismatch would fail `up`'s role assignments."""
+    from infra.backends.preflight import ARM_SCOPE
+    from infra.core import deployer_identity
+    from infra.core import preflight as verdicts
+
+    credential = getattr(arm, "credential", None)
+    try:
+        found = deployer_identity.from_token(credential.get_token(ARM_SCOPE).token) if credential else None
+    except Exception:  # noqa: BLE001 - no token here means no sign-in, which the first request says in one line
+        found = None
+    if found is None:
+        return []
+    declared = stack_config.deployer_principal_type
+    wrong = deployer_identity.mismatch(declared, found, "this sign-in's token", stack_config.stack)
+    return [verdicts.Check("deployer", verdicts.FAIL, wrong) if wrong else
+            verdicts.Check("deployer", verdicts.OK, f"deployerPrincipalType {declared}: this sign-in is a {found}")]
+
+
 def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
     from infra.backends import preflight
     from infra.core import preflight as verdicts
@@ -111,7 +131,7 @@ def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) ->
         print(f"preflight of stack {args.stack} ({stack_config.backend}, {needs.max_nodes} x {needs.gpu.name}"
               f"{' Spot' if needs.spot else ''} in {needs.location}) against subscription {subscription}:", flush=True)
         checks = [verdicts.Check("config", verdicts.FAIL, f"{p} (`pulumi up` refuses it)")
-                  for p in stack_config.placeholders]
+                  for p in stack_config.placeholders] + deployer_check(arm, stack_config)
         for check in checks:
             print(check.line(), flush=True)
         return checks + preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))

@@ -1,0 +1,68 @@
+"""Who runs `pulumi up`, against the stack's deployerPrincipalType (User | ServicePrincipal), pure.
+
+`up` assigns the deployer its own data-plane roles (plan lists them), and a role assignment's principalType must be
+the principal's: Azure refuses an assignment whose principal type is wrong (docs/ci.md). A team's first deploy from
+the pipeline with `deployerPrincipalType: User` (what new-team wrote before `--ci`) then fails half-way through `up`.
+Two places can tell before that:
+
+- plan, offline, from the environment the azure-native provider signs in with: ARM_CLIENT_ID with ARM_USE_OIDC,
+  ARM_CLIENT_SECRET, ARM_CLIENT_CERTIFICATE_PATH or ARM_USE_MSI is a service principal (or managed identity, which
+  role assignments also type ServicePrincipal); without them the provider uses the Azure CLI's sign-in, which plan
+  does not ask (https://www.pulumi.com/registry/packages/azure-native/installation-configuration/).
+- preflight, from the claims of the Azure Resource Manager token it signs in with: `idtyp` (`app` or `user`) where
+  the token carries it, else `scp` (delegated permissions: only a user's token has them) against `roles`/none (an
+  application's token) (https://learn.microsoft.com/entra/identity-platform/access-token-claims-reference: the
+  page says claims are present only when a value fills them and `idtyp` is optional, so both are read).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+
+USER, SERVICE_PRINCIPAL = "User", "ServicePrincipal"
+_TRUE = ("1", "true", "yes")
+
+
+def from_provider_environment(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(principal type, how it was told) of the identity the azure-native provider signs in as from `env`, or None
+    (the Azure CLI's sign-in, which is not asked offline)."""
+    client = env.get("ARM_CLIENT_ID", "").strip()
+    if not client:
+        return None
+    for name, means in (("ARM_USE_OIDC", "OIDC"), ("ARM_USE_MSI", "a managed identity")):
+        if env.get(name, "").strip().lower() in _TRUE:
+            return SERVICE_PRINCIPAL, f"ARM_CLIENT_ID with {name} ({means}): the azure-native provider signs in as it"
+    for name in ("ARM_CLIENT_SECRET", "ARM_CLIENT_CERTIFICATE_PATH"):
+        if env.get(name):
+            return SERVICE_PRINCIPAL, f"ARM_CLIENT_ID with {name}: the azure-native provider signs in as it"
+    return None
+
+
+def from_token(token: str) -> str | None:
+    """The principal type an Entra access token (a JWT) was issued to, from its claims; None when it is not a JWT
+    (the signature is not checked: the token is our own, read for who we are, never to grant anything)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(claims, dict):
+        return None
+    kind = str(claims.get("idtyp", "")).lower()
+    if kind in ("app", "user"):
+        return SERVICE_PRINCIPAL if kind == "app" else USER
+    return USER if claims.get("scp") else SERVICE_PRINCIPAL
+
+
+def mismatch(declared: str, found: str, how: str, stack: str) -> str | None:
+    """The one line refusing a stack whose deployerPrincipalType is not who runs `up`, or None."""
+    if declared == found:
+        return None
+    fix = ("`python -m infra new-team NAME --ci` writes it so for the pipeline" if found == SERVICE_PRINCIPAL else
+           "User is what `az login` as a person needs")
+    return (f"Pulumi.{stack}.yaml: deployerPrincipalType is {declared}, but `pulumi up` here signs in as a {found} "
+            f"({how}); Azure refuses the deployer's role assignments with the wrong principalType half-way through "
+            f"`up`: set deployerPrincipalType: {found} ({fix})")
