@@ -1,5 +1,6 @@
-"""report.png: a run's loss, LR, img/s and validation against step, with its summary in the title; several runs
-side by side.
+"""report.png: a run's loss, LR, img/s, validation loss and top-1 against step, with its summary in the title; several
+runs side by side. The top-1 panel draws chance (1 / classes) as a dashed line, and the exported model's step (the
+best validation's: training/best.py) as a dot.
 
 Every run writes its own (rank 0, after summary.json); `python -m training report RUN_DIR... --out FILE` draws
 runs on shared axes to compare them (a framework against another, a setting against another, a resumed run).
@@ -15,7 +16,13 @@ from pathlib import Path
 from training.errors import UsageError
 
 PANELS = (("loss", "loss"), ("lr", "learning rate"), ("img_per_sec", "images/s (global)"),
-          ("val_top1", "validation top-1"))
+          ("val_loss", "validation loss"), ("val_top1", "validation top-1"))
+
+
+def chance(summary: dict) -> float | None:
+    """Top-1 of guessing: 1 / the run's classes (summary.json's `classes`), or None when the run names none."""
+    classes = summary.get("classes")
+    return 1.0 / len(classes) if classes and len(classes) > 1 else None
 
 
 def read_run(run_dir: Path) -> tuple[list[dict], dict]:
@@ -59,14 +66,25 @@ def draw(runs: list[Path], out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 4), constrained_layout=True)
-    titles = []
+    titles, chances = [], set()
+    top1_axes = axes[[key for key, _ in PANELS].index("val_top1")]
     for run_dir in runs:
         records, validations, summary = read_records(run_dir)
         titles.append(title_of(run_dir, summary))
         for ax, (key, _) in zip(axes, PANELS):
             shown = validations if key.startswith("val_") else records
-            ax.plot([r["step"] for r in shown], [r[key] for r in shown], marker="." if len(shown) < 50 else None,
-                    label=run_dir.name)
+            line, = ax.plot([r["step"] for r in shown], [r[key] for r in shown],
+                            marker="." if len(shown) < 50 else None, label=run_dir.name)
+        exported = summary.get("exported_step")
+        if exported is not None and summary.get("top1") is not None:
+            top1_axes.plot([exported], [summary["top1"]], "o", color=line.get_color(), fillstyle="none",
+                           markersize=10, label=f"{run_dir.name}: exported (best validation)")
+        if chance(summary) is not None:
+            chances.add(chance(summary))
+    for level in sorted(chances):
+        top1_axes.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"chance ({level:.3f})")
+    if chances or any(line.get_label().endswith("(best validation)") for line in top1_axes.get_lines()):
+        top1_axes.legend(fontsize="small")
     for ax, (_, label) in zip(axes, PANELS):
         ax.set_xlabel("step")
         ax.set_ylabel(label)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import checkpoint, efficiency, frameworks, interconnect, metrics, model_card, progress, tracking
+from training import best, checkpoint, efficiency, frameworks, interconnect, metrics, model_card, progress, tracking
 from training.config import TrainConfig, cpu_sized_text, resolve_optimizer
 from training.data import datasets, folder
 from training.errors import RunStopped
@@ -293,6 +293,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_minutes, the_plan.stop_at, time.monotonic())
 
     val_steps = cfg.val_every * the_plan.steps_per_epoch  # 0: at the end only
+    keeper = best.Keeper(out, loop.checkpoint_suffix, bool(resume_from)) if rank0 else None  # training/best.py
     validated_at = [-1]
 
     def validate(done: int) -> None:
@@ -307,6 +308,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
             heartbeat.progress.phase = "training"
         if found is not None:
             reporter.record_validation(done, *found)
+            if keeper:  # rank 0's own state, no collective: the best validation's model is kept for the export
+                keeper.offer(done, *found, lambda: loop.checkpoint_state(done), loop.save_checkpoint)
 
     def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
         if heartbeat:
@@ -352,6 +355,11 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         if classes:  # beside the model and the checkpoints, whether or not this run exports
             model_card.write_classes(out, classes)
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
+            kept = keeper.restore_for_export(step, loop.load_checkpoint, lambda state: loop.restore(state))
+            if kept:  # the summary describes the exported model; the last validation stays beside it
+                result.update(top1=kept.val_top1, val_loss=kept.val_loss, exported_step=kept.step,
+                              last_val_top1=top1, last_val_loss=val_loss)
+                print(best.kept_line(kept, reporter.validation, the_plan.steps_per_epoch), flush=True)
             result.update(export(loop, out, card))
         metrics.write_json_atomic(out / "summary.json", result)
         from training import report
@@ -362,6 +370,11 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         print(metrics.done_line(result, cfg.output_dir), flush=True)
         print(f"efficiency: {efficiency.progress_text(result['img_per_sec_per_worker'], expected, bound)}; "
               f"expected: {expected.basis}", flush=True)
+        chance = best.chance_line(keeper.best.val_top1 if keeper.best else result.get("top1"), cfg.num_classes,
+                                  best.val_images(cfg.data),
+                                  fine_tuned=bool(cfg.init_from or cfg.pretrained))
+        if chance:
+            print(chance, flush=True)
     if dog:
         dog.stop()
     loop.shutdown()

@@ -34,7 +34,7 @@ def png_size(path):
 def test_each_run_gets_its_report_with_the_summary_in_the_title(tmp_path):
     run = fake_run(tmp_path / "r1", "pytorch", torn=True)  # a line cut short by a crash is skipped
     path = report.write_for_run(run)
-    assert path == run / "report.png" and png_size(path) == (2000, 400)
+    assert path == run / "report.png" and png_size(path) == (2500, 400)
     assert report.title_of(run, report.read_run(run)[1]) == \
         "r1: pytorch, 2 worker(s), step 10, 55.5 img/s, loss 4.000, top-1 0.500"
     assert [r["step"] for r in report.read_run(run)[0]] == list(range(1, 11))
@@ -46,7 +46,7 @@ def test_the_report_command_draws_several_runs_side_by_side(tmp_path):
     result = subprocess.run([sys.executable, "-m", "training", "report", *map(str, runs), "--out",
                              str(tmp_path / "both.png")], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert "both.png (2 run(s))" in result.stdout and png_size(tmp_path / "both.png")[0] == 2000
+    assert "both.png (2 run(s))" in result.stdout and png_size(tmp_path / "both.png")[0] == 2500
 
 
 def test_a_folder_that_is_not_a_run_is_one_clear_line_and_nothing_drawn(tmp_path):

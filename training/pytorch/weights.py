@@ -45,10 +45,17 @@ def pretrained_state() -> dict[str, torch.Tensor]:
 
     weights = ResNet50_Weights.IMAGENET1K_V2
     try:
-        return weights.get_state_dict(progress=False, weights_only=True)
+        # check_hash: the download's SHA-256 must start with the file name's hash (resnet50-11ad3fa6.pth), or
+        # torch.hub refuses it (torch/hub.py, load_state_dict_from_url: HASH_REGEX, download_url_to_file)
+        return weights.get_state_dict(progress=False, weights_only=True, check_hash=True)
     except OSError as err:  # URLError included: no egress
         raise UsageError(f"--pretrained: cannot fetch {weights.url} ({getattr(err, 'reason', err)}); on a node without "
                          "internet egress, download it elsewhere and give --init-from FILE") from None
+    except RuntimeError as err:  # torch.hub's "invalid hash value": the partial download is removed, nothing kept
+        if "hash" not in str(err):
+            raise
+        raise UsageError(f"--pretrained: {weights.url} arrived with the wrong SHA-256 ({str(err).splitlines()[0]}); "
+                         "run again, or download it elsewhere and give --init-from FILE") from None
 
 
 def load_into(model: torch.nn.Module, state: dict[str, torch.Tensor], source: str) -> str:
