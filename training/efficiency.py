@@ -109,16 +109,23 @@ class Recipe:
     precision: str  # as resolved for the device: bf16, fp16 or fp32
     batch: int  # per GPU
     image_size: int = EXPECTATION_IMAGE_SIZE
+    optimizer: str = "sgd"  # as resolved for the global batch: sgd or lars (LARS's step costs more)
+    compile_mode: str = "default"  # torch.compile's mode when compiled ("" eager, "xla"): CUDA graphs change the pace
+    loader: str = "synthetic"  # synthetic data, or the folder loader (pil, nvjpeg, dali): input can bound the pace
 
     @classmethod
     def of(cls, cfg) -> Recipe:
         """A resolved TrainConfig's recipe."""
+        mode = "xla" if cfg.xla else cfg.compile_mode if cfg.compile else ""
+        loader = "synthetic" if cfg.data == "synthetic" else getattr(cfg, "loader", "auto")
         return cls(cfg.framework, cfg.dist, bool(cfg.compile or cfg.xla), cfg.precision, cfg.batch_size,
-                   cfg.image_size)
+                   cfg.image_size, cfg.optimizer, mode, loader)
 
     def text(self) -> str:
-        return (f"{self.framework}, {self.distribution}, {'compiled' if self.compiled else 'eager'}, "
-                f"{self.precision}, batch {self.batch}, {self.image_size} px")
+        compiled = f"compiled ({self.compile_mode})" if self.compiled and self.compile_mode else (
+            "compiled" if self.compiled else "eager")
+        return (f"{self.framework}, {self.distribution}, {compiled}, {self.precision}, batch {self.batch}, "
+                f"{self.image_size} px, {self.optimizer}, {self.loader} data")
 
 
 # The recipes the catalog's figures were measured with. A node size's figure (infra/core/skus.py
@@ -126,7 +133,9 @@ class Recipe:
 # recipes, so the expectation is keyed by (size, framework, distribution, compile, precision, per-GPU batch): the
 # size picks the figure, the run's recipe must be one it was measured with. ND H100 v5: the benchmark table in
 # docs/training.md (one H100, DDP of one process, bf16, channels-last, torch.compile, batch 256, fused SGD: 5,363 img/s).
-MEASURED_RECIPES = (Recipe("pytorch", "ddp", True, "bf16", 256),)
+# SGD (fused), torch.compile's default mode, synthetic data: what that figure ran.
+MEASURED_RECIPES = (Recipe("pytorch", "ddp", True, "bf16", 256, optimizer="sgd", compile_mode="default",
+                           loader="synthetic"),)
 
 
 def nearest_measured(recipe: Recipe) -> Recipe:

@@ -58,15 +58,30 @@ def test_expectation_applies_on_a_gpu_at_the_benchmark_size_only():
     assert eff.expectation(0, device="gpu", image_size=224, recipe=MEASURED).img_per_sec is None
 
 
+def test_a_runs_recipe_names_its_optimizer_compile_mode_and_loader():
+    from training.config import TrainConfig
+
+    ours = eff.Recipe.of(TrainConfig(dist="ddp", compile=True, precision="bf16", batch_size=256, optimizer="sgd"))
+    assert ours == MEASURED
+    folder = eff.Recipe.of(TrainConfig(dist="ddp", compile=True, compile_mode="reduce-overhead", precision="bf16",
+                                       batch_size=256, optimizer="lars", data="/data/imagenet", loader="nvjpeg"))
+    assert (folder.optimizer, folder.compile_mode, folder.loader) == ("lars", "reduce-overhead", "nvjpeg")
+
+
 def test_the_expectation_is_per_recipe_and_names_the_nearest_measured_one():
     """The default GPU run (Horovod, eager, batch 192) is not held to the figure DDP + compile at 256 reached."""
     default = eff.Recipe("pytorch", "horovod", False, "bf16", 192)
     expected = eff.expectation(5155, device="gpu", image_size=224, recipe=default)
     assert expected.img_per_sec is None and expected.unknown == "unknown for this recipe"
-    assert expected.basis == ("unknown for this recipe (pytorch, horovod, eager, bf16, batch 192, 224 px); the nearest "
-                              "measured: pytorch, ddp, compiled, bf16, batch 256, 224 px at 5155 img/s")
+    assert expected.basis == ("unknown for this recipe (pytorch, horovod, eager, bf16, batch 192, 224 px, sgd, "
+                              "synthetic data); the nearest measured: pytorch, ddp, compiled (default), bf16, batch "
+                              "256, 224 px, sgd, synthetic data at 5155 img/s")
+    # the optimizer, the compile mode and the loader are the recipe too (LARS's step, CUDA graphs, the input path)
     for other in (dataclasses.replace(MEASURED, batch=192), dataclasses.replace(MEASURED, compiled=False),
-                  dataclasses.replace(MEASURED, precision="fp16"), dataclasses.replace(MEASURED, framework="keras")):
+                  dataclasses.replace(MEASURED, precision="fp16"), dataclasses.replace(MEASURED, framework="keras"),
+                  dataclasses.replace(MEASURED, optimizer="lars"),
+                  dataclasses.replace(MEASURED, compile_mode="reduce-overhead"),
+                  dataclasses.replace(MEASURED, loader="nvjpeg")):
         assert eff.expectation(5155, device="gpu", image_size=224, recipe=other).img_per_sec is None, other
     assert eff.expectation(5155, device="gpu", image_size=224).img_per_sec is None  # no recipe: not comparable
     assert eff.nearest_measured(default) == MEASURED
@@ -80,10 +95,10 @@ def test_the_expectation_is_per_recipe_and_names_the_nearest_measured_one():
 
 
 def test_a_resolved_configs_recipe():
-    from training.config import TrainConfig, resolve_for_device
+    from training.config import TrainConfig, resolve_for_device, resolve_optimizer
 
     cfg = resolve_for_device(TrainConfig(dist="ddp", compile=True, batch_size=256), gpu=True)
-    assert eff.Recipe.of(cfg) == MEASURED
+    assert eff.Recipe.of(resolve_optimizer(cfg, 256)) == MEASURED  # as the runner asks: the optimizer resolved
     assert eff.Recipe.of(resolve_for_device(TrainConfig(), gpu=True)) != MEASURED  # the default: horovod, eager
 
 
