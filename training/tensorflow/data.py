@@ -1,11 +1,18 @@
 """TensorFlow/Keras input: an ImageNet-layout folder as a seeded, sharded tf.data stream that can start at any
-step (resume mid-epoch), or one synthetic batch repeated (Horovod's synthetic benchmark does the same)."""
+step (resume mid-epoch), or one synthetic batch repeated (Horovod's synthetic benchmark does the same).
+
+A sharded dataset (`--data DIR` whose dataset.json says "format": "shards") takes the same stream: the order,
+the epoch (the manifest's count // world // batch whole batches, the last part batch dropped) and the resume are
+the folder's, and each sample's bytes and label are read from its shard where the index says they lie
+(training/data/shard_samples.py, in a tf.numpy_function) instead of from its file."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from training.config import TrainConfig
-from training.data.folder import MEAN, STD, num_classes, scan, verify_images
+from training.data import shards
+from training.data.folder import MEAN, STD, num_classes, scan, sharded, verify_images
+from training.data.shard_samples import ShardSamples
 from training.errors import UsageError
 from training.runner import synthetic_steps_per_epoch
 
@@ -21,22 +28,51 @@ class Data:
             self.steps_per_epoch = synthetic_steps_per_epoch(cfg.batch_size * size)
             return
         root = Path(cfg.data)
-        classes, samples = scan(root, "train")
+        self.shards: dict[str, ShardSamples] = {}  # split -> its samples, for a sharded dataset
+        if sharded(root):
+            dataset = shards.read_sharded(root)
+            classes = list(dataset.classes)
+            self.shards = {split: ShardSamples(root, split, dataset) for split in dataset.shards}
+            samples = self.shards["train"]
+        else:
+            classes, samples = scan(root, "train")
         num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
-        self.files = [str(p) for p, _ in samples]
-        self.labels = [label for _, label in samples]
+        # A sharded sample is its index (read by _read_shard); a folder's, its path and label
+        self.files = list(range(len(samples))) if self.shards else [str(p) for p, _ in samples]
+        self.labels = [0] * len(samples) if self.shards else [label for _, label in samples]
         self.steps_per_epoch = len(samples) // (cfg.batch_size * size)
         if self.steps_per_epoch == 0:
             raise UsageError(f"--data {root}: {len(samples)} training images are fewer than one global batch "
                              f"({cfg.batch_size} x {size}); lower --batch-size")
-        if (root / "val").is_dir():
+        if "val" in self.shards:
+            self.val = (list(range(len(self.shards["val"]))), [0] * len(self.shards["val"]))
+        elif not self.shards and (root / "val").is_dir():
             _, val = scan(root, "val", classes)  # labelled by train/'s classes
             self.val = ([str(p) for p, _ in val], [label for _, label in val])
 
-    def _decode(self, path, label, seed, train: bool):
+    def _read(self, item, label, split: str):
+        """(encoded image, label) of one sample: a file's bytes, or a shard's (its label read with them)."""
+        tf = self.tf
+        if not self.shards:
+            return tf.io.read_file(item), label
+        samples = self.shards[split]
+
+        def read(index):
+            import numpy as np
+
+            image, found = samples.read(int(index))
+            return np.array(image, dtype=object), np.int64(found)  # np.bytes_ would drop trailing NULs
+
+        image, label = tf.numpy_function(read, [item], (tf.string, tf.int64), stateful=False)
+        image.set_shape(())
+        label.set_shape(())
+        return image, label
+
+    def _decode(self, item, label, seed, train: bool):
         tf, size = self.tf, self.cfg.image_size
-        image = tf.image.decode_jpeg(tf.io.read_file(path), channels=3)
+        data, label = self._read(item, label, "train" if train else "val")
+        image = tf.image.decode_jpeg(data, channels=3)
         image = tf.image.convert_image_dtype(image, tf.float32)
         if train:
             # Resize a little larger, then a seeded random crop and flip: the same augmentation on a rerun.

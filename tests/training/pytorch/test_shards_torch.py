@@ -34,15 +34,17 @@ def sharded_photos(photos, tmp_path_factory):
     return root
 
 
-def folder(root: Path, loader: str, rank: int = 0, size: int = 1, workers: int = 1, **overrides) -> FolderData:
+def folder(root: Path, loader: str, rank: int = 0, size: int = 1, workers: int = 1, device: str = "cpu",
+           **overrides) -> FolderData:
     settings = {"image_size": 32, "batch_size": 4, "num_classes": 4, **overrides}
     cfg = resolve_for_device(TrainConfig(data=str(root), workers=workers, loader=loader, **settings), gpu=False)
-    return FolderData(root, cfg, rank, size, torch.device("cpu"))
+    return FolderData(root, cfg, rank, size, torch.device(device))
 
 
 def epoch(data: FolderData, number: int, start_batch: int = 0):
     batches = list(data.epoch_batches(number, start_batch))
-    return torch.cat([images for images, _ in batches]), [label for _, labels in batches for label in labels.tolist()]
+    return (torch.cat([images.cpu() for images, _ in batches]),
+            [label for _, labels in batches for label in labels.tolist()])
 
 
 def in_file_order(root: Path, split: str) -> list[tuple[bytes, int]]:
@@ -93,6 +95,15 @@ def test_nvjpeg_reads_the_shards_as_pil_does(sharded_photos):
     assert labels == pil_labels and len(labels) == 20
     difference = (images - pil_images).abs()  # libjpeg-turbo both; only torch's resize against PIL's (test_nvjpeg)
     assert difference.mean() < 0.25 / 255 / 0.229 and difference.max() < 2 / 255 / 0.229
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: nvJPEG runs on a GPU only")
+def test_on_a_gpu_nvjpeg_reads_the_shards_as_pil_does(sharded_photos):
+    pil_images, pil_labels = epoch(folder(sharded_photos, "pil", rank=1, size=2, image_size=64), 1)
+    images, labels = epoch(folder(sharded_photos, "nvjpeg", rank=1, size=2, image_size=64, device="cuda"), 1)
+    assert labels == pil_labels
+    difference = (images - pil_images).abs()  # nvJPEG's rounding: test_nvjpeg's GPU bound
+    assert difference.mean() < 0.02 and difference.max() < 0.5
 
 
 def test_two_horovod_ranks_train_from_shards_and_validate_on_val_shards(sharded, tmp_path):
