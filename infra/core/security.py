@@ -195,8 +195,9 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
               registry_admin_disabled),)),
     ResourceType("azure-native:containerregistry:ScopeMap", ("actions",), "scopeMapName"),
     ResourceType("azure-native:containerregistry:Token", own_name="tokenName"),
-    ResourceType("azure-native:network:VirtualNetwork", ("addressSpace.addressPrefixes",), "virtualNetworkName"),
-    ResourceType(SUBNET, ("addressPrefix", "serviceEndpoints.service"), "subnetName"),
+    ResourceType("azure-native:network:VirtualNetwork", ("virtualNetworkName", "addressSpace.addressPrefixes"),
+                 "virtualNetworkName"),
+    ResourceType(SUBNET, ("subnetName", "addressPrefix", "serviceEndpoints.service"), "subnetName"),
     ResourceType("azure-native:network:NetworkSecurityGroup", ("securityRules.name",), checks=(
         Check("nsg-denies-internet-inbound", "NSGs deny, and never allow, inbound traffic from the Internet.",
               nsg_denies_internet),)),

@@ -67,3 +67,8 @@ def test_the_plan_shows_the_named_vnet_and_subnets(fixed):
     assert vnet.inputs["virtualNetworkName"] == VNET_NAME and vnet.state["name"] == VNET_NAME
     names = {r.inputs["subnetName"] for r in first.of_type("azure-native:network:Subnet")}
     assert names == set(SUBNET_NAMES.values())
+    from infra.cli import plan
+
+    shown, _ = plan.render(first)
+    assert f"virtualNetworkName={VNET_NAME}" in shown
+    assert all(f"subnetName={name}" in shown for name in SUBNET_NAMES.values())
