@@ -44,6 +44,8 @@ into the same folder, and marked the same way. Transient errors are retried as e
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import fcntl
 import hashlib
 import json
@@ -195,9 +197,6 @@ class ShardFetcher:
 
 
 def _b64_to_hex(value: str) -> str:
-    import base64
-    import binascii
-
     try:
         return base64.b64decode(value).hex() if value else ""
     except (binascii.Error, ValueError):
@@ -302,14 +301,7 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
         target.check_reachable()
         raw = _read_manifest(reader, name, stats)
         source = f"{target.account_url}/{target.container}/{datasets.prefix(name)}{datasets.MANIFEST}"
-        manifest: dict = {}
-        if raw is not None:
-            try:
-                manifest = json.loads(raw)
-            except ValueError:
-                manifest = None  # type: ignore[assignment]
-            if not isinstance(manifest, dict):
-                raise transfer.PermanentError(f"{source}: not a JSON object; upload the dataset again")
+        manifest = _parse_manifest(raw, source) if raw is not None else {}
         content_hash = str(manifest.get("content_hash", ""))
         if content_hash and marker_hash(folder) == content_hash:
             return Result(folder, f"{folder} holds {name} ({content_hash}): copy skipped")
@@ -319,10 +311,11 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
         elif raw is not None or _has_images(reader, name, stats):
             line = _stage_files(reader, name, folder, stats, threads, progress_interval)
         else:
+            start = datasets.prefix(name)
             raise transfer.PermanentError(f"--dataset {name}: {target.display} holds no dataset {name} (no "
-                             f"{datasets.prefix(name)}{datasets.MANIFEST}, no {datasets.prefix(name)}train/): upload "
-                             "it first (`python -m infra upload --dataset NAME DIR`); `python -m infra datasets` "
-                             "lists what the container holds")
+                                          f"{start}{datasets.MANIFEST}, no {start}train/): upload it first (`python "
+                                          "-m infra upload --dataset NAME DIR`); `python -m infra datasets` lists "
+                                          "what the container holds")
         if raw is not None:
             _write_atomic(folder / datasets.MANIFEST, raw)
         if not content_hash:
@@ -331,6 +324,16 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
         os.sync()  # the data on disk before the marker says it is: a node that loses power re-stages
         _write_atomic(folder / STAGED, f"{content_hash}\n".encode())
         return Result(folder, f"{line}; marked {content_hash}")
+
+
+def _parse_manifest(raw: bytes, source: str) -> dict:
+    try:
+        manifest = json.loads(raw)
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise transfer.PermanentError(f"{source}: not a JSON object; upload the dataset again")
+    return manifest
 
 
 def _has_images(reader: BlobReader, name: str, stats: transfer.Stats) -> bool:
