@@ -8,13 +8,19 @@ labels by index. Runs wherever onnxruntime, numpy and PIL are (.venv-torch, .ven
 deployer's .venv (requirements.txt) lacks onnxruntime: `.venv/bin/pip install -r training/requirements-predict.txt`
 (REQUIREMENTS), and without it predict says so in one line.
 
-A folder given as IMAGE stands for the images in it and below it (by suffix, sorted). A file that does not decode
-is skipped and named on stderr at the end; the others are predicted (exit 0 when at least one was).
+A folder given as IMAGE stands for the images in it and below it (by suffix, sorted); its other files (a .heic
+from a phone, notes) are named on stderr as skipped for their type. A file that does not decode is skipped and named
+on stderr at the end; the others are predicted (exit 0 when at least one was).
+
+A labelled folder (images in folders named after the model's classes: pets/val/cat/1.jpg) is also scored: after
+the predictions, top-1 accuracy overall and per class, and what each class is mistaken for (a confusion summary;
+the whole matrix up to CONFUSION_MATRIX_MAX classes).
 
 Examples:
   python -m training predict out/model.onnx photo.jpg
   python -m training predict out/model.onnx photos/ --top 3
   python -m training predict out/model.onnx photos/*.jpg --top 3 --image-size 320
+  python -m training predict out/model.onnx pets/val/     # labelled: accuracy per class, confusion summary
 """
 from __future__ import annotations
 
@@ -29,6 +35,10 @@ from training.model_card import ModelCard
 REQUIREMENTS = "training/requirements-predict.txt"  # onnxruntime at the training images' pin, numpy, pillow
 # What a folder given as IMAGE is searched for (PIL reads all of these).
 FOLDER_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
+# Photo formats PIL does not read without a plug-in: named with the fix.
+CONVERT = {".heic": "an iPhone photo", ".heif": "an HEIF photo", ".avif": "an AVIF image", ".raw": "a camera raw",
+           ".cr2": "a camera raw", ".nef": "a camera raw", ".dng": "a camera raw"}
+CONFUSION_MATRIX_MAX = 10  # classes up to which the whole confusion matrix is printed
 
 
 def missing(module: str) -> UsageError:
@@ -49,6 +59,7 @@ except ModuleNotFoundError as err:
 class Prediction:
     image: Path
     top: list[tuple[str, float]]  # (class name, probability), most probable first
+    label: str | None = None  # the class its folder names (a labelled folder), or None
 
     def line(self) -> str:
         return f"{self.image}: " + ", ".join(f"{name} {prob:.1%}" for name, prob in self.top)
@@ -115,14 +126,25 @@ def load(model: Path):
     return session, card
 
 
-def expand(paths: list[Path]) -> list[Path]:
-    """IMAGE arguments as files: a folder stands for the images in and below it (hidden ones left out), sorted; a
-    missing path is refused."""
+def type_reason(path: Path) -> str:
+    """Why a folder's file is skipped for its type, with the fix where there is one."""
+    suffix = path.suffix.lower()
+    if suffix in CONVERT:
+        return f"{suffix}: {CONVERT[suffix]}, which PIL does not read; convert it to JPEG"
+    return f"{suffix or 'no suffix'}: not an image type predict reads ({', '.join(sorted(FOLDER_SUFFIXES))})"
+
+
+def expand(paths: list[Path], wrong_type: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """IMAGE arguments as files: a folder stands for the images in and below it (hidden ones left out), sorted; its
+    other files are appended to `wrong_type` as (path, why); a missing path is refused."""
     files = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FOLDER_SUFFIXES
+            every = sorted(p for p in path.rglob("*") if p.is_file()
                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            found = [p for p in every if p.suffix.lower() in FOLDER_SUFFIXES]
+            if wrong_type is not None:
+                wrong_type += [(p, type_reason(p)) for p in every if p.suffix.lower() not in FOLDER_SUFFIXES]
             if not found:
                 raise UsageError(f"IMAGE {path}: a folder without images ({', '.join(sorted(FOLDER_SUFFIXES))})")
             files += found
@@ -139,12 +161,21 @@ def unreadable_reason(err: BaseException) -> str:
 
 
 def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0,
-            skipped: list[tuple[Path, str]] | None = None) -> list[Prediction]:
-    """The top `k` classes of each image that decodes (a folder: each image in it, as expand() finds); each one that does not is appended to `skipped` as (path,
-    why), or, with no `skipped` list, stops the call before anything is predicted. `image_size`: the input size (0:
-    the size the model trained at)."""
+            skipped: list[tuple[Path, str]] | None = None,
+            wrong_type: list[tuple[Path, str]] | None = None) -> list[Prediction]:
+    """predict_with_card's predictions."""
+    return predict_with_card(model, images, k, image_size, skipped, wrong_type)[0]
+
+
+def predict_with_card(model: Path, images: list[Path], k: int = 5, image_size: int = 0,
+                      skipped: list[tuple[Path, str]] | None = None,
+                      wrong_type: list[tuple[Path, str]] | None = None) -> tuple[list[Prediction], ModelCard]:
+    """The top `k` classes of each image that decodes (a folder: each image in it, as expand() finds, its other files
+    appended to `wrong_type`); each one that does not is appended to `skipped` as (path, why), or, with no `skipped`
+    list, stops the call before anything is predicted. `image_size`: the input size (0: the size the model trained
+    at). An image in a folder named after one of the model's classes carries that class as its label."""
     session, card = load(model)
-    images = expand(images)  # after the model: a Python without onnxruntime says so first
+    images = expand(images, wrong_type)  # after the model: a Python without onnxruntime says so first
     size = image_size or card.image_size
     batch, read = [], []
     for path in images:
@@ -157,7 +188,7 @@ def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0,
                 raise UsageError(f"IMAGE {path}: not a readable image ({unreadable_reason(err)})") from None
             skipped.append((path, unreadable_reason(err)))
     if not batch:
-        return []
+        return [], card
     images = read
     name = session.get_inputs()[0].name
     try:
@@ -165,7 +196,38 @@ def predict(model: Path, images: list[Path], k: int = 5, image_size: int = 0,
     except Exception as err:  # noqa: BLE001 - onnxruntime's error for an input size the model cannot take
         raise UsageError(f"--image-size {size}: the model does not take this input ({str(err).splitlines()[0][:160]})"
                          "; leave --image-size out") from None
-    return [Prediction(path, top_k(p, card, min(k, p.shape[-1]))) for path, p in zip(images, softmax(logits))]
+    named = set(card.classes or ())
+    return [Prediction(path, top_k(p, card, min(k, p.shape[-1])), path.parent.name if path.parent.name in named
+                       else None) for path, p in zip(images, softmax(logits))], card
+
+
+def score_lines(predictions: list[Prediction], classes: tuple[str, ...]) -> list[str]:
+    """Top-1 accuracy of the labelled predictions, overall and per class (each with what it was mistaken for, most
+    often first), and the confusion matrix when the classes are few; [] when none is labelled."""
+    labelled = [p for p in predictions if p.label is not None]
+    if not labelled:
+        return []
+    counts: dict[str, dict[str, int]] = {}
+    for p in labelled:
+        row = counts.setdefault(p.label, {})
+        row[p.top[0][0]] = row.get(p.top[0][0], 0) + 1
+    right = sum(row.get(label, 0) for label, row in counts.items())
+    lines = [f"accuracy: {right / len(labelled):.3f} top-1 ({right}/{len(labelled)} labelled image(s), "
+             f"{len(predictions) - len(labelled)} unlabelled); chance {1 / max(1, len(classes)):.3f}"]
+    for label in [c for c in classes if c in counts]:
+        row = counts[label]
+        total, hits = sum(row.values()), row.get(label, 0)
+        wrong = sorted(((n, c) for c, n in row.items() if c != label), key=lambda x: (-x[0], x[1]))
+        mistaken = ("; mistaken for " + ", ".join(f"{c} {n}" for n, c in wrong[:3])
+                    + (f" and {len(wrong) - 3} more" if len(wrong) > 3 else "")) if wrong else ""
+        lines.append(f"  {label}: {hits / total:.3f} ({hits}/{total}){mistaken}")
+    if len(classes) <= CONFUSION_MATRIX_MAX:
+        width = max(len(c) for c in classes)
+        lines.append("confusion (rows: true class, columns: predicted):")
+        lines.append("  " + " " * width + "".join(f" {c:>{width}}" for c in classes))
+        for label in [c for c in classes if c in counts]:
+            lines.append(f"  {label:<{width}}" + "".join(f" {counts[label].get(c, 0):>{width}}" for c in classes))
+    return lines
 
 
 def main(argv: list[str]) -> int:
@@ -183,12 +245,16 @@ def main(argv: list[str]) -> int:
     if args.image_size < 0 or 0 < args.image_size < 32:
         raise UsageError(f"--image-size {args.image_size}: give 32 or more (or leave it out)")
     skipped: list[tuple[Path, str]] = []
-    predictions = predict(args.model, args.images, args.top, args.image_size, skipped)
+    wrong_type: list[tuple[Path, str]] = []
+    predictions, card = predict_with_card(args.model, args.images, args.top, args.image_size, skipped, wrong_type)
     for prediction in predictions:
         print(prediction.line())
-    if skipped:
-        shown = "; ".join(f"{path} ({why})" for path, why in skipped[:20]) + (" ..." if len(skipped) > 20 else "")
-        print(f"predict: skipped {len(skipped)} file(s) that do not decode: {shown}", file=sys.stderr)
+    for line in score_lines(predictions, card.classes or ()):
+        print(line)
+    for files, what in ((skipped, "that do not decode"), (wrong_type, "of a type predict does not read")):
+        if files:
+            shown = "; ".join(f"{path} ({why})" for path, why in files[:20]) + (" ..." if len(files) > 20 else "")
+            print(f"predict: skipped {len(files)} file(s) {what}: {shown}", file=sys.stderr)
     if not predictions:
         raise UsageError(f"no image decoded ({len(skipped)} skipped, listed above): nothing predicted")
     return 0

@@ -221,6 +221,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     out = Path(cfg.output_dir)
     started_setup = time.monotonic()
     cfg, classes = with_classes(cfg)  # before any file is written or model built: a folder that disagrees stops here
+    tracking.require_client(bool(tracking.tracking_uri(cfg.mlflow, cfg.output_dir)))  # --mlflow without MLflow: now
     metrics.prepare_output_dir(out)
     # Rank 0's lines start now, before the framework sets up (distribution, model, the folder's scan): a line
     # within seconds, and the heartbeat's through a long start-up (training/progress.py).

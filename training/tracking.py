@@ -14,6 +14,7 @@ validation, the summary's numbers at the end, and summary.json and report.png as
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,35 @@ def tracking_uri(enabled: bool, output_dir: str, env: Mapping[str, str] = os.env
     return None
 
 
+PINNED_IN = Path(__file__).parent / "requirements-torch.txt"  # the images' pin, which the local environment leaves out
+
+
+def client_pin(requirements: Path = PINNED_IN) -> str:
+    """`mlflow-skinny==VERSION` as the training images pin it."""
+    for line in requirements.read_text().splitlines():
+        if line.strip().startswith("mlflow-skinny=="):
+            return line.split("#")[0].strip()
+    return "mlflow-skinny"
+
+
+def require_client(wanted: bool) -> None:
+    """With --mlflow (or MLFLOW_TRACKING_URI), refuse at once a Python without MLflow's client, naming the exact
+    install for this Python (README's local environment leaves it out: training/requirements-local.txt)."""
+    if not wanted:
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise UsageError(f"--mlflow: MLflow's client is not installed in this Python ({sys.executable}): run "
+                         f"`{sys.executable} -m pip install {client_pin()}` (the training images' pin), or leave "
+                         "--mlflow out (metrics.jsonl, TensorBoard and report.png are written anyway)")
+
+
 class Tracker:
     def __init__(self, uri: str, params: dict[str, Any], env: Mapping[str, str] = os.environ):
-        try:
-            import mlflow
-        except ImportError:
-            raise UsageError("--mlflow: MLflow is not installed in this environment (pip install mlflow-skinny, "
-                             "pinned in the training requirements)") from None
+        require_client(True)
+        import mlflow
+
         self.mlflow = mlflow
         if uri.startswith("file:"):
             # MLflow 3.15 refuses its file store unless told (its database store needs SQLAlchemy, which
