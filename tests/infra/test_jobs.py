@@ -82,7 +82,8 @@ def test_a_missing_member_file_is_named_as_missing(tmp_path, capsys, monkeypatch
         assert err.count("\n") == 1 and f"--outputs {tmp_path / 'member-x.json'}: no such file" in err, err
 
 
-def test_follow_up_commands_repeat_the_members_own_file(member, batch, capsys):  # noqa: F811
+def test_follow_up_commands_repeat_the_members_own_file(member, batch, capsys, monkeypatch):  # noqa: F811
+    nfs_tier(monkeypatch)  # the restage hint: the NFS server stages only with dataTier nfs
     stack = jobs.Stack("dev", outputs=member)
     jobs.submit(stack, Submit(nodes=1), services(batch))
     [job] = batch.jobs
@@ -146,9 +147,12 @@ def test_submit_dataset_points_the_jobs_data_at_that_datasets_folder(dev, batch,
     with_pets = jobs.Services(batch=lambda endpoint: batch, staged=staged, datasets=lambda url: ["default", "pets"])
     jobs.submit(dev, Submit(nodes=1, dataset="pets"), with_pets)
     jobs.submit(dev, Submit(nodes=1), with_pets)
-    named, plain = sorted((batch.tasks[job]["commandLine"] for job in batch.jobs), key=len, reverse=True)
-    assert "--data \"$AZ_BATCH_NODE_MOUNTS_DIR\"/data/imagenet/datasets/pets " in named
-    assert "--data \"$AZ_BATCH_NODE_MOUNTS_DIR\"/data/imagenet " in plain  # the root: the default, as before
+    named, plain = (batch.tasks[job]["commandLine"] for job in batch.jobs)  # submitted in this order
+    # dataTier node-local: every node stages the named dataset (the root is `default`) onto its local volume
+    assert "--data \"$AZ_BATCH_NODE_SHARED_DIR\"/local-data/datasets/pets " in named
+    assert "node-stage https://" in batch.tasks[next(iter(batch.jobs))]["multiInstanceSettings"][
+        "coordinationCommandLine"]
+    assert "--data \"$AZ_BATCH_NODE_SHARED_DIR\"/local-data/datasets/default " in plain
     with pytest.raises(UsageError, match=r"--dataset boats: the stack's `data` container has no such dataset "
                                          r"\(it has: default, pets\)"):
         jobs.submit(dev, Submit(nodes=1, dataset="boats"), with_pets)
@@ -167,7 +171,7 @@ def test_an_unnamed_job_keeps_its_fingerprint():
 
     plain = inputs()
 
-    fields = {k: v for k, v in dataclasses.asdict(plain).items() if k != "dataset"}
+    fields = {k: v for k, v in dataclasses.asdict(plain).items() if k not in ("dataset", "data_tier")}  # nfs
     assert plain.fingerprint() == hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:10]
     assert batch_spec.job_id(plain) != batch_spec.job_id(dataclasses.replace(plain, dataset="pets"))
 
@@ -179,6 +183,23 @@ def test_an_azure_ml_job_on_a_dataset_has_that_folder_as_its_data_input(tmp_path
     from tests.infra.backends.azureml.test_job import built, stack_inputs
 
     plain = stack_inputs()
-    rest, _, name = built(tmp_path, dataclasses.replace(plain, dataset="pets"))
+    rest, _, name = built(tmp_path, dataclasses.replace(plain, dataset="pets", data_mode="mount"))
     assert rest["inputs"]["data"]["uri"].endswith("/paths/datasets/pets/")
+    # amlDataMode download: no input; every node stages that dataset itself (infra/backends/azureml/job.py)
+    assert "--dataset pets --dest local-data" in aml_job.command_line(dataclasses.replace(plain, dataset="pets"))
     assert aml_job.job_name(dataclasses.replace(plain, dataset="pets")) == aml_job.job_name(plain)  # names as before
+
+
+def nfs_tier(monkeypatch):
+    """The job verbs read the stack file with dataTier nfs (the NFS server stages `data` and reports in `status`)."""
+    import dataclasses
+
+    from infra.core import config
+
+    real = config.from_stack_file
+
+    def with_nfs(*args, **kwargs):
+        cfg = real(*args, **kwargs)
+        return dataclasses.replace(cfg, nfs=dataclasses.replace(cfg.nfs, data_tier="nfs"))
+
+    monkeypatch.setattr(config, "from_stack_file", with_nfs)

@@ -103,9 +103,10 @@ def test_the_first_up_with_an_empty_container_submits_nothing_and_a_later_up_sub
     assert engine.outputs["state"].startswith("waiting for data: no job was submitted, so no GPU node waits: "
                                               "the `data` container is empty")
     assert "`pulumi up` submits the job (or `python -m infra submit --stack dev`)" in engine.outputs["state"]
-    # The data is asked with the stack's own containers: `data`, and the NFS server's reports in `status`.
+    # The data is asked with the stack's own containers: `data` alone, as dataTier node-local has no NFS staging
+    # report in `status` (every node stages the dataset at the job's start).
     urls = evaluation_for("dev").outputs["containerUrls"]
-    assert data.asked == [(urls["data"], urls["status"])]
+    assert data.asked == [(urls["data"], "")]
     # Every later `up` tries again in place; once the server reports the data staged, it submits.
     assert engine.up(inputs) == "update" and batch.jobs == {}
     data.line = "staged 160 files (0.00 GB) at 2026-11-23T10:00:00Z on nfs-dev"
@@ -211,7 +212,7 @@ def test_the_state_written_before_these_outputs_existed_still_names_its_job(batc
 
 
 @pytest.mark.parametrize("stack,ready", [
-    ("dev", "once the NFS server reports `data` staged as it is now"),
+    ("dev", "once `data` holds the dataset (every node stages it onto its local volume at the job's start)"),
     ("nlp", "once `data` holds the dataset (the job's `data` input)"),
 ])
 def test_plan_says_what_up_does_to_the_job(stack, ready):

@@ -101,7 +101,7 @@ def test_the_deployers_grants_print_in_one_order_whatever_order_the_resources_re
     text, _ = plan.render(evaluation)
     reordered, _ = plan.render(dataclasses.replace(evaluation, resources=evaluation.resources[::-1]))
     grants = [line for line in text.splitlines() if "`pulumi up` grants your identity" in line]
-    assert len(grants) == 3  # more than one, or there is no order to keep
+    assert len(grants) == 2  # more than one, or there is no order to keep (dataTier node-local: no `status` read)
     assert reordered == text
 
 

@@ -76,10 +76,22 @@ BATCH_VM = {("Azure Batch Job Submitter", "batch account", False),
 def test_batch_stack_grants_each_group_its_roles_on_this_stack_only(stack):
     ev = with_team(stack)
     assert ev.config.nfs.kind == "vm"
-    assert team_grants(ev) == {MEMBERS: COMMON_MEMBERS | BATCH_VM, ADMINS: COMMON_ADMINS | BATCH_VM}
+    # dataTier node-local (the default): no NFS staging report to read nor restage to ask (the nodes stage)
+    nfs_staging = ev.config.nfs.data_tier == "nfs"
+    batch = BATCH_VM if nfs_staging else {("Azure Batch Job Submitter", "batch account", False)}
+    assert team_grants(ev) == {MEMBERS: COMMON_MEMBERS | batch, ADMINS: COMMON_ADMINS | batch}
     conditions = {a.inputs["condition"] for a in ev.of_type(ROLE_ASSIGNMENT)
                   if a.inputs["principalId"] in (ADMINS, MEMBERS) and a.inputs.get("condition")}
-    assert conditions == {roles.blob_writes_only("imagenet.restage")}  # training.data.staged.request_name
+    # training.data.staged.request_name
+    assert conditions == ({roles.blob_writes_only("imagenet.restage")} if nfs_staging else set())
+
+
+def test_with_data_tier_nfs_members_read_the_staging_report_and_ask_a_restage():
+    cfg = config.from_stack_file(BATCH_STACKS[0])
+    cfg = dataclasses.replace(cfg, nfs=dataclasses.replace(cfg.nfs, data_tier="nfs"))
+    grants = backend("batch").team_grants(cfg, "members")
+    assert [(g.scope, g.role) for g in grants] == [("service", roles.BATCH_JOB_SUBMITTER),
+                                                   ("status", roles.BLOB_DATA_WRITER)]
 
 
 @pytest.mark.parametrize("stack", AML_STACKS[:1])

@@ -269,7 +269,10 @@ def test_submit_creates_the_job_waiting_then_adds_the_task_then_lets_it_end(batc
     assert batch.jobs["early"]["state"] == "completed"
 
 
-def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, batch, capsys):
+def test_submit_waits_for_the_staging_report_unless_told_not_to(outputs_file, batch, capsys, monkeypatch):
+    from tests.infra.test_jobs import nfs_tier
+
+    nfs_tier(monkeypatch)  # the NFS server's staging report is read only with dataTier nfs
     submit = ["submit", "--stack", "dev", "--outputs", str(outputs_file)]
     code, _, err = run(submit, batch, capsys, staged=not_staged)
     assert code == 1 and "the NFS server reports: staging 160 files" in err and "--skip-data-check" in err
