@@ -114,6 +114,18 @@ def deployer_check(arm: Any, stack_config: Any) -> list:
             verdicts.Check("deployer", verdicts.OK, f"deployerPrincipalType {declared}: this sign-in is a {found}")]
 
 
+def caller_check(stack_config: Any, discover: bool = True) -> list:
+    """Whether the firewalls admit this machine (infra/core/caller_access.py). Its address: DLTRAIN_CALLER_ADDRESS, else
+    (`discover`, a real run) an echo service; with neither (tests with their own services) no line."""
+    from infra.backends import caller_address
+    from infra.core import caller_access
+
+    if not discover and not os.environ.get(caller_address.ENV):
+        return []
+    address, why = caller_address.discover()
+    return [caller_access.check(address, stack_config.network.allowed_ip_ranges, stack_config.stack, why)]
+
+
 def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
     from infra.backends import preflight
     from infra.core import preflight as verdicts
@@ -132,6 +144,7 @@ def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) ->
               f"{' Spot' if needs.spot else ''} in {needs.location}) against subscription {subscription}:", flush=True)
         checks = [verdicts.Check("config", verdicts.FAIL, f"{p} (`pulumi up` refuses it)")
                   for p in stack_config.placeholders] + deployer_check(arm, stack_config)
+        checks += caller_check(stack_config, discover=services is None)
         for check in checks:
             print(check.line(), flush=True)
         return checks + preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))
