@@ -73,10 +73,18 @@ class Fleet:
         """The stack file's config, refused as `plan` refuses it (the config's own checks, then an address space
         shared with another stack file here)."""
         cfg = self.parsed(stack)
+        borrowed = borrowed_team(cfg, self.teams())
+        if borrowed:
+            raise borrowed
         overlap = address_overlap(cfg, self.spaces())
         if overlap:
             raise overlap
         return cfg
+
+    def teams(self) -> dict[str, str]:
+        """Each readable stack file's `team` value, in stack order."""
+        return {stack: values.of_project(PROJECT).get("team", "") for stack, values in self.engines.items()
+                if not isinstance(values, ConfigError)}
 
     def spaces(self) -> dict[str, tuple[ipaddress.IPv4Network, tuple[ipaddress.IPv4Network, ...]]]:
         """Each readable stack file's addressSpace and reservedAddressSpaces as `up` would receive them (Pulumi.yaml's
@@ -98,6 +106,21 @@ def _spaces(values: Mapping[str, str]) -> tuple[ipaddress.IPv4Network, tuple[ipa
     is malformed."""
     reserved = tuple(ipaddress.IPv4Network(r) for r in json.loads(values["reservedAddressSpaces"]))
     return ipaddress.IPv4Network(values["addressSpace"]), reserved
+
+
+def borrowed_team(cfg: StackConfig, teams: Mapping[str, str]) -> ConfigError | None:
+    """The refusal of a stack file copied by hand that kept another team's `team`: its value is another stack's name
+    and that stack's own team, while this stack's name is neither it nor TEAM-something (a team's second stack, such
+    as vision-dev, keeps `team: vision`); every tag, budget and role of this stack would name the other team."""
+    if cfg.team == cfg.stack or cfg.stack.startswith(f"{cfg.team}-"):
+        return None
+    if teams.get(cfg.team) == cfg.team:
+        return ConfigError("team", f"{cfg.team!r} is the team of stack {cfg.team} (Pulumi.{cfg.team}.yaml), so this "
+                                   f"stack's tags, budget and roles would all name {cfg.team}; set team: {cfg.stack} "
+                                   f"(a copied file keeps the original's: `python -m infra new-team {cfg.stack}` "
+                                   f"writes a new team's file), or name the stack {cfg.team}-SOMETHING if it is "
+                                   f"{cfg.team}'s")
+    return None
 
 
 def address_overlap(cfg: StackConfig, spaces: Mapping[str, tuple]) -> ConfigError | None:
