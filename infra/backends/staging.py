@@ -43,9 +43,9 @@ def _status(status_url: str, operation: str, use):
     target = transfer.ContainerTarget.parse(status_url, "status container")
     blobs = staged.StatusBlobs(target.client(workers=1), DATASET)
     with transfer.stopping_cleanly(operation):
+        target.check_reachable()  # in seconds, not six attempts' minutes, when the account cannot be reached at all
         return transfer.with_retries(operation, transfer.Stats(), lambda: use(blobs))
 
-        target.check_reachable()  # in seconds, not six attempts' minutes, when the account cannot be reached at all
 
 def listing(data_url: str, seen=None):
     """The `data` container's listing (files, bytes, fingerprint), as the staging unit computes it
