@@ -151,15 +151,28 @@ class NodesConfig:
                                                f"maxNodes {max_nodes}; use a larger prefix")
         allocation = check_one_of("batchPoolAllocation", values["batchPoolAllocation"])
         batch_service = str(values.get("batchServiceObjectId") or "")
+        if allocation == "user-subscription" and batch_service.lower() == BATCH_SERVICE_APP_ID:
+            # The app ID is a valid GUID, and `plan` prints it; a role assignment to it fails at `up` with
+            # PrincipalNotFound, after the vault and before the account.
+            raise ConfigError("batchServiceObjectId", f"{batch_service} is the application (client) ID of \"Microsoft "
+                              "Azure Batch\", the same in every tenant, not its service principal's object ID in "
+                              f"yours: set the value `az ad sp show --id {BATCH_SERVICE_APP_ID} --query id -o tsv` "
+                              "prints")
         if allocation == "user-subscription" and not GUID.fullmatch(batch_service):
             # The Key Vault grant the mode needs names the service principal by its object ID, which differs per
             # tenant (infra/backends/batch/cluster.py: USER_SUBSCRIPTION_DOC).
             raise ConfigError("batchServiceObjectId", f"{batch_service or 'unset'}: batchPoolAllocation "
                               "user-subscription needs the object ID of the \"Microsoft Azure Batch\" service principal "
-                              "in your tenant: `az ad sp show --id ddbf3205-c6bd-46ae-8127-60eb93363864 --query id -o tsv`")
+                              f"in your tenant: `az ad sp show --id {BATCH_SERVICE_APP_ID} --query id -o tsv`")
         return cls(gpu_sku=sku_name, min_nodes=min_nodes, max_nodes=max_nodes, spot=values["spot"],
                    pool_allocation=allocation,
                    batch_service_object_id=batch_service if allocation == "user-subscription" else "")
+
+
+# "Microsoft Azure Batch", the application whose service principal user-subscription mode grants the vault to; its app
+# (client) ID is the same in every tenant, its service principal's object ID is not
+# (https://learn.microsoft.com/azure/batch/batch-account-create-portal, user subscription mode).
+BATCH_SERVICE_APP_ID = "ddbf3205-c6bd-46ae-8127-60eb93363864"
 
 
 @dataclass(frozen=True, kw_only=True)

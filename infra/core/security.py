@@ -242,7 +242,8 @@ RESOURCE_TYPES: dict[str, ResourceType] = {t.token: t for t in [
                                              "mountConfiguration.nfsMountConfiguration.source",
                                              f"{_VM_CONFIG}.imageReference.offer", f"{_VM_CONFIG}.imageReference.version",
                                              f"{_VM_CONFIG}.osDisk.diskSizeGB",
-                                             f"{_VM_CONFIG}.containerConfiguration.containerImageNames"),
+                                             f"{_VM_CONFIG}.containerConfiguration.containerImageNames",
+                                             "resourceTags.team"),  # user-subscription: on the VMs Batch creates
                  "poolName", checks=(
         Check("batch-pool-private", "GPU nodes join the compute subnet and get no public IP.", pool_private),
         Check("batch-pool-image-pinned", "The pool's image is a pinned version, never `latest`.",

@@ -29,6 +29,7 @@ from infra.components.name_generation import NameGeneration, proposed_generation
 from infra.backends.batch import spec as batch_spec
 from infra.core import security_firewalls
 from infra.core.backend_facts import POOL_OS_DISK_GB
+from infra.core import config_sections
 from infra.core.config_sections import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
@@ -96,7 +97,7 @@ POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
 #   Batch Resource Provider to manage compute and other backing resources in the subscription", built in since
 #   2024-09) is the one plan names and preflight accepts beside them.
 USER_SUBSCRIPTION_DOC = "https://learn.microsoft.com/azure/batch/batch-account-create-portal"
-BATCH_SERVICE_APP_ID = "ddbf3205-c6bd-46ae-8127-60eb93363864"  # "Microsoft Azure Batch", the same in every tenant
+BATCH_SERVICE_APP_ID = config_sections.BATCH_SERVICE_APP_ID  # "Microsoft Azure Batch", the same in every tenant
 BATCH_ORCHESTRATION_ROLE = "a35466a1-cfd6-450a-b35e-683fcdf30363"
 # Account properties only Batch Account - Create takes ("Existing accounts cannot be updated with this API and should
 # instead be updated with the Update Batch Account API", whose body has neither:
@@ -177,8 +178,14 @@ class Cluster(pulumi.ComponentResource):
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
             pool_name=POOL, display_name=f"{nodes.sku.gpus}x {nodes.sku.gpu_model} per node ({nodes.gpu_sku})",
-            vm_size=nodes.gpu_sku, tags=args.tags,  # the pool's own ARM tags (resourceTags, on its VMs, needs
-            # user-subscription allocation mode: https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools)
+            vm_size=nodes.gpu_sku, tags=args.tags,  # the pool resource's own ARM tags
+            # In user-subscription mode Batch creates the VMs, disks and NICs in the team's subscription, and only
+            # resourceTags reach them ("these tags are propagated to the backing Azure resources associated with the
+            # pool. This property can only be specified when the Batch account was created with the
+            # poolAllocationMode property set to 'UserSubscription'": Pool.resourceTags, azure-native batch 2024-07-01,
+            # https://learn.microsoft.com/azure/templates/microsoft.batch/batchaccounts/pools): cost reports by team,
+            # and a tag-requiring Deny policy, see the team's tags on them. Batch-service mode refuses the property.
+            resource_tags=args.tags if nodes.pool_allocation == "user-subscription" else None,
             deployment_configuration=batch.DeploymentConfigurationArgs(
                 virtual_machine_configuration=batch.VirtualMachineConfigurationArgs(
                     image_reference=HPC_IMAGE, node_agent_sku_id=NODE_AGENT,

@@ -1,0 +1,35 @@
+"""User-subscription mode, what Azure would do with it: Batch creates the pool's VMs, disks and NICs in the team's
+subscription and only the pool's `resourceTags` reach them (Pool.resourceTags: "propagated to the backing Azure
+resources associated with the pool", and refused unless the account is in UserSubscription mode), so cost reports
+and a tag-requiring Deny policy see the team's tags; and `batchServiceObjectId` set to the Batch service's app ID
+(the GUID every tenant shares, which `plan` prints) is refused in one line before anything is created."""
+import pytest
+
+from infra.backends.batch.cluster import BATCH_SERVICE_APP_ID
+from infra.cli.main import main
+from tests.infra.backends.batch.test_user_subscription import ev, stack_file  # noqa: F401 - the module's evaluation
+from tests.infra.conftest import evaluation_for
+
+
+def test_a_user_subscription_pool_tags_the_vms_batch_creates(ev):  # noqa: F811
+    pool = ev.one("azure-native:batch:Pool").inputs
+    assert pool["resourceTags"] == ev.config.tags and pool["tags"] == ev.config.tags
+    assert {"team", "stack"} <= set(pool["resourceTags"])
+    from infra.cli import plan
+
+    shown, _ = plan.render(ev)
+    assert f"resourceTags.team={ev.config.team}" in shown  # plan shows it beside the pool
+
+
+def test_a_batch_service_pool_sets_no_resource_tags():
+    pool = evaluation_for("dev").one("azure-native:batch:Pool").inputs
+    assert "resourceTags" not in pool  # Batch refuses it outside UserSubscription mode
+
+
+@pytest.mark.parametrize("value", [BATCH_SERVICE_APP_ID, BATCH_SERVICE_APP_ID.upper()])
+def test_the_batch_app_id_is_refused_in_one_line_naming_the_fix(tmp_path, capsys, value):
+    project = stack_file(tmp_path, "batchPoolAllocation: user-subscription", f"batchServiceObjectId: {value}")
+    assert main(["plan", "--stack", "dev", "--project-dir", str(project)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "batchServiceObjectId" in err, err
+    assert "application (client) ID" in err and f"az ad sp show --id {BATCH_SERVICE_APP_ID} --query id" in err
