@@ -85,10 +85,13 @@ def draw(runs: list[Path], out: Path) -> Path:
         top1_axes.axhline(level, color="grey", linestyle="--", linewidth=1, label=f"chance ({level:.3f})")
     if chances or any(line.get_label().endswith("(best validation)") for line in top1_axes.get_lines()):
         top1_axes.legend(fontsize="small")
-    for ax, (_, label) in zip(axes, PANELS):
+    for ax, (key, label) in zip(axes, PANELS):
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+        shown = [y for line in ax.get_lines() for y in line.get_ydata() if line.get_linestyle() != "--"]
+        if key.endswith("loss") and shown and min(shown) > 0 and max(shown) / min(shown) > 100:
+            ax.set_yscale("log")  # a from-scratch run's val loss spans 3.4 to 652 (issue 60): both ends readable
     if len(runs) > 1:
         axes[0].legend(fontsize="small")
     figure.suptitle("\n".join(titles), fontsize="medium")

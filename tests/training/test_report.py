@@ -54,3 +54,14 @@ def test_a_folder_that_is_not_a_run_is_one_clear_line_and_nothing_drawn(tmp_path
                              str(tmp_path / "x.png")], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 2 and not (tmp_path / "x.png").exists()
     assert result.stderr.strip() == f"error: {tmp_path}: no metrics.jsonl (not a run folder of `python -m training train`)"
+
+
+def test_the_top1_panel_draws_chance_and_the_exported_step(tmp_path):
+    run = fake_run(tmp_path / "shapes", "pytorch")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "classes": ["circle", "square", "triangle"],
+                                                  "exported_step": 5, "top1": 0.25}))
+    assert report.chance(json.loads((run / "summary.json").read_text())) == pytest.approx(1 / 3)
+    assert report.chance({"classes": None}) is None and report.chance({}) is None  # synthetic data: no chance line
+    assert [key for key, _ in report.PANELS] == ["loss", "lr", "img_per_sec", "val_loss", "val_top1"]
+    assert png_size(report.write_for_run(run)) == (2500, 400)
