@@ -228,7 +228,9 @@ def find(name: str) -> GpuSku | None:
 
 
 def unknown_size(name: str) -> str:
-    """gpuSku's refusal of a size the catalog lacks: the closest names first ("did you mean"), then them all."""
-    close = [_BY_SHORT[m] for m in difflib.get_close_matches(_short(name), _BY_SHORT, n=2, cutoff=0.75)]
+    """gpuSku's refusal of a size the catalog lacks: the closest names first ("did you mean"), then them all; only
+    sizes a stack can still deploy (a retired one is refused in turn, so it is never offered)."""
+    current = {short: sku for short, sku in _BY_SHORT.items() if not CATALOG[sku].retired}
+    close = [current[m] for m in difflib.get_close_matches(_short(name), current, n=2, cutoff=0.75)]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    return f"unknown size {name!r}; {hint}known sizes: {', '.join(sorted(CATALOG))}"
+    return f"unknown size {name!r}; {hint}known sizes: {', '.join(sorted(current.values()))}"
