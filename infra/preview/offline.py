@@ -149,6 +149,8 @@ class AzureMocks(pulumi.runtime.Mocks):
             state["job_name"] = aml_job.job_name(aml_training_job.inputs_from(inputs))
         elif args.typ == "pulumi-python:dynamic:Resource" and "source_image" in inputs:
             pass  # an image import (image_import.py): its outputs are its inputs, `ref` among them
+        elif args.typ == "pulumi-python:dynamic:Resource" and "propagation_s" in inputs:
+            pass  # a wait after a role assignment (propagation.py): its outputs are its inputs
         elif args.typ == "pulumi-python:dynamic:Resource":
             state.update(username="training-image-push", password="mock-token-password")
         return (state.get("id") or f"{args.name}-id"), state

@@ -26,6 +26,7 @@ from pulumi_azure_native import authorization, batch, keyvault
 
 from infra.components import roles
 from infra.components.name_generation import NameGeneration, proposed_generation
+from infra.components.propagation import Propagation
 from infra.backends.batch import spec as batch_spec
 from infra.core import security_firewalls
 from infra.core.backend_facts import POOL_OS_DISK_GB
@@ -153,9 +154,12 @@ class Cluster(pulumi.ComponentResource):
         nodes = args.nodes
         child = pulumi.ResourceOptions(parent=self)
         self._name = name
-        self.key_vault = self.vault_grant = None
+        self.key_vault = self.vault_grant = self.vault_wait = None
         if nodes.pool_allocation == "user-subscription":
             self.key_vault, self.vault_grant = self._create_vault(args)
+            # The account checks its vault when it is created: it waits out the grant's propagation (propagation.py).
+            self.vault_wait = Propagation(f"{name}-kv-grant-propagation", self.vault_grant.id,
+                                          opts=pulumi.ResourceOptions(parent=self))
         self.account = batch.BatchAccount(
             f"{name}-batch", account_name=args.account_name,
             resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
@@ -173,7 +177,7 @@ class Cluster(pulumi.ComponentResource):
                 ip_rules=pulumi.Output.from_input(args.node_egress_ip).apply(
                     lambda egress: [batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
                                     for rule in account_ip_rules(args.allowed_ip_ranges, egress)]))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant] if self.vault_grant else None,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant, self.vault_wait] if self.vault_wait else None,
                                         replace_on_changes=ACCOUNT_REPLACE_ON_CHANGES, delete_before_replace=True))
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,

@@ -33,3 +33,26 @@ def test_the_batch_app_id_is_refused_in_one_line_naming_the_fix(tmp_path, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "batchServiceObjectId" in err, err
     assert "application (client) ID" in err and f"az ad sp show --id {BATCH_SERVICE_APP_ID} --query id" in err
+
+
+def test_the_account_waits_out_the_vault_grants_propagation(ev):  # noqa: F811
+    """The account validates its vault when created; the Batch service's grant there takes minutes to take effect
+    (infra/components/propagation.py), so the account depends on a wait created after the grant, not on the grant."""
+    grant = next(r for r in ev.of_type("azure-native:authorization:RoleAssignment") if r.name.endswith("-batch-service-kv"))
+    wait = next(r for r in ev.of_type("pulumi-python:dynamic:Resource") if "propagation_s" in r.inputs)
+    account = ev.one("azure-native:batch:BatchAccount")
+    assert wait.inputs["grant"] == grant.state["id"] and wait.inputs["propagation_s"] == 300
+    assert wait.urn in account.dependencies and grant.urn in wait.dependencies
+
+
+def test_the_wait_sleeps_on_create_only_and_again_for_a_new_grant(monkeypatch):
+    from infra.components import propagation
+
+    slept = []
+    monkeypatch.setattr(propagation, "sleep", slept.append)
+    provider = propagation.PropagationProvider()
+    created = provider.create({"grant": "/g/1", "propagation_s": 300})
+    assert slept == [300.0] and created.id == "/g/1"
+    assert not provider.diff("/g/1", {"grant": "/g/1", "propagation_s": 300}, {"grant": "/g/1", "propagation_s": 300}).changes
+    again = provider.diff("/g/1", {"grant": "/g/1"}, {"grant": "/g/2"})
+    assert again.changes and again.replaces == ["grant"]
