@@ -1,9 +1,9 @@
 """A wait after a role assignment that the next resource's creation checks at once, as a Pulumi dynamic resource.
 
-Azure RBAC is not immediate: "Azure Resource Manager sometimes caches configurations and data to improve
-performance. When you assign roles or remove role assignments, it can take up to 10 minutes for changes to take
-effect" (https://learn.microsoft.com/azure/role-based-access-control/troubleshooting, "Role assignment changes are
-not being detected"). Where the service that received the grant checks it while the next resource is created (the
+Azure RBAC is not immediate: "When you assign roles or remove role assignments, it can take up to 10 minutes for
+changes to take effect", because "Azure Resource Manager sometimes caches configurations and data to improve
+performance" (https://learn.microsoft.com/azure/role-based-access-control/troubleshooting, "Symptom - Role assignment
+changes are not being detected"). Where the service that received the grant checks it while the next resource is created (the
 user-subscription Batch account validates its Key Vault, on which the Batch service was just granted Key Vault
 Secrets Officer: infra/backends/batch/cluster.py), a first `up` would otherwise fail once and pass when run again.
 Pulumi retries nothing by itself, so the dependent waits for this resource, which waits on its create only: a later
