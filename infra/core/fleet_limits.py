@@ -85,20 +85,28 @@ class Totals:
     budgets_usd: float  # the sum of the monthlyBudgetUsd set
     without_budget: tuple[str, ...]  # stacks that set none
     gpus_by_group: dict[tuple[str, str], int]  # (subscription, region) -> GPUs at maxNodes
-    by_family: dict[str, tuple[str, int, int]]  # quota family -> (GPU model, GPUs, vCPUs) at maxNodes, dedicated
-    spot: tuple[int, int]  # (GPUs, vCPUs) at maxNodes on Spot nodes, every family (one quota for all)
+    # (subscription, region, quota family) -> (GPU model, GPUs, vCPUs) at maxNodes, dedicated: a vCPU quota is per
+    # subscription (or Batch account), per region, per family
+    # (https://learn.microsoft.com/azure/quotas/per-vm-quota-requests), so figures of two regions never add up
+    by_family: dict[tuple[str, str, str], tuple[str, int, int]]
+    spot: tuple[int, int]  # (GPUs, vCPUs) at maxNodes on Spot nodes, the fleet's
+    spot_by_group: dict[tuple[str, str], tuple[int, int]] | None = None  # (subscription, region) -> Spot (GPUs, vCPUs)
 
 
 def totals(members: Iterable[Member]) -> Totals:
     members = list(members)
     by_group: dict[tuple[str, str], int] = defaultdict(int)
-    by_family: dict[str, list] = {}
+    by_family: dict[tuple[str, str, str], list] = {}
+    spot_by_group: dict[tuple[str, str], list] = {}
     for m in members:
         by_group[m.group] += m.gpus_at_max
         if m.spot:
+            entry = spot_by_group.setdefault(m.group, [0, 0])
+            entry[0] += m.gpus_at_max
+            entry[1] += m.vcpus_at_max
             continue
         sku = CATALOG[m.gpu_sku]
-        entry = by_family.setdefault(sku.quota_family, [sku.gpu_model, 0, 0])
+        entry = by_family.setdefault((*m.group, sku.quota_family), [sku.gpu_model, 0, 0])
         entry[1] += m.gpus_at_max
         entry[2] += m.vcpus_at_max
     return Totals(len(members), sum(m.usd_per_month_at_min for m in members),
@@ -106,7 +114,8 @@ def totals(members: Iterable[Member]) -> Totals:
                   sum(m.monthly_budget_usd or 0 for m in members),
                   tuple(m.stack for m in members if m.monthly_budget_usd is None),
                   dict(sorted(by_group.items())), {k: tuple(v) for k, v in sorted(by_family.items())},
-                  (sum(m.gpus_at_max for m in members if m.spot), sum(m.vcpus_at_max for m in members if m.spot)))
+                  (sum(m.gpus_at_max for m in members if m.spot), sum(m.vcpus_at_max for m in members if m.spot)),
+                  {k: tuple(v) for k, v in sorted(spot_by_group.items())})
 
 
 def limit_warnings(members: Iterable[Member], only: tuple[str, str] | None = None) -> list[str]:
@@ -155,6 +164,8 @@ def totals_lines(t: Totals, hours_per_month: int) -> list[str]:
             f"{t.budgets_usd:,.0f} USD{unset}",
             "  GPUs at maxNodes per (subscription, region):",
             *(f"    {group_name(g)}: {n}" for g, n in t.gpus_by_group.items()),
-            "  GPUs at maxNodes per GPU family (the dedicated vCPU quota family it counts against):",
-            *(f"    {family} ({model}): {gpus} GPUs, {vcpus} vCPUs" for family, (model, gpus, vcpus) in t.by_family.items()),
-            *([f"    Spot, every family (one quota): {t.spot[0]} GPUs, {t.spot[1]} vCPUs"] if t.spot[0] else [])]
+            "  GPUs at maxNodes per (subscription, region) and GPU family (a vCPU quota is per all three):",
+            *(f"    {group_name((sub, region))}: {family} ({model}): {gpus} GPUs, {vcpus} vCPUs"
+              for (sub, region, family), (model, gpus, vcpus) in t.by_family.items()),
+            *(f"    {group_name(group)}: Spot, every family (one quota): {gpus} GPUs, {vcpus} vCPUs"
+              for group, (gpus, vcpus) in (t.spot_by_group or {}).items())]

@@ -130,8 +130,14 @@ def test_totals_by_group_and_family():
     t = fleet_limits.totals([_member("a", budget=100.0), _member("b", sku="Standard_NC4as_T4_v3", max_nodes=2,
                                                                  sub=OTHER_SUB, region="westus3")])
     assert t.gpus_by_group == {(OTHER_SUB, "westus3"): 2, ("unset", "eastus"): 64}
-    assert t.by_family["standardNDSH100v5Family"] == ("H100 80GB", 64, 768)
-    assert t.by_family["StandardNCASv3_T4Family"] == ("T4 16GB", 2, 8)
+    assert t.by_family[("unset", "eastus", "standardNDSH100v5Family")] == ("H100 80GB", 64, 768)
+    assert t.by_family[(OTHER_SUB, "westus3", "StandardNCASv3_T4Family")] == ("T4 16GB", 2, 8)
+    # a quota is per (subscription, region, family): the same family in two regions is two figures (issue 60)
+    two = fleet_limits.totals([_member("a"), _member("b", region="westus3")])
+    assert set(two.by_family) == {("unset", "eastus", "standardNDSH100v5Family"),
+                                  ("unset", "westus3", "standardNDSH100v5Family")}
+    assert "    subscription unset, westus3: standardNDSH100v5Family (H100 80GB): 64 GPUs, 768 vCPUs" in \
+        fleet_limits.totals_lines(two, 730)
     assert (t.usd_per_month_idle, t.usd_per_hour_full, t.budgets_usd, t.without_budget) == (1460.0, 20.0, 100.0,
                                                                                             ("b",))
 
@@ -142,7 +148,8 @@ def test_spot_vcpus_are_kept_apart_from_the_dedicated_ones():
     assert not any("GPU vCPUs at maxNodes" in line for line in lines)
     assert any("1536 Spot vCPUs at maxNodes on Batch" in line and "100 low-priority cores" in line for line in lines)
     t = fleet_limits.totals(spot + [_member("c", sku="Standard_NC4as_T4_v3", max_nodes=1)])
-    assert t.spot == (128, 1536) and t.by_family == {"StandardNCASv3_T4Family": ("T4 16GB", 1, 4)}
-    assert "    Spot, every family (one quota): 128 GPUs, 1536 vCPUs" in fleet_limits.totals_lines(t, 730)
+    assert t.spot == (128, 1536) and t.by_family == {("unset", "eastus", "StandardNCASv3_T4Family"): ("T4 16GB", 1, 4)}
+    assert "    subscription unset, eastus: Spot, every family (one quota): 128 GPUs, 1536 vCPUs" in \
+        fleet_limits.totals_lines(t, 730)
     aml = [_member("m", backend="azureml", spot=True)]  # Azure ML holds no Batch account: no Batch figure applies
     assert fleet_limits.limit_warnings(aml) == []
