@@ -248,19 +248,23 @@ class RehearsalBatch:
         self.log(f"rehearsal: node(s) {', '.join(node_ids)} asked to leave the pool ({option}): they go once their "
                  "task has ended")
 
-    def reach_from_nodes(self, account_url: str, identity_env: dict[str, str]):
+    def reach_from_nodes(self, account_url: str, identity_env: dict[str, str], storage: dict[str, str] | None = None):
         """The account's endpoint and the managed identity endpoint, reachable from every node at the host's URLs
         (devtools/rehearsal/node_ports.py), and named in every task's environment: AZ_BATCH_ACCOUNT_URL, which
         Batch sets for all tasks (https://learn.microsoft.com/azure/batch/batch-compute-node-environment-variables),
-        and the token endpoint's variables (the node's IMDS here: devtools/rehearsal/azure_ad.py). Returns the
-        relay, to close (a context manager) before the nodes go."""
+        and the token endpoint's variables (the node's IMDS here: devtools/rehearsal/azure_ad.py). `storage`: declared
+        container URL -> the storage front's URL for it (AzureAd.container_url), reachable from the nodes too; a
+        task's coordination command names the declared URL (node-stage's `data`), which a node here cannot resolve,
+        so it runs with the front's (_storage_here). Returns the relay, to close (a context manager) before the
+        nodes go."""
         import contextlib
 
         from devtools.rehearsal.node_ports import NodePorts
 
+        self.storage_here = dict(storage or {})
         try:
             ports = NodePorts([self.nodes.holders[n.index].pid for n in self.nodes.nodes],
-                              [account_url, identity_env.get("IDENTITY_ENDPOINT", "")])
+                              [account_url, identity_env.get("IDENTITY_ENDPOINT", ""), *self.storage_here.values()])
         except OSError as err:  # the job still runs; only a node fault's keep_out cannot ask the account
             self.log(f"rehearsal: the nodes cannot reach the account's endpoint ({err}); AZ_BATCH_ACCOUNT_URL not set")
             return contextlib.nullcontext()
@@ -338,6 +342,13 @@ class RehearsalBatch:
                         process.wait()
                         raise
 
+    def _storage_here(self, command: str) -> str:
+        """A command line with each declared container URL as a node here reaches it (reach_from_nodes); the task
+        keeps the command it was given."""
+        for declared, here in getattr(self, "storage_here", {}).items():
+            command = command.replace(declared, here)
+        return command
+
     def _start_nodes(self) -> None:
         """The pool's start task on every node, once (startTask.waitForSuccess: a failure keeps the node unusable)."""
         if self.started_nodes:
@@ -348,7 +359,10 @@ class RehearsalBatch:
         # AZ_BATCH_TASK_* variables, so it gets the node's only (our start task uses no other).
         startup = node_folders(BATCH_ROOT)["AZ_BATCH_NODE_STARTUP_DIR"]
         for node in self.nodes.nodes:
-            env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items() if k in START_TASK_ENV}}
+            env = {**self.node_env, **{k: v for k, v in self._batch_env(node, "", "").items() if k in START_TASK_ENV},
+                   # The local-volume script (dataTier node-local) finds no drive to stripe here, whatever the host
+                   # holds: the node's volume is a folder in its own Batch tree, standing in for its NVMe drives.
+                   "LOCAL_VOLUME_TEST_DRIVES": ""}
             code = self._run("", node, start.get("commandLine", "true"), env, startup, startup, None)
             if code != 0:
                 raise RuntimeError(f"the pool's start task failed on {node.hostname} with exit code {code}: "
@@ -416,8 +430,8 @@ class RehearsalBatch:
 
         def coordinate(node: Node) -> None:
             env = {**self.node_env, **task_env, **self._batch_env(node, job_id, task_id, nodes)}
-            codes[node.index] = self._run(job_id, node, multi["coordinationCommandLine"], env, task_dir / "wd",
-                                          task_dir, limit)
+            codes[node.index] = self._run(job_id, node, self._storage_here(multi["coordinationCommandLine"]), env,
+                                          task_dir / "wd", task_dir, limit)
 
         threads = [threading.Thread(target=coordinate, args=(node,)) for node in nodes]
         for thread in threads:

@@ -22,8 +22,13 @@ NOT_REHEARSED = (
     "mpirun: across nodes Horovod starts the remote ranks over the job's SSH with its Gloo controller here "
     "(the image has Open MPI)",
     "the NFS VM's disks and kernel: its setup script (mdadm RAID, XFS, fstab, nfs-kernel-server) is checked by "
-    "bash -n and ShellCheck in the tests, not run; its user data is read by cloud-init's own code and its staging "
-    "unit runs here, with a ready venv instead of a pip install from PyPI",
+    "bash -n and ShellCheck in the tests, not run; its user data is read by cloud-init's own code and, with dataTier "
+    "nfs, its staging unit runs here, with a ready venv instead of a pip install from PyPI",
+    "the nodes' local NVMe volume (dataTier node-local): each node's start task runs local_volume.sh, which finds no "
+    "drive here (LOCAL_VOLUME_TEST_DRIVES empty), so the volume is a folder in the node's own Batch tree standing in "
+    "for its striped NVMe drives (the mdadm/XFS path runs on loop devices in tests/infra/backends/batch/"
+    "test_local_volume.py); node-stage reaches `data` at the storage front's local URL, put in the coordination "
+    "command in place of the declared https://<account>.blob.core.windows.net/data, which a node here cannot resolve",
     "Azure AD itself: tokens come from a local managed identity endpoint (App Service protocol, not IMDS), and "
     "storage honours each identity's role assignments as a SAS with exactly their permissions",
     "autoscale, node allocation and the registry pull: the pool is the N local nodes, started once",
@@ -55,6 +60,7 @@ class Rehearsal:
     scarce: list[str] | None = None  # with --scarce: the partial allocation, one line a step (scarce.py)
 
 
+    data: list[str] | None = None  # dataTier node-local: where each rank read its data, node-stage's checks (node_data.py)
 def report(result: Rehearsal) -> str:
     lines = [f"\nRehearsal report ({result.job})",
              f"  task exit code {result.exit_code}, retried {result.retries} time(s)",
@@ -63,6 +69,7 @@ def report(result: Rehearsal) -> str:
              f"  where: {'; '.join(result.placement) or '?'}",
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
              f"  efficiency: {efficiency_line(result.efficiency)}",
+             *(["  data (dataTier node-local):", *(f"    - {line}" for line in result.data)] if result.data else []),
              "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
                                          "no floor: rehearsal)" if result.interconnect_gbps is not None
                                          else "not run (one node, or --dist native: not checked yet)"),

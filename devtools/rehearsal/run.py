@@ -47,6 +47,7 @@ from infra import REPO_ROOT
 from infra.backends.shared import REHEARSAL_FILE, JobError, StackOutputs, now_utc, require_staged
 from devtools.rehearsal.identities import (PEOPLE, batch_client, batch_token, grant_deployer, rehearsed_config,
                                            write_endpoints)
+from devtools.rehearsal import node_data
 from devtools.rehearsal.nodes import NODE_TMPDIR
 from devtools.rehearsal.report import Rehearsal, check_model, report
 from training import frameworks
@@ -133,6 +134,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
         grant_deployer(account, containers)
         with AzureAd(account, {**identities_by_client_id(ev), **PEOPLE}, work / "azure-ad") as ad:
             uploaded, nfs_timer = _stage_data(account, ev, work, export, node_env, ad)
+            node_local = isinstance(uploaded, node_data.Uploaded)  # dataTier node-local: the nodes stage the shards
             _people_sas(account, work)
             for node in pool.nodes:
                 _say(f"node {node.hostname}: {node.address} (its own network, mount and UTS namespaces, the image's "
@@ -144,11 +146,14 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
             served = ScarceCapacity(batch, have=nodes - 1, came=now_utc()) if scarce else batch
             with BatchEndpoint(served, tls=(str(ad.cert), str(ad.key)),
                                authorized=batch_token(ad, ev, batch.node_operators)) as endpoint, \
-                    batch.reach_from_nodes(endpoint.url, ad.env()):  # the account and tokens, from the nodes too
+                    batch.reach_from_nodes(endpoint.url, ad.env(), {inputs.data_url: ad.container_url(inputs.data_url)}
+                                           if node_local else None):  # the account, tokens and `data`, from the nodes
                 env = write_endpoints(work, ev, endpoint.url, ad)
                 _say(f"batch: the account's data plane at {endpoint.url} (HTTPS, Azure AD tokens of the rehearsal's "
                      f"deployer), reached through the real azure-batch client; {REHEARSAL_FILE} in {work}")
                 service = batch_client(endpoint.url, env)
+                if node_local:  # node-stage mends it (node_data.py)
+                    _say(node_data.corrupt_a_shard(pool.nodes[nodes - 1], account, uploaded.manifest))
                 job = operate.submit(service, inputs, now_utc(), sys.stdout, verb_flags=_verb_flags(stack, work))
                 if scarce:
                     from devtools.rehearsal.scarce import play
@@ -164,7 +169,10 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                 batch.wait(job)
                 status = operate.status(service, job)
                 task = service.get_task(job, batch_spec.TASK_ID)
-                saw = _data_the_job_saw(export, uploaded)  # before anyone else's upload is staged
+                saw = (node_data.saw(pool.nodes[0], uploaded) if node_local  # before anyone else's upload is staged
+                       else _data_the_job_saw(export, uploaded))
+                after = (node_data.checks_after_job(batch, job, pool.nodes, pool.nodes[nodes - 1], uploaded.manifest,
+                                                    node_env) if node_local else [])
                 if stay:
                     stay_up(nfs_timer, account.as_deployer("status", "rl"))
         _say(saw)
@@ -196,7 +204,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                          batch.uploaded.get(job, []), info.get("exitCode", -1), info.get("retryCount", 0), dest / job,
                          info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"),
                          container=batch.report_lines() if container else None,
-                         scarce=played.lines if scarce else None)
+                         scarce=played.lines if scarce else None,
+                         data=[*node_data.rank_lines(hosts, pool.nodes, job, summary), *after] if node_local else None)
 
 
 def default_work(stack: str) -> Path:
@@ -315,6 +324,9 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str],
     config = server.boot()
     _say(f"nfs: {vm.name}'s user data read by cloud-init's own code: {len(config['write_files'])} files written "
          f"under {server.root}; the setup script (RAID, XFS, nfs-kernel-server) needs a VM and is not run")
+    if ev.config.nfs.data_tier == "node-local":  # the share keeps checkpoints and outputs; the nodes stage the data
+        uploaded = node_data.upload_shards(account, ev, work, node_env, deployers_gate, _say)
+        return uploaded, lambda: "dataTier node-local: the NFS server stages nothing (no restage to serve)"
     urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
     _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
     try:
@@ -371,7 +383,8 @@ def _people_sas(account, work: Path) -> None:
             subprocess.run([sys.executable, "-m", "training", "stage", sas.url, str(work / "people" / "data")],
                            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
-            lines[-1] += f"; `training stage` with it: {sum(1 for _ in (work / 'people' / 'data').rglob('*.JPEG'))} files"
+            staged = sum(1 for p in (work / 'people' / 'data').rglob('*') if p.is_file() and not p.name.startswith('.'))
+            lines[-1] += f"; `training stage` with it: {staged} files"
     expiry = {sas.expiry for sas in account.people_sas()}
     _say(f"people's SAS, as the program asks listStorageAccountServiceSAS (until {', '.join(sorted(expiry))}): "
          + "; ".join(lines))

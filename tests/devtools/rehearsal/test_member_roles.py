@@ -17,8 +17,9 @@ def test_the_member_group_gets_the_programs_member_grants_and_nothing_more(ev):
     assert rehearsed_config("dev").access.members == (MEMBER_GROUP,)
     account = Account(None, ev)  # permissions only: Azurite is not asked
     granted = {c: account.permissions_of(MEMBER_GROUP, c) for c in ("data", "outputs", "status", "scripts")}
-    # upload to `data`, download from `outputs`, restage through `status`; `scripts` (the job's code) refused
-    assert granted == {"data": "acdlrw", "outputs": "lr", "status": "acdlrw", "scripts": "t"}
+    # upload to `data`, download from `outputs`; `scripts` (the job's code) refused, and `status` too: with dataTier
+    # node-local (dev) there is no NFS staging to restage
+    assert granted == {"data": "acdlrw", "outputs": "lr", "status": "t", "scripts": "t"}
 
 
 def test_batch_takes_the_deployer_and_the_job_submitters_and_refuses_other_identities(ev):
@@ -54,3 +55,15 @@ def test_a_submitted_jobs_ranks_per_gpu_run_as_the_rehearsals_processes_per_node
                     "runs 1 (--processes-per-node)"]
     own = command.replace("--slots 8", "--slots 1")
     assert batch._command_here("k", own) == own and len(said) == 1
+
+
+def test_a_nodes_coordination_command_reaches_data_at_the_storage_fronts_url(tmp_path):
+    """A node here cannot resolve https://<account>.blob.core.windows.net: the coordination command runs with the
+    front's URL for the declared one (reach_from_nodes' `storage`); the task keeps what it was given."""
+    from devtools.rehearsal.batch import RehearsalBatch
+
+    batch = RehearsalBatch(None, None, {}, {}, {}, tmp_path, log=lambda line: None)
+    declared, here = "https://stdev.blob.core.windows.net/data", "https://127.0.0.1:4443/devstoreaccount1/data"
+    batch.storage_here = {declared: here}
+    command = f"/bin/bash -c 'AZURE_CLIENT_ID=c python -m training node-stage {declared} --dataset default'"
+    assert batch._storage_here(command) == command.replace(declared, here)

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-")
 def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     """The whole user path: the rehearsal launches the job; from other processes, as from another shell, the user
     follows it, reads its status and downloads the model, which runs in onnxruntime. Then, while the stack stays
-    up (--stay), a team member with only the member file and their own sign-in uploads their folder, has it
-    staged, submits a job on it, follows it and downloads a model that names their classes."""
+    up (--stay), a team member with only the member file and their own sign-in uploads their folder, submits a job
+    on it (its node stages it: dataTier node-local), follows it and downloads a model that names their classes."""
     from devtools.rehearsal.identities import MEMBER_CLIENT_ID
     from devtools.rehearsal.report import check_model, efficiency_line
 
@@ -55,9 +55,10 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
         listed = as_member("datasets")
         assert listed.returncode == 0 and "pets: 3 class(es) (cat, dog, ship), 24 train, 6 val images" in \
             listed.stdout and "default: 4 class(es)" in listed.stdout, listed
-        restage = as_member("restage", "--follow", "--poll-seconds", "1")  # the NFS server stages the upload now
-        assert restage.returncode == 0, restage
-        submit = as_member("submit", "--nodes", "1", "--dataset", "pets", f"--args={MEMBER_ARGS}")  # staged as it is
+        # dataTier node-local: no NFS server to restage; the job's node stages the upload at its start
+        restage = as_member("restage")
+        assert restage.returncode == 1 and "with dataTier node-local each job stages its dataset" in restage.stderr
+        submit = as_member("submit", "--nodes", "1", "--dataset", "pets", f"--args={MEMBER_ARGS}")
         assert submit.returncode == 0, submit
         member_job = re.search(r"submitted (\S+):", submit.stdout).group(1)
         member_follow = as_member("logs", "--follow")  # the stack's newest job: the member's
@@ -93,24 +94,32 @@ def test_pytorch_on_two_nodes_with_their_own_addresses_end_to_end(tmp_path):
     job = re.search(r"submitted (\S+):", out).group(1)
     assert f"python -m infra logs --stack dev --job {job} --follow --rehearsal {work}" in out
     assert "not rehearsed:" in out
-    # The NFS server, in a first deploy's order: created with the stack while `data` is empty, its timer's run
-    # stages nothing and the gate refuses; the deployer uploads; the next run stages every file; the job sees them.
-    unit = "dltrain-stage.timer started dltrain-stage.service: /usr/local/sbin/dltrain-stage exited"
-    assert f"nfs: created with the stack, `data` still empty: {unit} 4: stage: waiting for data since" in out
+    # dataTier node-local, in a first deploy's order: the gate refuses while `data` is empty; the deployer uploads
+    # shards; the gate passes on `data` alone (the NFS server stages nothing); every node's start task makes its
+    # local volume and the job's coordination command stages the shards into it; the ranks train from there.
     assert ("gate: `infra submit` and `pulumi up` submit no job: no job was submitted, so no GPU node waits: the "
             "`data` container is empty") in out
-    assert "data: 160 files uploaded to `data` by the deployer, after the stack exists" in out
-    assert f"nfs: the timer's next run: {unit} 0: stage: first staging: staged 160 files" in out
-    assert "nfs: 160 of 160 files in the export (imagenet/, .staged); the submit gate passes: the NFS server " \
-           "staged 160 files" in out
-    assert "data: the job's --data folder as the trainer scans it: 128 train + 32 val images = 160 of the 160 " \
-           "files uploaded\n" in out
+    shards = re.search(r"data: 160 images uploaded to `data` by the deployer as (\d+) train \+ (\d+) val shards", out)
+    assert shards and int(shards.group(1)) >= 2, out[:3000]  # one shard a rank at least
+    assert "the NFS server stages nothing" in out and "the submit gate passes: `data` holds" in out
     assert out.index("the submit gate passes") < out.index("submitted train-dev-")
+    assert "data: the job's --data folder on node0 (local-data/datasets/default) as the trainer reads it: 128 train " \
+           "+ 32 val images in shards = 160 of the 160 images uploaded\n" in out
+    # The report: where each rank read its data, and node-stage's promises (a corrupted shard on node1 fetched
+    # again; a node holding the dataset's marker copies nothing).
+    assert "data: node1's local volume holds a corrupted shards/train-000000.tar" in out
+    for rank, node in enumerate(("node0", "node1")):
+        assert re.search(rf"rank {rank} on {node} \(\S+\) read datasets/default from {node}:/mnt/batch/shared/"
+                         r"local-data \(shards, staged in [\d.]+ s: \d+ shards, \d+ kept\)", out), out[-3000:]
+    assert re.search(r"the job recorded the dataset it trained on: default sha256:[0-9a-f]{64}", out)
+    assert re.search(r"node1: the corrupted shards/train-000000.tar was fetched again: MD5 [0-9a-f]{32} = the "
+                     "manifest's", out), out[-3000:]
+    assert "node0: node-stage again, as the next job's coordination command: copy skipped" in out
     # The people's SAS, minted as the program asks: each allows exactly its letters; the data SAS stages.
     people = next(line for line in out.splitlines() if line.startswith("people's SAS"))
-    assert people.endswith("data sp=rl: list yes, read yes, write refused; `training stage` with it: 160 files; "
-                           "outputs sp=cw: list refused, read refused, write yes; scripts sp=rl: list yes, read yes, "
-                           "write refused"), people
+    assert re.search(r"data sp=rl: list yes, read yes, write refused; `training stage` with it: \d+ files; "
+                     "outputs sp=cw: list refused, read refused, write yes; scripts sp=rl: list yes, read yes, "
+                     "write refused$", people), people
 
     # After the rehearsal has ended, its local Azure has gone with it, and the verbs say how to bring it back.
     ended = verb("status", "--rehearsal", str(work))
