@@ -20,7 +20,7 @@ there, so without a deadline the nodes that did come bill idle for as long as th
    (trainingMaxHours) still bounds the training alone, counted from the task's start.
 3. Our verbs end it at the deadline: `submit` ends the stack's jobs whose task never ran, whose deadline has passed
    AND whose pool's last resize failed for quota or capacity (CAPACITY_CODES) before it queues a new one
-   (terminateReason TIMEOUT_REASON), and waits a minute first so the formula's window holds a sample with nothing
+   (terminateReason TIMEOUT_REASON), and waits SAMPLE_GAP_S first so the formula's window holds a sample with nothing
    waiting: otherwise the old job's wait and the new job's would read as one, and the new job would find the pool
    already given back. What no verb ends waits at minNodes until (2).
 
@@ -58,9 +58,12 @@ DEFAULT_MINUTES = 30
 DEADLINE_METADATA = "allocationTimeoutMinutes"  # the job's own deadline, in its metadata (spec.job_spec)
 TIMEOUT_REASON = "AllocationTimeout"  # the terminateReason `submit` ends an overdue job with (free text in Job - Terminate)
 WALL_CLOCK_REASON = "MaxWallClockTimeExpiry"  # BatchJobExecutionInfo.terminateReason when (2) ended it
-# Seconds `submit` waits after ending an overdue job: two 30-second samples, so the formula's window sees the
-# queue empty once (see (3) above).
-SAMPLE_GAP_S = 60
+# Seconds `submit` waits after ending an overdue job, so the formula's window holds a sample with the queue empty
+# (see (3) above): samples "are recorded every 30 seconds", "samples may not be recorded for a particular interval",
+# and "It takes approximately one minute for samples to propagate through the system"
+# (https://learn.microsoft.com/azure/batch/batch-automatic-scaling, "Samples"): three sample periods, so one
+# missing sample still leaves two, where 60 s (two) left no margin.
+SAMPLE_GAP_S = 90
 # Pool resize error codes that mean quota or capacity, not a mistake in the pool (PoolResizeErrorCodes:
 # https://learn.microsoft.com/dotnet/api/microsoft.azure.batch.common.poolresizeerrorcodes): the account's core
 # quota (dedicated, low-priority, Spot), no capacity for the size, or the resize timeout reached; and the per-VM-family

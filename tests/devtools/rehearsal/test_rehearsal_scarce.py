@@ -68,8 +68,9 @@ def test_the_job_waits_is_ended_at_its_deadline_with_the_reason_and_no_node_is_l
     assert lines[1].endswith("0.2 node-hours billed waiting so far"), lines[1]
     assert "allocation: past its deadline" in lines[2] and "with 1 of 2 node(s)" in lines[2], lines[2]
     assert lines[2].endswith("0.5 node-hours billed waiting (nodes still in the pool)"), lines[2]  # 31 minutes
-    assert lines[3] == (f"`submit` 1 minute past the deadline ended {job} and queued {played.job} (its 60 s wait for "
-                        "the autoscale formula's samples not slept: no formula here)")
+    assert lines[3] == (f"`submit` 1 minute past the deadline ended {job} and queued {played.job} (its "
+                        f"{allocation.SAMPLE_GAP_S} s wait for the autoscale formula's samples not slept: no formula "
+                        "here)")
     assert lines[4].startswith("`submit` said: warning: pool gpu holds 0 node(s) and its last resize failed "
                                "(AccountCoreQuotaReached"), lines[4]
     assert lines[5].startswith(f"`status` of {job}: completed; allocation: ended (AllocationTimeout) without its 2 "

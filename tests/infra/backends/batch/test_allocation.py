@@ -143,7 +143,7 @@ def test_a_pool_without_resize_errors_gives_no_warning():
 
 def test_a_submit_right_after_a_waited_out_job_was_cancelled_waits_out_the_sample_gap(batch, pauses):
     """`cancel` of a job that waited its whole deadline, then `submit` 20 s later: the formula's window has no empty
-    sample yet, so submit waits the rest of the minute; a minute later, or after a job that ran, it does not."""
+    sample yet, so submit waits the rest of SAMPLE_GAP_S; after it, or after a job that ran, it does not."""
     spec = dataclasses.replace(inputs(), nodes=2, allocation_timeout_minutes=30)
     job = operate.submit(batch, spec, datetime(2026, 11, 21, 12, 0), io.StringIO())
     created = allocation._time(batch.jobs[job]["creationTime"])
@@ -153,8 +153,8 @@ def test_a_submit_right_after_a_waited_out_job_was_cancelled_waits_out_the_sampl
                                                              "terminateReason": "UserTerminate"})
     out = io.StringIO()
     newer = operate.submit(batch, spec, cancelled + timedelta(seconds=20), out)
-    assert pauses == [40.0] and "waiting 40 s" in out.getvalue()
+    assert pauses == [allocation.SAMPLE_GAP_S - 20.0] and "waiting 70 s" in out.getvalue()
     batch.tasks[newer].update(state="running", executionInfo={"startTime": batch.jobs[newer]["creationTime"],
                                                               "retryCount": 0, "requeueCount": 0})
-    operate.submit(batch, spec, cancelled + timedelta(seconds=90), io.StringIO())
-    assert pauses == [40.0]
+    operate.submit(batch, spec, cancelled + timedelta(seconds=allocation.SAMPLE_GAP_S + 30), io.StringIO())
+    assert pauses == [allocation.SAMPLE_GAP_S - 20.0]
