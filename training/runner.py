@@ -261,7 +261,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         loop.restore(state)
         step = state["step"]
         if rank0:
-            print(f"resumed from {resume_from} at step {step}", flush=True)
+            rank0_line(heartbeat, f"resumed from {resume_from} at step {step}")
     if rank0:
         epochs = the_plan.total_steps / the_plan.steps_per_epoch
         line = (f"training ResNet50 ({cfg.framework}, {loop.distribution}, {loop.size} worker(s), {loop.device}): "
@@ -270,7 +270,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                 f"{cfg.workers} loader process(es), {cfg.optimizer}, peak LR {the_plan.peak_lr:.4g}, "
                 f"{speed_settings(cfg)}")
         sized = cpu_sized_text(cfg) if loop.device == "cpu" else ""
-        print(line + (f"; {sized}" if sized else ""), flush=True)
+        rank0_line(heartbeat, line + (f"; {sized}" if sized else ""))  # on a terminal: below the bar, not onto it
     if heartbeat:  # the run's size is known now
         heartbeat.progress = progress.Progress(total=the_plan.stop_at, global_batch=the_plan.global_batch,
                                                start_step=step, started=started_setup,
@@ -399,6 +399,14 @@ def export(loop: Loop, out: Path, card: model_card.ModelCard) -> dict[str, str]:
         print(f"error: the model export failed ({files['export_error']}); the checkpoints in "
               f"{out / 'checkpoints'} hold the trained weights", file=sys.stderr, flush=True)
     return files
+
+
+def rank0_line(heartbeat: progress.Heartbeat | None, text: str) -> None:
+    """A line of rank 0's while the heartbeat may be drawing its bar: through it (the bar cleared first), else printed."""
+    if heartbeat:
+        heartbeat.line(text)
+    else:
+        print(text, flush=True)
 
 
 def launched_as_rank0(env: Mapping[str, str]) -> bool:

@@ -147,3 +147,27 @@ def test_a_fine_tuned_run_at_chance_is_told_another_fix():
     line = best.chance_line(0.34, 3, 24, fine_tuned=True)
     assert "near chance" in line and "more images per class" in line and "--pretrained" not in line
     assert best.chance_line(None, 3, 24, fine_tuned=False) is None
+
+
+def test_on_a_terminal_the_second_line_goes_below_the_bar_not_onto_it(tmp_path, monkeypatch):
+    import io
+
+    from training import progress
+
+    out, made = io.StringIO(), []
+
+    class Terminal(progress.Heartbeat):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "out": out, "tty": True})
+            made.append(self)
+
+    monkeypatch.setattr(progress, "Heartbeat", Terminal)
+    monkeypatch.setattr("training.report.write_for_run", lambda out: None)
+    cfg = parse_args(["--output-dir", str(tmp_path / "run"), "--epochs", "1", "--no-export"])
+
+    def build(c):
+        made[0].tick()  # the bar, drawn while the model is built
+        return ScriptedLoop(c, [(1.0, 0.5)])
+
+    runner.run(cfg, build)
+    assert "\r\x1b[2Ktraining ResNet50 (pytorch" in out.getvalue()  # the bar cleared, then the line
