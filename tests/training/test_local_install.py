@@ -40,3 +40,12 @@ def test_mlflow_missing_names_the_pinned_install_for_this_python(monkeypatch, tm
     with pytest.raises(UsageError, match="--mlflow: MLflow's client is not installed"):
         runner.run(cfg, lambda c: pytest.fail("the model was built before the refusal"))
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_the_cpu_install_is_the_local_pins_from_pytorchs_cpu_index():
+    lines = [line.strip() for line in (REPO_ROOT / "training/requirements-local-cpu.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    # nothing pinned twice: the versions are requirements-local.txt's (which test_missing_framework.py holds to the
+    # image's), only the index differs
+    assert lines == ["--extra-index-url https://download.pytorch.org/whl/cpu", "-r requirements-local.txt"]
+    assert "torch==2.14.0" in (REPO_ROOT / "training/requirements-local.txt").read_text().splitlines()
