@@ -29,6 +29,21 @@ def nfs_report(cfg) -> bool:
     return cfg.nfs.kind == "vm" and cfg.nfs.data_tier == "nfs"
 
 
+def data_tier_line(cfg) -> str:
+    """Plan's line on where the job's ranks read the data (dataTier), and which of the pool's and job's commands put
+    it there (spec.start_task_command, spec.node_stage)."""
+    if cfg.nfs.data_tier == "node-local":
+        return ("  data (dataTier node-local): the pool's start task makes each node's local volume after the health "
+                f"checks ({batch_spec.LOCAL_VOLUME_SCRIPT.name}: the size's NVMe drives striped, or its temporary "
+                f"disk, at $AZ_BATCH_NODE_SHARED_DIR/{batch_spec.LOCAL_DATA}); the job's coordination command stages "
+                "its dataset onto it on every node before the job's sshd (`python -m training node-stage <data URL> "
+                "--dataset NAME`, the pool's identity, no SAS; a node holding the dataset's marker copies nothing); "
+                f"the ranks read {batch_spec.LOCAL_DATA}/datasets/NAME; the NFS share keeps checkpoints and outputs")
+    cache = (", copied to each node's disk by the start task (dataLocalCache)" if cfg.nfs.data_local_cache else "")
+    return (f"  data (dataTier nfs): the ranks read the NFS share's copy of `data`{cache}; "
+            + ("the NFS server stages it" if cfg.nfs.kind == "vm" else "each job stages it onto the share"))
+
+
 def allocation_mode_line(cfg, vcpus: str) -> str:
     """Plan's line on the Batch account's pool allocation mode (batchPoolAllocation): which quota the nodes draw on,
     and why the default is batch-service. "Batch service quotas and limits"
@@ -234,11 +249,12 @@ class BatchBackend:
         return "with nfsKind azure-files each job stages `data` at its start, only what changed"
 
     def launch_lines(self, cfg) -> list[str]:
+        data = [data_tier_line(cfg)]
         if self.launches_on_up(cfg):
             return [f"  launched on `pulumi up`: {cfg.training.framework} on {cfg.nodes.max_nodes} node(s) x "
-                    f"{cfg.nodes.sku.gpus} GPUs, retried up to {cfg.training.retries} times with --resume auto"]
+                    f"{cfg.nodes.sku.gpus} GPUs, retried up to {cfg.training.retries} times with --resume auto", *data]
         return [f"  not launched on `pulumi up` (trainingLaunchOnUp: false): `python -m infra submit --stack "
-                f"{cfg.stack}`"]
+                f"{cfg.stack}`", *data]
 
     def ready_when(self, cfg) -> str:
         if nfs_report(cfg):

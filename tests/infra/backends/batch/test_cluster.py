@@ -410,3 +410,20 @@ def test_nfs_tier_keeps_the_share_as_the_data_path():
     deployer = {g.inputs["scope"].rsplit("/", 1)[-1] for g in ev.of_type("azure-native:authorization:RoleAssignment")
                 if g.inputs["principalId"] == "deployer"}
     assert "status" in deployer  # it reads the NFS server's staging report before submitting
+
+
+def test_plan_says_where_the_ranks_read_and_which_commands_put_the_data_there():
+    """Beside the job's launch line: the start task's volume and the coordination command's node-stage (node-local),
+    or the NFS share's copy (nfs)."""
+    from infra.backends import backend
+
+    cfg = config.from_stack_file("dev")
+    lines = backend("batch").launch_lines(cfg)
+    [data] = [line for line in lines if line.startswith("  data (dataTier")]
+    assert "start task makes each node's local volume after the health checks (local_volume.sh" in data
+    assert "coordination command stages its dataset onto it on every node before the job's sshd" in data
+    assert "node-stage <data URL> --dataset NAME`, the pool's identity, no SAS" in data
+    nfs = dataclasses.replace(cfg, nfs=dataclasses.replace(cfg.nfs, data_tier="nfs", data_local_cache=True))
+    [data] = [line for line in backend("batch").launch_lines(nfs) if line.startswith("  data (dataTier")]
+    assert data == ("  data (dataTier nfs): the ranks read the NFS share's copy of `data`, copied to each node's disk "
+                    "by the start task (dataLocalCache); the NFS server stages it")
