@@ -176,8 +176,18 @@ class Cluster(pulumi.ComponentResource):
                 default_action=batch.EndpointAccessDefaultAction.DENY,
                 ip_rules=pulumi.Output.from_input(args.node_egress_ip).apply(
                     lambda egress: [batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=rule)
-                                    for rule in account_ip_rules(args.allowed_ip_ranges, egress)]))),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.vault_grant, self.vault_wait] if self.vault_wait else None,
+                                    for rule in account_ip_rules(args.allowed_ip_ranges, egress)])),
+                # The node management endpoint (simplified node communication) is called by the pool's nodes only,
+                # all from the NAT gateway's address: "To configure IP network rules for node management endpoint,
+                # you'll need to know the public IP address(es) or address range(s) used by Batch pool's internet
+                # outbound access" (https://learn.microsoft.com/azure/batch/public-network-access). Without rules it
+                # admits the Internet.
+                node_management_access=batch.EndpointAccessProfileArgs(
+                    default_action=batch.EndpointAccessDefaultAction.DENY,
+                    ip_rules=[batch.IPRuleArgs(action=batch.IPRuleAction.ALLOW, value=args.node_egress_ip)])
+                if args.node_egress_ip is not None else None),
+            opts=pulumi.ResourceOptions(parent=self,
+                                        depends_on=[self.vault_grant, self.vault_wait] if self.vault_wait else None,
                                         replace_on_changes=ACCOUNT_REPLACE_ON_CHANGES, delete_before_replace=True))
         self.pool = batch.Pool(
             f"{name}-pool", account_name=self.account.name, resource_group_name=args.resource_group_name,
