@@ -114,6 +114,32 @@ def deployer_check(arm: Any, stack_config: Any) -> list:
             verdicts.Check("deployer", verdicts.OK, f"deployerPrincipalType {declared}: this sign-in is a {found}")]
 
 
+def condition_check(arm: Any, stack_config: Any, subscription: str) -> list:
+    """The deploy identity's role condition against the roles this stack's `up` assigns (a new stack brings a new
+    custom role): a FAIL that names what to run and who runs it, before `up` fails on the role assignment."""
+    from infra.backends.preflight import API, ARM_SCOPE
+    from infra.core import ci_roles, deployer_identity
+    from infra.core import preflight as verdicts
+
+    credential = getattr(arm, "credential", None)
+    try:
+        principal = deployer_identity.object_id(credential.get_token(ARM_SCOPE).token) if credential else None
+    except Exception:  # noqa: BLE001 - no token: the first request says so in one line
+        principal = None
+    if principal is None:
+        return []
+    assignments = arm.list(f"/subscriptions/{subscription}/providers/Microsoft.Authorization/roleAssignments",
+                           API["roleAssignments"], {"$filter": f"principalId eq '{principal}'"})
+    needed = ci_roles.assignable(subscription, [(stack_config.team, stack_config.stack)])
+    missing = deployer_identity.condition_gap(assignments, needed)
+    if missing is None:
+        return []
+    if missing:
+        return [verdicts.Check("role condition", verdicts.FAIL, deployer_identity.condition_line(missing, subscription))]
+    return [verdicts.Check("role condition", verdicts.OK, f"the deploy identity's condition admits the {len(needed)} "
+                                                          "roles `up` assigns")]
+
+
 def caller_check(stack_config: Any, discover: bool = True) -> list:
     """Whether the firewalls admit this machine (infra/core/caller_access.py). Its address: DLTRAIN_CALLER_ADDRESS, else
     (`discover`, a real run) an echo service; with neither (tests with their own services) no line."""
@@ -147,7 +173,11 @@ def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) ->
         checks += caller_check(stack_config, discover=services is None)
         for check in checks:
             print(check.line(), flush=True)
-        return checks + preflight.run(needs, subscription, arm, prices, report=lambda c: print(c.line(), flush=True))
+        extra = preflight._guarded("role condition", lambda: condition_check(arm, stack_config, subscription))
+        for check in extra:
+            print(check.line(), flush=True)
+        return checks + extra + preflight.run(needs, subscription, arm, prices,
+                                              report=lambda c: print(c.line(), flush=True))
 
     code, checks = against_azure(args, services, ask, arm_fix="check your network and `az login`, then try again")
     if code:

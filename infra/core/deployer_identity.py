@@ -66,3 +66,48 @@ def mismatch(declared: str, found: str, how: str, stack: str) -> str | None:
     return (f"Pulumi.{stack}.yaml: deployerPrincipalType is {declared}, but `pulumi up` here signs in as a {found} "
             f"({how}); Azure refuses the deployer's role assignments with the wrong principalType half-way through "
             f"`up`: set deployerPrincipalType: {found} ({fix})")
+
+
+# Role Based Access Control Administrator: the role the pipeline's deploy identity holds with a condition that admits
+# only the roles the program assigns (infra/core/ci_roles.py, docs/ci.md); each new stack's custom role is a new GUID
+# in it (role_ids.custom_role_id), so the condition must be updated before that stack's first deploy.
+RBAC_ADMINISTRATOR = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
+
+
+def object_id(token: str) -> str | None:
+    """The `oid` claim (the principal's object ID) of an Entra access token, or None."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, TypeError):
+        return None
+    return str(claims.get("oid") or "") or None if isinstance(claims, dict) else None
+
+
+def condition_gap(assignments: list[dict], needed: dict[str, str]) -> list[str] | None:
+    """The names of the roles in `needed` (GUID -> name) that the signed-in principal's Role Based Access Control
+    Administrator assignments do not admit, from their conditions (Role Assignments - List For Scope's
+    `properties.condition`); None when it holds no such assignment, or one without a condition (then the `roles`
+    check's permissions answer alone)."""
+    conditions = []
+    for assignment in assignments:
+        props = assignment.get("properties") or {}
+        if str(props.get("roleDefinitionId", "")).lower().rstrip("/").endswith(RBAC_ADMINISTRATOR):
+            if not props.get("condition"):
+                return None  # unconstrained: it may assign any role
+            conditions.append(str(props["condition"]).lower())
+    if not conditions:
+        return None
+    return [name for guid, name in sorted(needed.items(), key=lambda item: item[1])
+            if not any(guid.lower() in condition for condition in conditions)]
+
+
+def condition_line(missing: list[str], subscription: str) -> str:
+    """What the pipeline's first job for a new stack says when the condition lacks its roles: what to run, who."""
+    return (f"the deploy identity's Role Based Access Control Administrator condition does not admit "
+            f"{', '.join(missing)}, which `up` assigns: the subscription's Owner (or a User Access Administrator) runs "
+            f"`az role assignment update` on that assignment with the condition of `python -m infra ci-roles "
+            f"--subscription {subscription} --condition-only` (docs/ci.md, Identities), once, before this stack's "
+            "first deploy")

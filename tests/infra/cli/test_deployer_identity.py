@@ -108,3 +108,35 @@ def test_preflight_as_a_service_principal_fails_a_user_stack(arm, project, capsy
     assert main(argv, preflight_services=services) == 0
     assert "\nok   deployer: deployerPrincipalType ServicePrincipal: this sign-in is a ServicePrincipal" in \
            capsys.readouterr().out
+
+
+def test_preflight_names_the_role_condition_update_a_new_stack_needs_and_who_runs_it(arm, project, capsys):  # noqa: F811
+    from infra.backends import preflight
+    from infra.core import ci_roles
+    from tests.infra.backends.arm_endpoint import SUBSCRIPTION, role_assignment
+
+    stack = project / "Pulumi.dev.yaml"
+    stack.write_text(stack.read_text() + "  azure-dl-training:deployerPrincipalType: ServicePrincipal\n")
+
+    def services():
+        _, prices = clients(arm)
+        return preflight.Arm(_AsServicePrincipal(), base_url=arm.url, connection_verify=arm.ca_file,
+                             retry_total=0), prices
+
+    def holds(condition):
+        held = role_assignment("deploy", deployer_identity.RBAC_ADMINISTRATOR, f"/subscriptions/{SUBSCRIPTION}")
+        held["properties"].update(condition=condition, conditionVersion="2.0")
+        arm.role_assignments[:] = [held]
+
+    # the condition written before this stack existed: the other teams' custom roles, not dev's
+    holds(ci_roles.condition(ci_roles.assignable(SUBSCRIPTION, [("nlp", "nlp"), ("trial", "trial")])))
+    argv = ["preflight", "--stack", "dev", "--project-dir", str(project)]
+    assert main(argv, preflight_services=services) == 1
+    out = capsys.readouterr().out
+    assert ("\nFAIL role condition: the deploy identity's Role Based Access Control Administrator condition does not "
+            "admit Blob Data Writer (custom) of rg-dltrain-dev-dev, which `up` assigns: the subscription's Owner (or a "
+            "User Access Administrator) runs `az role assignment update` on that assignment with the condition of "
+            f"`python -m infra ci-roles --subscription {SUBSCRIPTION} --condition-only`") in out
+    holds(ci_roles.condition(ci_roles.assignable(SUBSCRIPTION, [("dev", "dev"), ("nlp", "nlp")])))
+    assert main(argv, preflight_services=services) == 0
+    assert "\nok   role condition: the deploy identity's condition admits the " in capsys.readouterr().out
