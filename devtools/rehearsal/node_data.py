@@ -116,6 +116,9 @@ def saw(node, uploaded: Uploaded) -> str:
     """The job's --data folder on the primary, read as the trainer reads a sharded dataset."""
     from training.data import shards
 
+    if not shards.is_sharded(node_dataset(node)):  # the job failed before its nodes staged it
+        return (f"data: the job's --data folder on {node.hostname} ({batch_spec.LOCAL_DATA}/datasets/{DATASET}) holds "
+                "no staged dataset: the coordination command's stderr says why")
     dataset = shards.read_sharded(node_dataset(node))
     splits = {split: sum(s.samples for s in dataset.shards.get(split, ())) for split in ("train", "val")}
     seen = sum(splits.values())

@@ -122,11 +122,22 @@ def test_a_job_whose_identity_cannot_read_the_scripts_fails_before_it_runs(tmp_p
     assert result.uploaded == [] or all("/logs/" in name for name in result.uploaded)
     assert "job train-dev" in out and "completed" in out
 
-def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path):
-    """The staging unit, written by cloud-init's code from the VM's user data and run as systemd starts it, signs
-    in as the VM's identity: without Storage Blob Data Reader on `data` it is refused, and no job is submitted."""
+def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path, monkeypatch):
+    """dataTier nfs: the staging unit, written by cloud-init's code from the VM's user data and run as systemd starts
+    it, signs in as the VM's identity: without Storage Blob Data Reader on `data` it is refused, and no job is
+    submitted."""
+    import dataclasses
+
+    from devtools.rehearsal import run
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.run import rehearse as run_rehearsal
+
+    def nfs_tier(stack):
+        cfg = rehearsed(stack)
+        return dataclasses.replace(cfg, nfs=dataclasses.replace(cfg.nfs, data_tier="nfs"))
+
+    rehearsed = run.rehearsed_config
+    monkeypatch.setattr(run, "rehearsed_config", nfs_tier)
 
     def revoke_the_nfs_servers_data_reader(account):
         account.grants = [g for g in account.grants if not (g.container == "data" and "nfs" in g.principal_id)]
@@ -137,3 +148,21 @@ def test_the_nfs_servers_unit_fails_without_its_reader_role_on_data(tmp_path):
     assert message.startswith("dltrain-stage.service exited with 2"), message  # the stager's usage/refusal code
     assert "not allowed: listing the container" in message and "Storage Blob Data Contributor" in message, message
     assert not (tmp_path / "batch-state.json").exists()  # nothing was submitted
+
+
+def test_a_node_whose_identity_cannot_read_data_stops_the_job_before_any_rank(tmp_path, capsys):
+    """dataTier node-local: the coordination command stages the dataset with the pool's identity; without its
+    Reader role on `data` node-stage is refused in one line, the coordination command ends with its status before
+    the job's sshd, and no rank starts (Batch retries the task; each try fails the same way)."""
+    from devtools.rehearsal.run import rehearse as run_rehearsal
+
+    def revoke_the_nodes_data_reader(account):
+        account.grants = [g for g in account.grants if not (g.container == "data" and "pull" in g.principal_id)]
+
+    result = run_rehearsal("dev", 2, "pytorch", FAST, tmp_path, tamper_storage=revoke_the_nodes_data_reader)
+    out = capsys.readouterr().out
+    assert result.exit_code == 2, out[-3000:]  # node-stage's exit status for what it cannot mend
+    assert "[0]<stdout>" not in out and result.world_size == 0  # no rank started
+    stderr = (result.downloaded / "logs" / "stderr.txt").read_text()
+    assert "node-stage" in stderr and "error:" in stderr, stderr[-2000:]
+    assert "data: the job's --data folder on node0 (local-data/datasets/default) holds no staged dataset" in out
