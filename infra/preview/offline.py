@@ -141,6 +141,9 @@ class AzureMocks(pulumi.runtime.Mocks):
                 prefix = self._subnets.get((config.get("subnet") or {}).get("id"), "")
                 if prefix:
                     config["privateIPAddress"] = str(ipaddress.IPv4Network(prefix)[4])
+        elif args.typ == "azure-native:keyvault:Vault" and isinstance(state.get("properties"), dict):
+            # properties.vaultUri, as Key Vault reports it in the public cloud
+            state["properties"] = {**state["properties"], "vaultUri": f"https://{name}.vault.azure.net/"}
         elif args.typ == "azure-native:batch:BatchAccount":
             state["accountEndpoint"] = f"{name}.{inputs.get('location')}.batch.azure.com"
         elif args.typ == "pulumi-python:dynamic:Resource" and "batch_endpoint" in inputs:

@@ -164,10 +164,12 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-batch", account_name=args.account_name,
             resource_group_name=args.resource_group_name, location=args.location, tags=args.tags,
             pool_allocation_mode=POOL_ALLOCATION[nodes.pool_allocation],  # batchPoolAllocation (plan says why)
-            # keyVaultReference {id, url}: the vault's URI as Key Vault forms it, https://{vault-name}.vault.azure.net/
+            # keyVaultReference {id, url}: the URI the vault itself reports (properties.vaultUri, "The URI of the vault
+            # for performing operations on keys and secrets": https://learn.microsoft.com/azure/templates/
+            # microsoft.keyvault/vaults), not one formed by hand: a sovereign cloud's suffix differs.
             # (https://learn.microsoft.com/azure/key-vault/general/about-keys-secrets-certificates#object-identifiers).
             key_vault_reference=batch.KeyVaultReferenceArgs(
-                id=self.key_vault.id, url=pulumi.Output.concat("https://", self.key_vault.name, ".vault.azure.net/"))
+                id=self.key_vault.id, url=self.key_vault.properties.apply(lambda p: p.vault_uri))
             if self.key_vault else None,
             allowed_authentication_modes=[batch.AuthenticationMode.AAD],  # Azure AD only: no account keys
             identity=batch.BatchAccountIdentityArgs(type=batch.ResourceIdentityType.SYSTEM_ASSIGNED),

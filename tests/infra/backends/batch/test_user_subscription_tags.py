@@ -56,3 +56,24 @@ def test_the_wait_sleeps_on_create_only_and_again_for_a_new_grant(monkeypatch):
     assert not provider.diff("/g/1", {"grant": "/g/1", "propagation_s": 300}, {"grant": "/g/1", "propagation_s": 300}).changes
     again = provider.diff("/g/1", {"grant": "/g/1"}, {"grant": "/g/2"})
     assert again.changes and again.replaces == ["grant"]
+
+
+def test_the_accounts_vault_reference_is_the_uri_the_vault_reports(monkeypatch):
+    """In a sovereign cloud the vault's DNS suffix is not vault.azure.net: the reference takes properties.vaultUri."""
+    from infra.preview import offline
+    from tests.infra.backends.batch.test_user_subscription import user_subscription
+    from tests.infra.conftest import NOW
+
+    created = offline.AzureMocks.new_resource
+
+    def china(self, args):
+        rid, state = created(self, args)
+        if args.typ == "azure-native:keyvault:Vault":
+            state["properties"]["vaultUri"] = f"https://{state['name']}.vault.azure.cn/"
+        return rid, state
+
+    monkeypatch.setattr(offline.AzureMocks, "new_resource", china)
+    ev = offline.evaluate(user_subscription(), now=NOW)  # noqa: F811
+    vault = ev.one("azure-native:keyvault:Vault")
+    reference = ev.one("azure-native:batch:BatchAccount").inputs["keyVaultReference"]
+    assert reference["url"] == f"https://{vault.inputs['vaultName']}.vault.azure.cn/"
