@@ -19,7 +19,7 @@ the version azure-batch 15.1.0 speaks):
    node has left, the pool holds one node fewer than the target and Batch adds one. The spec's one precondition:
    "This operation can only run when the allocation state of the Pool is steady" (Pools_RemoveNodes); a pool in the
    middle of a resize refuses it (409), and then the line says the node stays offline, and billed, until someone
-   removes it (`python -m infra status` names offline nodes). Whether Batch accepts Remove Nodes on an autoscale pool
+   removes it (the portal: the pool's Nodes show it offline). Whether Batch accepts Remove Nodes on an autoscale pool
    the docs do not say beyond that precondition. The call is not waited for: the removal completes only after this
    very task has ended (the SDK's poller is left behind, polling once an hour at most).
 
