@@ -65,7 +65,8 @@ class Keeper:
         self.best = found
         return True
 
-    def restore_for_export(self, last_step: int, load: Callable[[Path], Any], restore: Callable[[Any], None]) -> Best | None:
+    def restore_for_export(self, last_step: int, load: Callable[[Path], Any],
+                           restore: Callable[[Any], None]) -> Best | None:
         """Put the best validation's state back when it is not the last step's; the Best restored, or None."""
         if self.best is None or self.best.step == last_step or not self.model.is_file():
             return None

@@ -135,7 +135,8 @@ def condition_check(arm: Any, stack_config: Any, subscription: str) -> list:
     if missing is None:
         return []
     if missing:
-        return [verdicts.Check("role condition", verdicts.FAIL, deployer_identity.condition_line(missing, subscription))]
+        line = deployer_identity.condition_line(missing, subscription)
+        return [verdicts.Check("role condition", verdicts.FAIL, line)]
     return [verdicts.Check("role condition", verdicts.OK, f"the deploy identity's condition admits the {len(needed)} "
                                                           "roles `up` assigns")]
 

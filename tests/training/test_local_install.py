@@ -19,7 +19,8 @@ def test_what_readme_creates_is_ignored_by_git(path):
 
 
 def test_a_source_folder_named_run_is_not_ignored():
-    assert subprocess.run(["git", "check-ignore", "-q", "--no-index", "training/run/x.py"], cwd=REPO_ROOT).returncode == 1
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", "training/run/x.py"], cwd=REPO_ROOT)
+    assert ignored.returncode == 1
 
 
 def test_mlflow_missing_names_the_pinned_install_for_this_python(monkeypatch, tmp_path):

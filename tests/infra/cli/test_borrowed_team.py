@@ -15,9 +15,9 @@ def test_a_copied_stack_file_that_kept_another_teams_value_is_refused(tmp_path, 
     shutil.copy(REPO_ROOT / "Pulumi.dev.yaml", tmp_path / "Pulumi.speech.yaml")  # by hand: team: dev stays
     assert main(["plan", "--stack", "speech", "--project-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: Pulumi.speech.yaml: config key 'team': 'dev' is the team of stack dev "
-                                                   "(Pulumi.dev.yaml), so this stack's tags, budget and roles would "
-                                                   "all name dev; set team: speech")
+    assert err.count("\n") == 1 and err.startswith(
+        "error: Pulumi.speech.yaml: config key 'team': 'dev' is the team of stack dev (Pulumi.dev.yaml), so this "
+        "stack's tags, budget and roles would all name dev; set team: speech")
     fleet = Fleet(tmp_path)
     dev = fleet.parsed("dev")
     assert borrowed_team(dev, fleet.teams()) is None  # its own

@@ -110,7 +110,8 @@ def test_preflight_as_a_service_principal_fails_a_user_stack(arm, project, capsy
            capsys.readouterr().out
 
 
-def test_preflight_names_the_role_condition_update_a_new_stack_needs_and_who_runs_it(arm, project, capsys):  # noqa: F811
+def test_preflight_names_the_role_condition_a_new_stack_needs_and_who_updates_it(arm, project,  # noqa: F811
+                                                                                  capsys):
     from infra.backends import preflight
     from infra.core import ci_roles
     from tests.infra.backends.arm_endpoint import SUBSCRIPTION, role_assignment

@@ -39,7 +39,8 @@ def _verbs(tmp_path, stack="dev"):
     for cls in ("cat", "dog"):
         (folder / "train" / cls).mkdir(parents=True, exist_ok=True)
         for i in range(2):
-            Image.new("RGB", (16, 16), (i * 90, 60 if cls == "cat" else 200, 30)).save(folder / "train" / cls / f"{i}.jpg")
+            colour = (i * 90, 60 if cls == "cat" else 200, 30)
+            Image.new("RGB", (16, 16), colour).save(folder / "train" / cls / f"{i}.jpg")
     if stack == "nlp":
         return [["status"], ["submit"], ["logs"], ["download", "--dest", str(tmp_path / "r")], ["cancel"],
                 ["register-model", "--dest", str(tmp_path / "r")]]
