@@ -131,9 +131,6 @@ class ShardSamples(Sequence):
         image, label = self.read(i)
         return ShardMember(image, f"{self.shard_names[self.shard[i]]}#{i}"), label
 
-    def labels(self, indices: Sequence[int]) -> list[int]:
-        return [self.read(i)[1] for i in indices]
-
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_files": OrderedDict(), "_pid": -1}  # descriptors stay with their process
 
