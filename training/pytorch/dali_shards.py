@@ -38,7 +38,7 @@ docs/advanced_topics_sharding.rst, NVIDIA/DALI):
 Epoch and resume semantics (the training loop's epoch is the manifest's count // world // batch whole batches,
 as for every loader, `batches_per_epoch`): a rank takes that many batches of its pipeline's epoch and discards the
 rest of it (0 or 1 batch: the part one, padded), so each epoch trains on a random selection of all but at most
-batch x world samples of its slice. One pipeline runs on across epochs. A resume at (epoch e, batch b) starts a
+one batch of samples of its slice. One pipeline runs on across epochs. A resume at (epoch e, batch b) starts a
 new pipeline on e's slice (`shard_id` (rank + e) mod W), so the resumed epoch's remaining batches are drawn from
 the slice an uninterrupted run was reading, in a new order (an image of the slice may be seen twice in that epoch,
 another not at all), and from epoch e + 1 on every rank reads the slice an uninterrupted run would; the order
