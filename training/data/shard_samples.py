@@ -48,8 +48,9 @@ class ShardMember(io.BytesIO):
 
 class ShardSamples(Sequence):
     """Sample i of a split (in manifest shard order, then file order: the order DALI's reader numbers them) ->
-    (ShardMember of its image, class index). Holds the index as flat arrays (24 bytes a sample: ImageNet's 1.28 M
-    in ~31 MB that forked DataLoader workers share without copying, as they would not a list of objects)."""
+    (ShardMember of its image, class index). Holds the index as flat arrays (28 bytes a sample: ImageNet's 1.28 M
+    in ~36 MB that forked DataLoader workers share without copying, as they would not a list of objects). Reading
+    ImageNet's ~1,160 index files took 4.5 s of one core here (1.28 M lines, measured on the 2-core dev VM)."""
 
     def __init__(self, directory: Path | str, split: str, dataset: shards.ShardedDataset | None = None):
         self.root, self.split = Path(directory), split
