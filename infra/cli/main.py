@@ -317,5 +317,12 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
     if refused is not None:
         return refused
     # Every verb: what a user causes (not signed in, refused, an account that cannot be reached) is one line.
-    return job_verbs.job_verb_errors(args, args.run)
+    try:
+        return job_verbs.job_verb_errors(args, args.run)
+    except FileNotFoundError as err:
+        if not str(err.filename or "").endswith("Pulumi.yaml"):
+            raise
+        print(f"error: no Pulumi.yaml in {Path(err.filename).parent}: run this from the project's folder (the checkout "
+              "that holds Pulumi.yaml and the stack files)", file=sys.stderr)
+        return 2
 

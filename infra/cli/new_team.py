@@ -289,10 +289,12 @@ def _ci_next_steps(result: NewTeam) -> list[str]:
             f"  2. python -m infra plan --stack {cfg.team}      # offline: resources, cost, security checks",
             f"  3. python -m infra ci-roles --subscription {sub}   # its custom role joins the deploy identity's "
             "condition: if it changed, the subscription's Owner updates the assignment with it (`az role assignment "
-            "update`) before this team's first deploy (docs/ci.md, Identities)",
+            "update`) before this team's first deploy (docs/ci.md, Identities); fleet-deploy's preflight fails its "
+            "`role condition` line until then",
             f"  4. open a pull request with {result.path.name}: fleet-plan plans and preflights it; merging to main "
             "runs fleet-deploy (preflight as the deploy identity, `pulumi stack select --create`, `pulumi up`)",
-            f"  5. python -m infra member-file --stack {cfg.team}   # after the deploy, for the team's members",
+            f"  5. give the team's members the deploy run's artifact member-{cfg.team}, its member file (`gh run "
+            f"download RUN_ID -n member-{cfg.team}`; docs/jobs.md)",
             f"  (the other stack files do not reserve {cfg.network.address_space} yet; `plan` refuses any two stack "
             "files here whose spaces overlap)"]
 

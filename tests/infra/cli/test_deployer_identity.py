@@ -40,6 +40,7 @@ def test_new_team_ci_writes_a_stack_for_the_pipelines_identity(fleet, capsys):
     assert config.from_stack_file("team31", fleet).deployer_principal_type == SERVICE_PRINCIPAL
     assert "next (the pipeline deploys it: docs/ci.md):" in out and "python -m infra ci-roles --subscription" in out
     assert "pulumi stack init" not in out  # the pipeline's `pulumi stack select --create` does it
+    assert "the deploy run's artifact member-team31" in out  # fleet-deploy writes the member file
     assert main(["new-team", "team32", "--project-dir", str(fleet)]) == 0  # without --ci: as the template (a person)
     assert config.from_stack_file("team32", fleet).deployer_principal_type == USER
 
@@ -141,3 +142,10 @@ def test_preflight_names_the_role_condition_a_new_stack_needs_and_who_updates_it
     holds(ci_roles.condition(ci_roles.assignable(SUBSCRIPTION, [("dev", "dev"), ("nlp", "nlp")])))
     assert main(argv, preflight_services=services) == 0
     assert "\nok   role condition: the deploy identity's condition admits the " in capsys.readouterr().out
+
+
+def test_a_folder_without_pulumi_yaml_is_one_line(tmp_path, capsys):
+    shutil.copy(REPO_ROOT / "Pulumi.trial.yaml", tmp_path)  # stack files, but not the project's Pulumi.yaml
+    assert main(["new-team", "team31", "--project-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"error: no Pulumi.yaml in {tmp_path}: run this from the project's folder (the "
+                                       "checkout that holds Pulumi.yaml and the stack files)\n")
