@@ -355,11 +355,15 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         result.update({"classes": list(classes) if classes else None, "run_id": card.run_id, "dataset": card.dataset})
         if classes:  # beside the model and the checkpoints, whether or not this run exports
             model_card.write_classes(out, classes)
+        # The same fields in every run (frameworks compare their summaries): the last validation, the best's step,
+        # and the exported model's step (None: nothing exported).
+        result.update(last_val_top1=top1, last_val_loss=val_loss, exported_step=None,
+                      best_val_step=keeper.best.step if keeper.best else None)
         if cfg.export and step == the_plan.total_steps:  # a preempted run (--stop-at-step) exports nothing
             kept = keeper.restore_for_export(step, loop.load_checkpoint, lambda state: loop.restore(state))
-            if kept:  # the summary describes the exported model; the last validation stays beside it
-                result.update(top1=kept.val_top1, val_loss=kept.val_loss, exported_step=kept.step,
-                              last_val_top1=top1, last_val_loss=val_loss)
+            result["exported_step"] = kept.step if kept else step
+            if kept:  # the summary's top1 and val_loss describe the exported model
+                result.update(top1=kept.val_top1, val_loss=kept.val_loss)
                 print(best.kept_line(kept, reporter.validation, the_plan.steps_per_epoch), flush=True)
             result.update(export(loop, out, card))
         metrics.write_json_atomic(out / "summary.json", result)

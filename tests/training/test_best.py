@@ -91,7 +91,8 @@ def test_when_the_last_validation_is_the_best_nothing_is_restored(tmp_path, caps
     assert loop.exported == 6 and summary["exported_step"] == 6
     capsys.readouterr()
     summary, loop = _train(tmp_path / "b", [(1.0, 0.5), (0.8, 0.6), (0.3, 0.9)], monkeypatch=monkeypatch)
-    assert loop.exported == 9 and "exported_step" not in summary and summary["top1"] == 0.9
+    assert loop.exported == 9 and summary["exported_step"] == 9 and summary["top1"] == 0.9
+    assert summary["best_val_step"] == 9 and summary["last_val_top1"] == 0.9
     assert "exported the best validation's" not in capsys.readouterr().out
 
 
