@@ -1,8 +1,8 @@
 """The run's best validation: its model kept, and exported instead of the last epoch's; and the line that says when
 validation is at or near chance, with the fix.
 
-On a small folder, validation swings from epoch to epoch (a 90-image, 3-class folder trained from scratch went from
-top-1 1.000 at epochs 8-9 to 0.750 at the last: issue 60), so the model worth exporting is the best validation's,
+On a small folder, validation swings from epoch to epoch (README's synthetic folder, 90 training images of 3 classes,
+went from top-1 1.000 at epochs 8-9 to 0.750 at the last: issue 60), so the model worth exporting is the best one's,
 as early stopping keeps it. Rank 0 saves the run's full state (the framework's own checkpoint format) as
 OUT/best-model<suffix> whenever a validation beats the best so far (higher top-1; on a tie, lower loss), with
 OUT/best.json saying which; a resumed run reads best.json and keeps comparing against it. At the end the runner
