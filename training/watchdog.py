@@ -487,6 +487,24 @@ def collective_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in wanted.items() if name not in env}
 
 
+FLIGHT_RECORDER_ENTRIES = "2000"  # collectives kept per rank: a few steps of ResNet50's DDP buckets and more
+
+
+def flight_recorder_env(env: Mapping[str, str]) -> dict[str, str]:
+    """PyTorch NCCL's flight recorder for this rank, for what the user has not set (pure): a ring of the last
+    collectives, dumped to node-local disk when a collective times out ("TORCH_NCCL_DUMP_ON_TIMEOUT: Control whether
+    dumping debug info on watchdog timeout or exception is detected. This variable must be set together with
+    TORCH_NCCL_TRACE_BUFFER_SIZE larger than 0": https://docs.pytorch.org/docs/stable/torch_nccl_environment_variables.html).
+    The dump names the collective each rank was in, what the signs of life cannot see inside NCCL. Newer torch reads
+    TORCH_FR_BUFFER_SIZE and TORCH_FR_DUMP_TEMP_FILE (torchtitan's distributed/utils.py sets those), older the
+    TORCH_NCCL_ names: both are set. Set in the rank, before its process group starts (ProcessGroupNCCL reads them)."""
+    prefix = str(local_dir(env) / "nccl-flight-recorder-rank-")
+    wanted = {"TORCH_NCCL_TRACE_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES, "TORCH_FR_BUFFER_SIZE": FLIGHT_RECORDER_ENTRIES,
+              "TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+              "TORCH_FR_DUMP_TEMP_FILE": prefix}
+    return {name: value for name, value in wanted.items() if name not in env}
+
+
 def collective_timeout(env: Mapping[str, str] = os.environ):
     """init_process_group's `timeout=`: the watchdog's start-up floor (the first collective waits for every rank's
     start-up), at least 60 s. PyTorch's defaults are 10 min for NCCL and 30 min for Gloo (pytorch/pytorch#110947)."""

@@ -10,6 +10,7 @@ rank left on cuda:0 would do so on an 8-GPU node.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 
@@ -66,6 +67,9 @@ class Horovod:
                                              compression=compression)
         return model, optimizer
 
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad()  # Horovod 0.28's takes no arguments; torch 2 sets grads to None
+
     def sync_initial_state(self, model, optimizer) -> None:
         # Horovod: every rank starts from rank 0's weights and optimizer state (fresh or resumed).
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -111,6 +115,23 @@ class Horovod:
         self.hvd.shutdown()
 
 
+def ddp_settings(accepted) -> dict:
+    """DistributedDataParallel's settings beyond its defaults (pure; `accepted`: its constructor's parameter names,
+    which moved between torch versions). From torch/nn/parallel/distributed.py's docstring (torch 2.14):
+    - no buffer broadcast before every forward (`forward_sync_buffers=False`, before 2.13 `broadcast_buffers=False`):
+      the buffers (batch-norm statistics) are synced at construction, then each rank keeps its own, as under Horovod
+      (broadcast_parameters once at the start); a broadcast per step is ResNet50's 53 batch-norm layers' buffers;
+    - `gradient_as_bucket_view=True`: "gradients will be views pointing to different offsets of allreduce
+      communication buckets ... it avoids the overhead of copying between gradients and allreduce communication
+      buckets"; the views last while the optimizer zeroes gradients in place (Ddp.zero_grad), not to None, since
+      "the bucket view alias is destroyed every iteration" with set_to_none."""
+    if os.environ.get("TRAINING_DDP_SETTINGS") == "torch":  # DDP's own defaults, for a before/after measurement
+        return {}
+    settings = {"gradient_as_bucket_view": True}
+    settings["forward_sync_buffers" if "forward_sync_buffers" in accepted else "broadcast_buffers"] = False
+    return settings
+
+
 class Ddp:
     name = "ddp"
 
@@ -121,6 +142,9 @@ class Ddp:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.local_size = int(os.environ["LOCAL_WORLD_SIZE"])
         self.device = bind_gpu(self.local_rank, self.local_size)  # before NCCL's communicator is made
+        if self.device.type == "cuda":  # a timed-out collective leaves its trace on node-local disk (watchdog.py)
+            os.environ.update(watchdog.flight_recorder_env(os.environ))
+            watchdog.local_dir().mkdir(parents=True, exist_ok=True)
         # A collective that waits past the watchdog's start-up floor fails (and with TORCH_NCCL_ASYNC_ERROR_HANDLING=1,
         # set by launch, ends the process) rather than waiting PyTorch's 10 min (NCCL) or 30 min (Gloo): watchdog.py
         dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo", timeout=collective_timeout())
@@ -130,8 +154,9 @@ class Ddp:
     def wrap(self, model, optimizer, fp16_allreduce: bool):
         from torch.nn.parallel import DistributedDataParallel
 
-        # DDP broadcasts rank 0's parameters at construction and averages gradients during backward.
-        ddp_model = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None)
+        # DDP broadcasts rank 0's parameters and buffers at construction and averages gradients during backward.
+        ddp_model = DistributedDataParallel(model, device_ids=[self.local_rank] if self.device.type == "cuda" else None,
+                                            **ddp_settings(inspect.signature(DistributedDataParallel).parameters))
         if fp16_allreduce:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -140,6 +165,9 @@ class Ddp:
 
     def sync_initial_state(self, model, optimizer) -> None:
         pass  # DDP broadcast rank 0's parameters when it wrapped the model; every rank loaded the same checkpoint
+
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad(set_to_none=False)  # in place: the gradients stay views of DDP's buckets (ddp_settings)
 
     def step(self, optimizer, scaler) -> None:
         """None: DDP's all-reduce finishes inside backward (its reducer waits for it), so the exchange is not

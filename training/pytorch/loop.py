@@ -146,7 +146,7 @@ class TorchLoop:
                     images = images.contiguous(memory_format=torch.channels_last)
                 for group in self.optimizer.param_groups:
                     group["lr"] = lr_for(step)
-                self.optimizer.zero_grad()  # Horovod 0.28 takes no arguments; torch 2 sets grads to None
+                self.dist.zero_grad(self.optimizer)  # None under Horovod, in place under DDP (its bucket views)
                 with autocast:
                     loss = F.cross_entropy(train_model(images), labels, label_smoothing=cfg.label_smoothing)
                 watchdog.mark("backward")  # progress for the signs of life: a rank stuck before here lags

@@ -41,6 +41,9 @@ class Single:
     def sync_initial_state(self, model, optimizer) -> None:
         pass
 
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad()
+
     def step(self, optimizer, scaler) -> float:
         """The optimizer step; 0.0 seconds waiting for an exchange, since there is none."""
         if scaler is None:

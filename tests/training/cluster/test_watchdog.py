@@ -441,3 +441,12 @@ def test_the_launcher_reads_a_ranks_fault_from_its_output_when_the_share_has_non
     assert "[1]<stderr>:" + FAULT_LINE in err  # passed on as it came
     assert "fault: node 10.0.0.5: stuck rank (node 1)" in err
     assert attempts.record_in_line("[1,1]<stderr>:" + FAULT_LINE + "{not json") is None
+
+
+def test_nccls_flight_recorder_dumps_to_node_local_disk_on_a_timeout(node_local_disk):
+    from training.watchdog import flight_recorder_env
+
+    env = flight_recorder_env({"TRAINING_WATCHDOG_LOCAL_DIR": str(node_local_disk)})
+    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1" and int(env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(node_local_disk / "training-watchdog" / "nccl-flight-recorder-rank-")
+    assert "TORCH_FR_BUFFER_SIZE" not in flight_recorder_env({"TORCH_FR_BUFFER_SIZE": "0"})  # the user's choice
