@@ -130,6 +130,39 @@ def test_dali_reads_each_ranks_slice_and_moves_on_a_slice_an_epoch(sharded):
             assert images.shape == (32, 3, 32, 32) and images.dtype == torch.float32  # fp32 on CPU
 
 
+@pytest.fixture(scope="module")
+def one_per_class(tmp_path_factory):
+    """64 classes of one JPEG each, sharded: a label names its sample."""
+    from PIL import Image
+
+    files, root = tmp_path_factory.mktemp("one-per-class"), tmp_path_factory.mktemp("one-per-class-shards")
+    for k in range(64):
+        (files / "train" / f"c{k:02d}").mkdir(parents=True)
+        Image.new("RGB", (24, 24), (4 * k, 255 - 4 * k, 128)).save(files / "train" / f"c{k:02d}" / "0.jpg")
+    shards.write_shards(files, root, shard_bytes=8_000)
+    return root
+
+
+def test_dali_keeps_each_epoch_on_its_slice_across_dropped_batches_and_a_resume(one_per_class):
+    """3 ranks, batch 4: slices of 21, 21, 22 samples, 6 pipeline batches an epoch (the last padded), the loop's 5.
+    Each epoch's images are distinct and from the slice DALI reads in that epoch, also after the dropped batch
+    (drained) and after a resume mid-epoch (a pipeline started on that epoch's slice, rebuilt for the next)."""
+    order = [label for _, label in in_file_order(one_per_class, "train")]
+    bounds = [64 * s // 3 for s in range(4)]  # DALI's start_index
+    slice_of = [set(order[bounds[s]:bounds[s + 1]]) for s in range(3)]
+    settings = {"num_classes": 64, "image_size": 16}
+    running = folder(one_per_class, "dali", rank=1, size=3, **settings)
+    assert running.steps_per_epoch == 5 and running.train.pipeline_batches == 6
+    for number in range(3):
+        _, got = epoch(running, number)
+        assert len(set(got)) == 20 and set(got) <= slice_of[(1 + number) % 3], number
+    resumed = folder(one_per_class, "dali", rank=1, size=3, **settings)
+    _, rest = epoch(resumed, 1, start_batch=3)
+    assert len(set(rest)) == 8 and set(rest) <= slice_of[2]
+    _, following = epoch(resumed, 2)  # 4 batches were left in the pipeline's epoch: a new pipeline on slice 0
+    assert len(set(following)) == 20 and set(following) <= slice_of[0]
+
+
 def test_dali_on_a_gpu_is_configured_as_nvidia_runs_mlperf_on_h100(sharded):
     from nvidia.dali import types
 
