@@ -10,10 +10,13 @@
 # Usage:
 #   images/build_horovod.sh --python .venv-torch/bin/python --framework pytorch --ops gloo
 #   images/build_horovod.sh --python python3 --framework tensorflow --ops nccl
+#   images/build_horovod.sh --python python --framework pytorch --ops mpi    # the images' stand-in (no CUDA)
 # Options:
 #   --python PY        interpreter of the environment to install into (the framework must be installed there)
 #   --framework NAME   pytorch | tensorflow
 #   --ops NAME         gloo (CPU, local) | nccl (GPU image: NCCL allreduce, MPI + Gloo controllers)
+#                      | mpi (the nccl build without NCCL: MPI + Gloo controllers, CPU operations; the
+#                        container rehearsal's stand-in image, which has Open MPI but no CUDA)
 #   --cache DIR        where built wheels are kept, so a second setup does not rebuild (default .cache/wheels)
 set -euo pipefail
 
@@ -38,8 +41,16 @@ esac
 case "$ops" in
   gloo) ops_flags=(HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_CPU_OPERATIONS=GLOO) ;;
   nccl) ops_flags=(HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_GPU_OPERATIONS=NCCL) ;;
-  *) echo "build_horovod: --ops must be gloo or nccl, got '$ops'" >&2; exit 2 ;;
+  # CPU operations as the nccl build has them for CPU tensors (Horovod's default with MPI built: MPI); builds
+  # without CUDA (docs/architecture.md), so `horovodrun --mpi` runs where only Open MPI is installed.
+  mpi) ops_flags=(HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1) ;;
+  *) echo "build_horovod: --ops must be gloo, nccl or mpi, got '$ops'" >&2; exit 2 ;;
 esac
+
+if [ "$ops" != gloo ] && ! command -v mpirun >/dev/null; then
+  echo "build_horovod: --ops $ops builds Horovod with MPI: install Open MPI (openmpi-bin libopenmpi-dev) first" >&2
+  exit 2
+fi
 
 fw_version=$("$python" -c "import $fw_module; print($fw_module.__version__.split('+')[0])") || {
   echo "build_horovod: $fw_module is not importable with $python; install the framework first" >&2; exit 2; }
@@ -65,6 +76,16 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
       | xargs sed -i -E 's/set\(CMAKE_CXX_STANDARD [0-9]+\)/set(CMAKE_CXX_STANDARD 20)/'
   fi
   cuda_root=${CUDA_HOME:-/usr/local/cuda}
+  # Horovod builds its PyTorch ops as a CUDA extension whenever torch is a CUDA build and torch finds a CUDA_HOME
+  # (cmake/Modules/FindPytorch.cmake: torch.version.cuda and torch.utils.cpp_extension.CUDA_HOME), which then needs
+  # the toolkit's nvcc. Without a toolkit (the container rehearsal's stand-in base: --ops mpi) CUDA_HOME stays unset,
+  # so the ops build for CPU tensors only; --ops nccl needs the toolkit.
+  cuda_env=()
+  if [ -d "$cuda_root" ]; then
+    cuda_env=(CUDA_HOME="$cuda_root" CUDAToolkit_ROOT="$cuda_root")
+  elif [ "$ops" = nccl ]; then
+    echo "build_horovod: --ops nccl needs the CUDA toolkit: $cuda_root is missing (set CUDA_HOME)" >&2; exit 2
+  fi
   # One NCCL in the process: PyTorch's Horovod links the NCCL that torch itself loads (its wheel's nvidia-nccl,
   # shared), not the CUDA devel image's static one, which Horovod's default (HOROVOD_NCCL_LINK=STATIC, found
   # under CUDA_HOME) would link: the build docs/architecture.md calls tested. A caller's HOROVOD_NCCL_* win.
@@ -76,7 +97,7 @@ if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     mkdir -p "$work/nccl-lib" && ln -sf "$nccl/lib/libnccl.so.2" "$work/nccl-lib/libnccl.so"
     nccl_flags=(HOROVOD_NCCL_INCLUDE="$nccl/include" HOROVOD_NCCL_LIB="$work/nccl-lib" HOROVOD_NCCL_LINK=SHARED)
   fi
-  env CUDA_HOME="$cuda_root" CUDAToolkit_ROOT="$cuda_root" MAKEFLAGS="-j$(nproc)" \
+  env "${cuda_env[@]}" MAKEFLAGS="-j$(nproc)" \
       "${fw_flags[@]}" "${ops_flags[@]}" "${nccl_flags[@]}" \
       "$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$wheel_dir" "$src"
 fi

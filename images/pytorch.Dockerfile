@@ -44,10 +44,14 @@ COPY training/ training/
 COPY images/nccl-topology/ nccl-topology/
 # The package imports from any directory (a job's own copy, first on PYTHONPATH, shadows this one).
 ENV PYTHONPATH=/opt/dltrain
-# NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces).
+# NCCL over InfiniBand; the job adds the per-run settings (hosts, interfaces). Open MPI's shared-memory transport
+# copies between ranks without its single-copy mechanism (CMA's process_vm_readv): a container's ranks are not each
+# other's ptrace descendants, which Ubuntu's Yama ptrace_scope=1 requires, so CMA fails with "Read -1, expected N,
+# errno = 1" once a message passes the eager limit (https://github.com/open-mpi/ompi/issues/4948).
 ENV NCCL_IB_DISABLE=0 \
     NCCL_DEBUG=WARN \
     UCX_TLS=rc,sm,self \
-    OMPI_MCA_pml=ucx
+    OMPI_MCA_pml=ucx \
+    OMPI_MCA_btl_vader_single_copy_mechanism=none
 ENTRYPOINT []
 CMD ["python", "-m", "training", "--help"]

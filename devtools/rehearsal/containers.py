@@ -20,10 +20,13 @@ container's own files reaches the next command: only the Batch folders (bound fr
 must not rely on more, and it works the same when Batch shares one container between the commands.
 
 The image: the framework's Dockerfile built by the engine on the local stand-in base (devtools/docker_engine.py) up
-to its last stage with one change (stand_in_dockerfile): Horovod built by the Dockerfile's own step with `--ops gloo`
-instead of `--ops nccl` (the stand-in has no CUDA or NCCL), from the wheel `make setup` built with the same script for
-the same framework version and Python, when it is cached (else the step compiles it, ~7 minutes). Every other line of
-the stage as written: the package, the topology files, PYTHONPATH, the NCCL/UCX variables, the entry point.
+to its last stage with one change (stand_in_dockerfile): Horovod built by the Dockerfile's own step with `--ops mpi`
+instead of `--ops nccl` (the stand-in has Debian's Open MPI but no CUDA or NCCL: the same MPI and Gloo controllers,
+CPU operations), so the job's `launch` runs `horovodrun --mpi` as on Azure: mpirun starts its daemon in the other
+nodes' containers over the job's sshd. The step compiles it in the image (~7 minutes on 2 cores; the engine's kept
+data root keeps the layer), or takes a wheel cached in .cache/wheels for the same script, framework version and
+`mpi`. Every other line of the stage as written: the package, the topology files, PYTHONPATH, the NCCL/UCX and Open
+MPI variables, the entry point.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from training import frameworks
 REPO_ROOT = docker_engine.REPO_ROOT
 WHEELS = REPO_ROOT / ".cache" / "wheels"
 CONTEXT_WHEELS = "horovod-wheels"  # the stand-in's build context: the cached wheels, copied in
+STAND_IN_OPS = "mpi"  # images/build_horovod.sh --ops: the nccl build's MPI and Gloo without NCCL (no CUDA here)
 # A container's first process while commands run in it: one process, so that a node's fault (Pool.kill: every process
 # of the node) ends the container with the rest.
 HOLD = "sleep infinity"
@@ -52,7 +56,7 @@ CONTAINER_MODEL = ("one container per command, composed as Batch composes the ta
 
 
 def stand_in_dockerfile(text: str, wheels: bool) -> str:
-    """The Dockerfile with the stand-in's one change (pure): its Horovod step with `--ops gloo` for `--ops nccl`,
+    """The Dockerfile with the stand-in's one change (pure): its Horovod step with `--ops mpi` for `--ops nccl`,
     and, with `wheels`, the cached wheels copied to the step's `--cache` folder just before it."""
     lines = text.splitlines(keepends=True)
     steps = [i for i, line in enumerate(lines)
@@ -61,7 +65,7 @@ def stand_in_dockerfile(text: str, wheels: bool) -> str:
         raise ValueError("the Dockerfile has no single `RUN images/build_horovod.sh ... --ops nccl --cache "
                          "/tmp/wheels` step for the stand-in to change")
     step = steps[0]
-    lines[step] = lines[step].replace("--ops nccl", "--ops gloo")
+    lines[step] = lines[step].replace("--ops nccl", f"--ops {STAND_IN_OPS}")
     if wheels:
         lines.insert(step, f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/\n")
     return "".join(lines)
@@ -79,7 +83,7 @@ def rehearsal_image(engine: docker_engine.Engine, framework: str, log: Callable[
         (context / "images").mkdir()
         shutil.copy2(REPO_ROOT / "images" / "build_horovod.sh", context / "images")
         shutil.copytree(REPO_ROOT / "images" / "nccl-topology", context / "images" / "nccl-topology")
-        cached = sorted(WHEELS.glob(f"horovod-*-{image.name}-*-gloo"))
+        cached = sorted(WHEELS.glob(f"horovod-*-{image.name}-*-{STAND_IN_OPS}"))
         for folder in cached:
             shutil.copytree(folder, context / CONTEXT_WHEELS / folder.name)
         dockerfile = context / "Dockerfile"
@@ -88,7 +92,7 @@ def rehearsal_image(engine: docker_engine.Engine, framework: str, log: Callable[
         start = time.monotonic()
         docker_engine.build(engine, dockerfile, tag, build_args={"BASE_IMAGE": docker_engine.base_image(engine)},
                             context=context)
-        log(f"container: {image.dockerfile} built on the stand-in base with Horovod --ops gloo "
+        log(f"container: {image.dockerfile} built on the stand-in base with Horovod --ops {STAND_IN_OPS} "
             f"({'the cached wheel' if cached else 'compiled in the image'}) in {time.monotonic() - start:.0f} s: {tag}")
         return tag
     finally:
@@ -161,10 +165,13 @@ class ContainerBatch(RehearsalBatch):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.left_out: list[str] = []  # containerRunOptions the sandbox rule left out
+        self.application_out: Path | None = None  # the application command's output folder here (its launch line)
 
     def _run(self, job_id, node, command_line, env, cwd, out, timeout):
         if not job_id:  # the pool's start task
             return super()._run(job_id, node, command_line, env, cwd, out, timeout)
+        if " -m training launch " in command_line:  # the application command (spec.py's), not the coordination one
+            self.application_out = node.host_path(out)
         try:
             name = self._container(job_id, node, env, Path(cwd))
         except (RuntimeError, OSError) as err:  # Docker refused (or the engine is stopping): the command fails
@@ -209,9 +216,31 @@ class ContainerBatch(RehearsalBatch):
             f"directory, containerRunOptions appended); {batch_container.SANDBOX_RULE}; left out here: "
             f"{shlex.join(self.left_out) or 'nothing'}",
             batch_container.NODE_RULE,
-            "the stand-in image: Debian 12 (Python 3.11) for the CUDA base, no CUDA/cuDNN/NCCL, Horovod with Gloo for "
-            "NCCL and without MPI, so launch runs horovodrun --gloo over the job's SSH (the image's mpirun is unused)",
+            launcher_line(self.application_out),
+            f"the stand-in image: Debian 12 (Python 3.11) for the CUDA base, no CUDA/cuDNN/NCCL: Horovod built with "
+            f"`--ops {STAND_IN_OPS}` for `--ops nccl` (Open MPI and Gloo controllers, CPU operations); the rest of the "
+            "image as the Dockerfile has it (its Open MPI settings included: horovodrun's own `-mca pml ob1` wins over "
+            "OMPI_MCA_pml=ucx on Azure too, so UCX carries nothing under launch and needs no TCP stand-in); no "
+            "InfiniBand, so MPI's TCP runs on the nodes' veth",
         ]
+
+
+def launcher_line(out: Path | None) -> str:
+    """What launched the ranks, from the application command's last launch line (`launch: N ranks on M host(s):
+    .../horovodrun --mpi ...`, training/cluster/launch.py) in its stderr."""
+    try:
+        text = (out / "stderr.txt").read_text(errors="replace") if out else ""
+    except OSError:
+        text = ""
+    lines = [line for line in text.splitlines() if line.startswith("launch: ") and " ranks on " in line]
+    if not lines:
+        return "the ranks' launcher: no launch line in the application command's stderr"
+    words = lines[-1].split()
+    ranks, hosts = words[1], words[4]
+    launcher = next((f"horovodrun {word}" for word in words if word in ("--mpi", "--gloo")), "?")
+    how = ("mpirun started by horovodrun, its daemons in the other nodes' containers over the job's sshd"
+           if launcher == "horovodrun --mpi" else "Horovod's Gloo launcher over the job's sshd")
+    return f"the ranks ran under {launcher}: {ranks} ranks on {hosts} nodes ({how})"
 
 
 def in_containers(framework: str, log: Callable[[str], None]):

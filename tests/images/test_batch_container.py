@@ -89,11 +89,11 @@ def test_the_stand_in_changes_only_the_horovod_step_of_each_dockerfile():
         text = (REPO_ROOT / image.dockerfile).read_text()
         changed = stand_in_dockerfile(text, wheels=True).splitlines()
         step = next(i for i, line in enumerate(changed) if line.startswith("RUN images/build_horovod.sh "))
-        assert changed[step - 1] == f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/" and "--ops gloo" in changed[step]
-        assert changed[:step - 1] + [changed[step].replace("--ops gloo", "--ops nccl")] + changed[step + 1:] == \
+        assert changed[step - 1] == f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/" and "--ops mpi" in changed[step]
+        assert changed[:step - 1] + [changed[step].replace("--ops mpi", "--ops nccl")] + changed[step + 1:] == \
             text.splitlines()
         assert stand_in_dockerfile(text, wheels=False).splitlines() == [
-            line.replace("--ops nccl", "--ops gloo") if i == step - 1 else line
+            line.replace("--ops nccl", "--ops mpi") if i == step - 1 else line
             for i, line in enumerate(text.splitlines())]
     try:
         stand_in_dockerfile("FROM x\nRUN true\n", wheels=False)
