@@ -35,6 +35,8 @@ def launch_when_ready(props: dict[str, Any], key: str, staged: Callable[[str, st
     try:
         if props.get("data_container_url"):
             ready = staged(props["data_container_url"], status_url)
+            if ready.ready and not props.get("dataset") and not ready.default:  # the job trains on `default`
+                ready = staging.Readiness(False, staging.no_default_line(ready, props["stack"]))
             if not ready.ready:
                 then = f"once it is, `pulumi up` submits the job (or `python -m infra submit --stack {props['stack']}`)"
                 return {**props, key: "", "state": f"waiting for data: {staging.not_ready_message(ready, then)}"}

@@ -328,9 +328,12 @@ def call_translated(call: Callable[[], T], what: str, job: str | None, refused: 
         raise line from None
 
 
-def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs_report: bool, stack: str) -> str:
+def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs_report: bool, stack: str,
+                   dataset: str | None = None) -> str:
     """Refuse to submit while there is nothing to train on: the `data` container empty or, with `nfs_report`
-    (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes).
+    (nfsKind vm), the NFS server not reporting it staged as it is now (a job would hold its GPU nodes), or a job on
+    the dataset `default` (`dataset` None or "default") when the container holds named datasets alone: every
+    node's node-stage (or the trainer, on NFS) would stop on the GPU nodes instead.
     `staged(data_url, status_url)` is infra.backends.staging.data_ready. Returns what is ready, in a line."""
     from infra.backends.staging import not_ready_message
 
@@ -344,6 +347,10 @@ def require_staged(outputs: StackOutputs, staged: Callable[[str, str], Any], nfs
                 "at once; --skip-data-check lets the job wait, holding its nodes)" if nfs_report
                 else "submit again once it is (--skip-data-check submits anyway)")
         raise JobError(not_ready_message(ready, then).replace("--stack STACK", f"--stack {stack}"))
+    if dataset in (None, "", "default") and not ready.default:
+        from infra.backends.staging import no_default_line
+
+        raise JobError(f"no job was submitted, so no GPU node waits: {no_default_line(ready, stack)}")
     return ready.line
 
 

@@ -6,8 +6,10 @@ AmlTrainingJob resources of `pulumi up`), so that no GPU node is held while ther
   reads once it is staged as it is (no backend extracts archives): class folders under `train/` (training/data/
   layout.py, the check `python -m infra upload` runs on the folder before it uploads), and `val/`, when there,
   with classes of train/, or a sharded root (shards/train-*.tar, training/data/layout.py). A named dataset's layout
-  is checked as it goes up; `submit --dataset` checks it is there. With dataTier node-local (the
-  default) nothing else is asked: every node stages the job's dataset from `data` itself at the job's start.
+  is checked as it goes up; `submit --dataset` checks it is there, and a submit without --dataset that its root
+  holds one (Readiness.default: a container of named datasets alone passes the gate, but a job on `default` would
+  stop on every GPU node: require_staged refuses it). With dataTier node-local (the default) nothing else is
+  asked: every node stages the job's dataset from `data` itself at the job's start.
 - Batch with `nfsKind: vm` and dataTier nfs: the NFS server's staging unit (infra/backends/batch/nfs_user_data.py,
   training/data/staged.py) must report the dataset staged (the blob `containers.STAGED_BLOB` in `status`, written
   with its own identity), and the fingerprint it staged must be the container's listing now: data uploaded since is
@@ -33,6 +35,8 @@ RECHECK_MINUTES = STAGE_RECHECK_MINUTES
 class Readiness:
     ready: bool
     line: str  # what is staged, or why nothing can train yet
+    default: bool = True  # the root holds the dataset `default` (train/ or shards/); False: named datasets alone
+    named: tuple[str, ...] = ()  # the named datasets seen (datasets/NAME/), for the refusal's line
 
 
 def _status(status_url: str, operation: str, use):
@@ -80,10 +84,15 @@ def data_ready(data_url: str, status_url: str = "") -> Readiness:
     from training.data import datasets, layout
 
     found = layout.Layout()  # of the dataset `default`, the root: the named ones' were checked as they went up
+    roots: set[str] = set()  # the root's top folders (train/ or shards/: a dataset `default`)
+    named: set[str] = set()
 
     def seen(name: str) -> None:
-        if not name.startswith(datasets.NAMED) and name != datasets.MANIFEST:
+        if name.startswith(datasets.NAMED):
+            named.add(name[len(datasets.NAMED):].split("/", 1)[0])
+        elif name != datasets.MANIFEST:
             found.add(name)
+            roots.add(name.split("/", 1)[0])
 
     now = listing(data_url, seen)
     if now.files == 0:
@@ -94,8 +103,9 @@ def data_ready(data_url: str, status_url: str = "") -> Readiness:
         return Readiness(False, f"the `data` container is not a dataset the trainer reads: {problem}; "
                                 f"{layout.EXPECTED} (`python -m infra upload --stack STACK DIR` checks a folder "
                                 "before it uploads)")
+    has = dict(default=bool(roots & {"train", datasets.SHARDS}), named=tuple(sorted(named)))
     if not status_url:
-        return Readiness(True, f"`data` holds {now.files} files ({now.bytes / 1e9:.2f} GB)")
+        return Readiness(True, f"`data` holds {now.files} files ({now.bytes / 1e9:.2f} GB)", **has)
     report = _status(status_url, "reading the NFS server's report in `status`", lambda blobs: blobs.read())
     if report is None:
         return Readiness(False, f"the NFS server has not reported on the data yet (no {STAGED_BLOB} in `status`: "
@@ -106,7 +116,7 @@ def data_ready(data_url: str, status_url: str = "") -> Readiness:
     if report.fingerprint != now.fingerprint:
         return Readiness(False, f"`data` changed since the NFS server staged it ({report.files} files staged, "
                                 f"{now.files} now): it stages the change within {RECHECK_MINUTES} minutes")
-    return Readiness(True, f"the NFS server {report.line()}")
+    return Readiness(True, f"the NFS server {report.line()}", **has)
 
 
 def read_report(status_url: str):
@@ -121,6 +131,13 @@ def request_restage(status_url: str) -> None:
 
 def restage_pending(status_url: str) -> bool:
     return _status(status_url, "reading `status`", lambda blobs: blobs.request()) is not None
+
+
+def no_default_line(readiness: Readiness, stack: str) -> str:
+    """Why a job on the dataset `default` cannot train on a `data` container of named datasets alone."""
+    return (f"--dataset default: the `data` container's root holds no dataset (no train/ or shards/; its named "
+            f"datasets: {', '.join(readiness.named) or 'none'}); submit with --dataset NAME (`python -m infra datasets "
+            f"--stack {stack}` lists them), or upload one to the root (`python -m infra upload --stack {stack} DIR`)")
 
 
 def not_ready_message(readiness: Readiness, then: str) -> str:

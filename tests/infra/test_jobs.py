@@ -159,6 +159,23 @@ def test_submit_dataset_points_the_jobs_data_at_that_datasets_folder(dev, batch,
     assert len(batch.jobs) == 2
 
 
+def test_submit_without_dataset_is_refused_when_data_holds_named_datasets_alone(dev, batch):  # noqa: F811
+    """node-stage --dataset default would stop on every GPU node (no dataset.json, no train/ at the root): submit
+    refuses first, naming the datasets there; --dataset pets goes through."""
+    from infra.backends.staging import Readiness
+
+    def named_only(data_url, status_url):
+        return Readiness(True, "`data` holds 3 files (0.00 GB)", default=False, named=("boats", "pets"))
+
+    only = jobs.Services(batch=lambda endpoint: batch, staged=named_only, datasets=lambda url: ["boats", "pets"])
+    with pytest.raises(JobError, match=r"--dataset default: the `data` container's root holds no dataset .*its named "
+                                       r"datasets: boats, pets\); submit with --dataset NAME"):
+        jobs.submit(dev, Submit(nodes=1), only)
+    assert not batch.jobs
+    jobs.submit(dev, Submit(nodes=1, dataset="pets"), only)
+    assert len(batch.jobs) == 1
+
+
 def test_an_unnamed_job_keeps_its_fingerprint():
     """Jobs `pulumi up` launched before datasets had names keep their IDs (no replacement on the next `up`)."""
     import dataclasses

@@ -116,7 +116,7 @@ class AzureMlBackend:
         if inputs.dataset and inputs.dataset != "default":  # the job's `data` input: that dataset's folder
             job_inputs = dataclasses.replace(job_inputs, dataset=inputs.dataset)
         if not inputs.skip_data_check:  # the job's `data` input is the whole `data` container
-            require_staged(outputs, ctx.staged, False, cfg.stack)
+            require_staged(outputs, ctx.staged, False, cfg.stack, inputs.dataset)
         operate_aml.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)
 
     def _job(self, ctx: JobContext, job: str | None) -> tuple[Any, str]:

@@ -196,7 +196,7 @@ class BatchBackend:
         if inputs.dataset and inputs.dataset != "default":  # its folder in the staged container (datasets.py)
             job_inputs = dataclasses.replace(job_inputs, dataset=inputs.dataset)
         if not inputs.skip_data_check:
-            require_staged(outputs, ctx.staged, nfs_report(cfg), cfg.stack)
+            require_staged(outputs, ctx.staged, nfs_report(cfg), cfg.stack, inputs.dataset)
         operate.submit(service, job_inputs, now_utc(), sys.stdout, stack_flags=ctx.stack_flags)
 
     def status(self, ctx: JobContext, inputs: Status) -> None:

@@ -79,10 +79,11 @@ class Data:
     def __init__(self):
         self.line = "the `data` container is empty: upload the dataset first"
         self.asked = []
+        self.named: tuple[str, ...] = ()  # set: the container holds these named datasets alone, no `default`
 
     def staged(self, data_url, status_url):
         self.asked.append((data_url, status_url))
-        return staging.Readiness(self.line.startswith("staged"), self.line)
+        return staging.Readiness(self.line.startswith("staged"), self.line, default=not self.named, named=self.named)
 
 
 def job_inputs(stack: str, kind: str) -> dict:
@@ -115,6 +116,18 @@ def test_the_first_up_with_an_empty_container_submits_nothing_and_a_later_up_sub
     assert list(batch.jobs) == [job] and job.startswith("train-dev-") and engine.outputs["state"] == \
         f"submitted {job}"
     assert engine.up(inputs) == "same" and list(batch.jobs) == [job]  # submitted once
+
+
+def test_up_submits_nothing_while_data_holds_named_datasets_alone(batch_job):
+    """up's job trains on `default`: a container of named datasets alone would stop node-stage on every GPU node."""
+    engine, batch, data, inputs = batch_job
+    data.line, data.named = "staged 3 files (0.00 GB)", ("pets",)
+    assert engine.up(inputs) == "create" and batch.jobs == {} and engine.outputs["job_id"] == ""
+    assert engine.outputs["state"].startswith("waiting for data: no job was submitted, so no GPU node waits: "
+                                              "--dataset default: the `data` container's root holds no dataset")
+    assert "its named datasets: pets" in engine.outputs["state"]
+    data.named = ()  # `default` uploaded: the next up submits
+    assert engine.up(inputs) == "update" and len(batch.jobs) == 1
 
 
 def test_destroying_a_job_that_was_never_submitted_asks_batch_nothing(batch_job):

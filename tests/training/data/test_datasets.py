@@ -98,7 +98,9 @@ def test_the_gate_passes_a_container_of_named_datasets_alone_and_still_checks_th
     member = str(outputs_for(tmp_path, url))
     assert main(["upload", "--outputs", member, "--dataset", "pets",
                  str(image_tree(tmp_path / "pets", "train/cat/1.jpg"))]) == 0
-    assert staging.data_ready(azurite.container_url(container, "rl")).ready  # no root: nothing there to refuse
+    alone = staging.data_ready(azurite.container_url(container, "rl"))
+    assert alone.ready  # no root: nothing there to refuse
+    assert not alone.default and alone.named == ("pets",)  # but a job on `default` is refused (require_staged)
     assert main(["upload", "--outputs", member, "--no-layout-check", str(image_tree(tmp_path / "flat", "1.jpg"))]) == 0
     gate = staging.data_ready(azurite.container_url(container, "rl"))
     assert not gate.ready and "no class folders with images under train/" in gate.line
