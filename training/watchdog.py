@@ -505,9 +505,16 @@ def flight_recorder_env(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in wanted.items() if name not in env}
 
 
-def collective_timeout(env: Mapping[str, str] = os.environ):
-    """init_process_group's `timeout=`: the watchdog's start-up floor (the first collective waits for every rank's
-    start-up), at least 60 s. PyTorch's defaults are 10 min for NCCL and 30 min for Gloo (pytorch/pytorch#110947)."""
+def collective_timeout(env: Mapping[str, str] = os.environ, compiler: str | None = None):
+    """init_process_group's `timeout=`: the watchdog's start-up bound for `compiler` (the first step's collectives
+    wait for every rank's start-up and compile: 8 ranks compiling at once with max-autotune pass 900 s), at least
+    60 s. PyTorch's defaults are 10 min for NCCL and 30 min for Gloo (pytorch/pytorch#110947). A collective that hangs
+    later is ended sooner by the watchdog's step bound. Unless TRAINING_WATCHDOG_FIRST_S is set, never below 900 s:
+    the first collective (DDP's broadcast at construction) also waits for every rank's scan of the dataset folder,
+    which the watchdog's bound does not cover (it starts once the loop exists)."""
     from datetime import timedelta
 
-    return timedelta(seconds=max(60.0, Bounds.from_env(env).first_s))
+    seconds = Bounds.from_env(env, compiler).first_s
+    if not env.get("TRAINING_WATCHDOG_FIRST_S"):
+        seconds = max(seconds, Bounds().first_s)
+    return timedelta(seconds=max(60.0, seconds))

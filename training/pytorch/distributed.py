@@ -135,7 +135,7 @@ def ddp_settings(accepted) -> dict:
 class Ddp:
     name = "ddp"
 
-    def __init__(self):
+    def __init__(self, compiler: str = "eager"):
         import torch.distributed as dist
 
         os.environ.update(torch_rank_env(os.environ))  # torchrun's, or mpirun's/horovodrun's mapped
@@ -147,7 +147,10 @@ class Ddp:
             watchdog.local_dir().mkdir(parents=True, exist_ok=True)
         # A collective that waits past the watchdog's start-up floor fails (and with TORCH_NCCL_ASYNC_ERROR_HANDLING=1,
         # set by launch, ends the process) rather than waiting PyTorch's 10 min (NCCL) or 30 min (Gloo): watchdog.py
-        dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo", timeout=collective_timeout())
+        # The first step's collectives wait for every rank's compile: the timeout follows the compiler as the
+        # watchdog's start-up bound does (watchdog.start_up_s).
+        dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo",
+                                timeout=collective_timeout(os.environ, compiler))
         self.dist = dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
@@ -198,7 +201,7 @@ class Ddp:
         self.dist.destroy_process_group()
 
 
-def init(backend: str):
+def init(backend: str, compiler: str = "eager"):
     if backend == "horovod" and not single.horovod_installed() and not single.launched_with_others(os.environ):
         return single.Single()  # one process needs no Horovod (the local quickstart's light environment)
-    return Horovod() if backend == "horovod" else Ddp()
+    return Horovod() if backend == "horovod" else Ddp(compiler)

@@ -71,7 +71,8 @@ class TorchLoop:
     checkpoint_suffix = ".pt"
 
     def __init__(self, cfg: TrainConfig):
-        self.dist = distributed.init(cfg.dist)  # binds this rank to its node's GPU local_rank (or the CPU)
+        # binds this rank to its node's GPU local_rank (or the CPU); DDP's collective timeout follows the compiler
+        self.dist = distributed.init(cfg.dist, watchdog.compiler_of(cfg))
         self.torch_device = self.dist.device
         cuda = self.torch_device.type == "cuda"
         self.cfg = cfg = resolve_for_device(cfg, cuda, bf16=distributed.has_bf16(self.torch_device))

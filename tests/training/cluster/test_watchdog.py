@@ -450,3 +450,13 @@ def test_nccls_flight_recorder_dumps_to_node_local_disk_on_a_timeout(node_local_
     assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1" and int(env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0
     assert env["TORCH_FR_DUMP_TEMP_FILE"] == str(node_local_disk / "training-watchdog" / "nccl-flight-recorder-rank-")
     assert "TORCH_FR_BUFFER_SIZE" not in flight_recorder_env({"TORCH_FR_BUFFER_SIZE": "0"})  # the user's choice
+
+
+def test_ddps_collective_timeout_follows_the_compiler_as_the_start_up_bound_does():
+    """8 ranks compiling with max-autotune may take longer than 900 s before their first all-reduce: NCCL must not
+    time out on the ranks that finished first."""
+    from training.watchdog import collective_timeout, start_up_s
+
+    assert collective_timeout({}, "max-autotune").total_seconds() == start_up_s("max-autotune") == 2700
+    assert collective_timeout({}, "eager").total_seconds() == 900  # the dataset's scan waits before it too
+    assert collective_timeout({"TRAINING_WATCHDOG_FIRST_S": "30"}, "max-autotune").total_seconds() == 60  # its floor
