@@ -15,6 +15,11 @@ The parts, as each loop measures them (seconds on this rank, summed over steps):
             negotiation (HOROVOD_CYCLE_TIME). None where the framework does not separate it from compute (DDP's
             all-reduce finishes inside backward; TensorFlow's runs inside the traced step): then compute holds it.
   compute   the rest of the step: forward, backward, the optimizer update.
+  gpu idle  on a GPU, the time the GPU had nothing queued between one step's last kernel and the next step's first
+            (CUDA events on the training stream, read when they have completed: GpuIdle, no synchronisation). Under
+            DDP and torch.compile the host runs ahead of the GPU, so a host-side data wait of a few ms need not idle
+            the GPU at all: where this is measured it, not the data wait, decides whether the run is input-bound
+            (the GPU starved between steps: its input, or the host's own work, came late).
 
 A run is bound by what keeps its GPUs from computing: data wait or exchange wait. Each is named only once it is
 a large share of the step, since every loop waits a little for both.
@@ -48,6 +53,7 @@ class StepTimes:
     compute: float = 0.0
     exchange: float | None = 0.0  # None: not separated from compute in this framework
     steps: int = 0
+    gpu_idle: float | None = None  # None: not measured (a CPU run, or a loop without CUDA events)
 
     def add(self, data: float, compute: float, exchange: float | None) -> None:
         self.data += data
@@ -58,13 +64,48 @@ class StepTimes:
             self.exchange = None
         self.steps += 1
 
+    def add_gpu_idle(self, seconds: float) -> None:
+        self.gpu_idle = (self.gpu_idle or 0.0) + seconds
+
     def copy(self) -> StepTimes:
         return dataclasses.replace(self)
 
     def since(self, earlier: StepTimes) -> StepTimes:
         """The times of the steps after `earlier` (a copy taken then)."""
         exchange = None if self.exchange is None or earlier.exchange is None else self.exchange - earlier.exchange
-        return StepTimes(self.data - earlier.data, self.compute - earlier.compute, exchange, self.steps - earlier.steps)
+        idle = None if self.gpu_idle is None else self.gpu_idle - (earlier.gpu_idle or 0.0)
+        return StepTimes(self.data - earlier.data, self.compute - earlier.compute, exchange, self.steps - earlier.steps,
+                         idle)
+
+
+class GpuIdle:
+    """The GPU's idle time between steps from CUDA events on the training stream, without synchronising: `began()`
+    records an event as a step's first work is queued, `ended()` one after its last; `collect()` (each step, cheap)
+    adds up the gaps (previous end -> next beginning) whose events have completed (event.query()), leaving the rest
+    for later. `event` makes an event (torch.cuda.Event(enable_timing=True) on a GPU)."""
+
+    def __init__(self, event):
+        self._event = event
+        self._last_end = None
+        self._pending: list = []  # (end of one step, beginning of the next)
+
+    def began(self) -> None:
+        start = self._event()
+        start.record()
+        if self._last_end is not None:
+            self._pending.append((self._last_end, start))
+
+    def ended(self) -> None:
+        self._last_end = self._event()
+        self._last_end.record()
+
+    def collect(self) -> float:
+        """Seconds of GPU idle in the gaps whose events have completed, in order; the others stay pending."""
+        idle = 0.0
+        while self._pending and self._pending[0][1].query():
+            end, start = self._pending.pop(0)
+            idle += max(0.0, end.elapsed_time(start)) / 1000  # elapsed_time: milliseconds
+        return idle
 
 
 @dataclass(frozen=True)
@@ -90,7 +131,10 @@ def classify(times: StepTimes | None) -> Bound:
         return Bound(UNKNOWN, {})
     shares = {"data": times.data / total, "compute": times.compute / total,
               "exchange": None if times.exchange is None else times.exchange / total}
-    waits = [(shares["data"], INPUT)] if shares["data"] >= INPUT_BOUND_SHARE else []
+    starved = shares["data"]
+    if times.gpu_idle is not None:  # the GPU's own idle time decides, not the host's wait (see the module docstring)
+        shares["gpu idle"] = starved = min(1.0, times.gpu_idle / total)
+    waits = [(starved, INPUT)] if starved >= INPUT_BOUND_SHARE else []
     if shares["exchange"] is not None and shares["exchange"] >= EXCHANGE_BOUND_SHARE:
         waits.append((shares["exchange"], EXCHANGE))
     if waits:

@@ -144,3 +144,65 @@ def test_expectation_args():
     assert eff.expectation_args([], framework="pytorch", expected=None) == []
     assert eff.expectation_args([eff.FLAG, "10"], framework="pytorch", expected=5155.0) == [eff.FLAG, "10"]
     assert eff.expectation_args([f"{eff.FLAG}=10"], framework="pytorch", expected=5155.0) == [f"{eff.FLAG}=10"]
+
+
+class FakeStream:
+    """A GPU stream's clock for CUDA events: work queued at host time t starts when the stream is free and the event
+    after it completes when the work before it is done; query() reads the GPU's progress at the host's `now`."""
+
+    def __init__(self):
+        self.free_at = 0.0  # when the stream finishes what is queued
+        self.now = 0.0  # the host's clock
+
+    def queue(self, seconds: float) -> None:
+        self.free_at = max(self.free_at, self.now) + seconds
+
+    def event(self):
+        stream = self
+
+        class Event:
+            def record(self):
+                self.at = max(stream.free_at, stream.now)  # completes when the stream reaches it
+
+            def query(self):
+                return stream.now >= self.at
+
+            def elapsed_time(self, later):
+                return (later.at - self.at) * 1000
+
+        return Event()
+
+
+def test_the_gpus_idle_time_between_steps_is_read_from_completed_events_only():
+    stream = FakeStream()
+    idle = eff.GpuIdle(stream.event)
+    idle.began()
+    stream.queue(0.1)  # step 1: 100 ms of kernels, queued at once (the host runs ahead)
+    idle.ended()
+    stream.now = 0.01  # the host is back for step 2 long before the GPU is done: no idle
+    idle.began()
+    stream.queue(0.1)
+    idle.ended()
+    assert idle.collect() == 0.0  # step 2's first event has not completed yet: nothing read, nothing waited for
+    stream.now = 0.25  # the host comes back 50 ms after the GPU went idle (its input was late)
+    idle.began()
+    stream.queue(0.1)
+    idle.ended()
+    # the gap before step 2 (none) and before step 3 (50 ms: the stream was idle, so step 3's event completed at once)
+    assert idle.collect() == pytest.approx(0.05)
+    assert idle.collect() == 0.0  # each gap is read once
+
+
+def test_where_the_gpus_idle_is_measured_it_decides_input_bound_not_the_hosts_wait():
+    host_waits = StepTimes(data=2.0, compute=8.0, exchange=None, steps=10)  # 20% host-side data wait
+    assert eff.classify(host_waits).label == eff.INPUT  # host-side only: reads input-bound
+    busy_gpu = dataclasses.replace(host_waits, gpu_idle=0.1)  # but the GPU idled 1%: the host ran ahead
+    bound = eff.classify(busy_gpu)
+    assert bound.label == eff.STEP and bound.text().endswith("gpu idle 1%)")
+    starved = dataclasses.replace(host_waits, data=0.2, gpu_idle=3.0)  # little host wait, the GPU starved 30%
+    assert eff.classify(starved).label == eff.INPUT
+    run = StepTimes()
+    run.add_gpu_idle(1.0)
+    before = run.copy()
+    run.add_gpu_idle(0.5)
+    assert run.since(before).gpu_idle == 0.5 and StepTimes().since(StepTimes()).gpu_idle is None

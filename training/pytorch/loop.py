@@ -102,6 +102,8 @@ class TorchLoop:
         self.scaler = torch.amp.GradScaler(self.torch_device.type) if cfg.precision == "fp16" else None
         self.model, self.optimizer = self.dist.wrap(model, optimizer, cfg.fp16_allreduce)
         self.step_times = efficiency.StepTimes()  # fit() adds each step's data wait, compute and exchange wait
+        # and, on a GPU, the GPU's idle time between steps (CUDA events, read once they have completed)
+        self.gpu_idle = efficiency.GpuIdle(lambda: torch.cuda.Event(enable_timing=True)) if cuda else None
 
     @property
     def module(self) -> torch.nn.Module:
@@ -141,6 +143,8 @@ class TorchLoop:
         while step < stop_at:
             epoch, offset = divmod(step, self.steps_per_epoch)
             for images, labels in self.data.epoch_batches(epoch, offset):
+                if self.gpu_idle:
+                    self.gpu_idle.began()  # before the step's first work (the input's copy) is queued
                 images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
                 computing = time.perf_counter()
                 if cfg.channels_last:
@@ -159,6 +163,9 @@ class TorchLoop:
                 after_step(step, lambda: self.dist.mean(loss.item()))  # Horovod/DDP: averaged over all ranks
                 if step >= stop_at:
                     break
+                if self.gpu_idle:  # after logging and checkpoints too: the GPU's idle counts from here
+                    self.gpu_idle.ended()
+                    self.step_times.add_gpu_idle(self.gpu_idle.collect())
                 fetching = time.perf_counter()  # after logging and checkpoints, which are none of the three parts
         return step
 
