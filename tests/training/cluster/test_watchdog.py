@@ -460,3 +460,33 @@ def test_ddps_collective_timeout_follows_the_compiler_as_the_start_up_bound_does
     assert collective_timeout({}, "max-autotune").total_seconds() == start_up_s("max-autotune") == 2700
     assert collective_timeout({}, "eager").total_seconds() == 900  # the dataset's scan waits before it too
     assert collective_timeout({"TRAINING_WATCHDOG_FIRST_S": "30"}, "max-autotune").total_seconds() == 60  # its floor
+
+
+def test_a_peer_busy_with_a_checkpoint_holds_this_rank_to_the_busy_bound_not_the_step_bound(tmp_path):
+    """Rank 0 writes a checkpoint (busy, its signs of life moving) while rank 1 already waits in the next step's
+    all-reduce: rank 1 does not end the run at its step bound (10 s) but only past the busy bound (50 s)."""
+    clock = [0.0]
+    ended = threading.Event()
+    dog = Watchdog(1, 2, tmp_path, BOUNDS, clock=lambda: clock[0], host="node-b",
+                   on_expire=lambda line, record: ended.set()).start()
+    for step in range(1, 6):
+        clock[0] = step
+        dog.stepped(step)
+    beats = [0]
+
+    def rank0_checkpointing():
+        while not ended.is_set() and beats[0] < 10_000:
+            beats[0] += 1
+            write_alive(tmp_path / ".watchdog", 0, "node-a", beats=beats[0], step=5, progress=10,
+                        doing="step 5 done", busy="a checkpoint or a log line")
+            time.sleep(0.005)
+
+    import time
+    writer = threading.Thread(target=rank0_checkpointing, daemon=True)
+    writer.start()
+    time.sleep(0.2)  # a few looks of rank 0 busy and beating
+    clock[0] = 5 + 30  # past the step bound (10 s), within the busy bound (50 s)
+    assert not ended.wait(1.5)  # longer than the two looks (0.52 s) that a firing watchdog takes first
+    clock[0] = 5 + 30 + 51  # 51 s after this rank first saw rank 0 busy
+    assert ended.wait(5)
+    dog.stop()
