@@ -23,7 +23,9 @@ run() {  # NAME ENV... -- TRAIN FLAGS...
 import json, sys
 try:
     s = json.load(open(sys.argv[2]))
-    print(f"{sys.argv[1]:28s} {s['img_per_sec_per_worker']:8.1f} img/s per GPU, {s['optimizer']}, batch {s['batch_size']}")
+    e = s.get("efficiency", {})
+    print(f"{sys.argv[1]:28s} {s['img_per_sec_per_worker']:8.1f} img/s per GPU, {s['optimizer']}, batch {s['batch_size']}, "
+          f"{e.get('bound')} {e.get('time_shares')}, expected {e.get('expected_img_per_sec_per_worker')}")
 except (OSError, ValueError, KeyError) as err:
     print(f"{sys.argv[1]:28s} failed ({err}); see train-{sys.argv[1]}.txt")
 PY
