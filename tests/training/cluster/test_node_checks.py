@@ -139,3 +139,26 @@ def test_a_node_with_a_sick_gpu_fails_the_attempts_gpu_check_and_missing_tools_d
     assert [host for host, _ in bad] == ["10.0.0.5"]
     assert bad[0][1] == ("GPU 0000:01:00: Xid 94 (contained ECC error); GPU 0002:00:00: Xid 79 (GPU fallen off the "
                          "bus); mlx5_1 port 1: Down / Polling (not Active / LinkUp)")
+
+
+def test_the_nodes_are_checked_at_once_not_one_after_another():
+    import threading
+    import time
+
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def run(host, local):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.2)
+        with lock:
+            inside[0] -= 1
+        return 0, "0, 00000001:00:00.0\n"
+
+    hosts = [(f"10.0.0.{i}", 1) for i in range(8)]
+    began = time.monotonic()
+    assert gpu_check.failing(hosts, lambda h: False, run, deep=lambda h, local: "sick" if h == "10.0.0.3" else None) \
+        == [("10.0.0.3", "sick")]  # in the hosts' order
+    assert most[0] == 8 and time.monotonic() - began < 1.2  # 8 x 0.2 s one after another would be 1.6 s
