@@ -52,6 +52,7 @@ import json
 import os
 import shutil
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Iterator
@@ -136,6 +137,14 @@ class Tally:
                 f"fetched again, {elapsed:.0f} s")
 
 
+# What to do about a blob unlike its manifest. An upload of a new version writes its shards over the old ones under
+# the same names and its manifest last (training/data/sharding.py), so a node that stages meanwhile reads the old
+# manifest beside new shards: the staging stops (no marker), and the next run finds the new manifest.
+AGAIN = ("if an upload of this dataset is under way (it replaces the shards in place, its manifest last), run "
+         "node-stage again once it has finished; else upload the dataset again (`python -m infra upload --format "
+         "shards` or `python -m infra shard`)")
+
+
 class BadShard(transfer.PermanentError):
     """A file still unlike its manifest MD5 (or its blob's Content-MD5) after SHARD_TRIES downloads."""
 
@@ -170,8 +179,7 @@ class ShardFetcher:
                       f"{SHARD_TRIES})", file=sys.stderr, flush=True)
                 continue
             raise BadShard(f"{blob}: MD5 {got} after {SHARD_TRIES} downloads, but {whose} is {expected}: the blob "
-                           "differs from the dataset's manifest; write and upload the dataset again (`python -m "
-                           "training shard`), then run node-stage again")
+                           f"differs from the dataset's manifest; {AGAIN}")
 
     def _download(self, blob: str, target: Path) -> tuple[str, int, str]:
         """Stream `blob` into TARGET.part: (MD5 hex, bytes, the blob's Content-MD5 in hex or "")."""
@@ -308,6 +316,7 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
         (folder / STAGED).unlink(missing_ok=True)  # from here until the end the folder is not a whole dataset
         if manifest.get("format") == "shards":
             line = _stage_shards(reader, name, folder, shard_items(manifest, source), stats, threads, progress_interval)
+            _check_indexes(folder, shards.from_manifest(manifest, source), datasets.prefix(name))
         elif raw is not None or _has_images(reader, name, stats):
             line = _stage_files(reader, name, folder, stats, threads, progress_interval)
         else:
@@ -355,6 +364,45 @@ def _stage_shards(reader: BlobReader, name: str, folder: Path, items: list[Item]
     return (f"{folder} holds {name}: {tars} shards, {tally.fetched_bytes / 1e9:.2f} GB fetched in {elapsed:.1f} s "
             f"({tally.fetched_bytes / 1e9 / elapsed:.2f} GB/s), {tally.kept} files kept, {tally.refetched} fetched "
             f"again, {stats.retried} retried")
+
+
+def _check_indexes(folder: Path, dataset: shards.ShardedDataset, prefix: str) -> None:
+    """Each staged .idx must index its tar, which matched its manifest MD5: the manifest lists no MD5 for an .idx,
+    and an .idx fetched while an upload replaced its shard may be the new version's beside the old tar, which the
+    loaders would read at the wrong offsets. Checked from the index's sample count (the manifest's) and the tar
+    headers of its first, middle and last samples (a few reads a shard); a mismatch stops before the marker."""
+    for split_shards in dataset.shards.values():
+        for shard in split_shards:
+            why = _index_mismatch(folder / shard.name, folder / shard.index, shard.samples)
+            if why:
+                (folder / shard.index).unlink(missing_ok=True)  # fetched again by the next run
+                raise BadShard(f"{prefix}{shard.index} does not index {prefix}{shard.name} ({why}); {AGAIN}")
+
+
+def _index_mismatch(tar: Path, index: Path, samples: int) -> str:
+    """Why INDEX does not describe TAR, or ""."""
+    try:
+        entries = shards.read_index(index)
+    except (OSError, ValueError) as err:
+        return f"unreadable: {err}"
+    if len(entries) != samples:
+        return f"{len(entries)} samples, the manifest says {samples}"
+    size = tar.stat().st_size
+    with open(tar, "rb") as archive:
+        for number in sorted({0, len(entries) // 2, len(entries) - 1}):
+            for _, offset, length, member in entries[number]:
+                if offset < shards.BLOCK or offset + length > size:
+                    return f"sample {number + 1}: {member} at {offset} lies outside the tar"
+                archive.seek(offset - shards.BLOCK)  # a ustar member's one header block precedes its data
+                try:
+                    header = tarfile.TarInfo.frombuf(archive.read(shards.BLOCK), "utf-8", "surrogateescape")
+                except tarfile.TarError:
+                    return f"sample {number + 1}: no tar header before {member}'s data at {offset}"
+                named = header.name == member or (len(header.name) >= 99 and member.startswith(header.name))
+                if not named or header.size != length:
+                    return (f"sample {number + 1}: the index has {member} ({length} bytes) at {offset}, the tar "
+                            f"{header.name} ({header.size} bytes)")
+    return ""
 
 
 def _stage_files(reader: BlobReader, name: str, folder: Path, stats: transfer.Stats, threads: int,

@@ -107,6 +107,32 @@ def test_a_shard_that_stays_bad_stops_in_one_line_after_three_downloads(azurite,
     assert "sig=" not in result.stderr
 
 
+def test_an_index_of_another_version_beside_its_tar_stops_before_the_marker(azurite, container, tmp_path):
+    """The manifest lists no MD5 for an .idx: one fetched while an upload replaced its shard (the new version's index
+    beside the old tar, which matched the manifest) would send the loaders to the wrong offsets. node-stage checks
+    each index against its tar's headers and stops in one line, unmarked."""
+    dataset, out = sharded_upload(azurite, container, tmp_path, seed=0)
+    image_folder(tmp_path / "src-other", per_class=10)
+    other = shards.write_shards(tmp_path / "src-other", tmp_path / "other", shard_bytes=8000, seed=1)
+    shard = dataset.shards["train"][1]
+    assert other.shards["train"][1].index == shard.index  # same name, another version's content
+    client = ContainerClient.from_container_url(azurite.container_url(container, "racwl"))
+    client.upload_blob(f"datasets/pets/{shard.index}", (tmp_path / "other" / shard.index).read_bytes(), overwrite=True)
+    dest = tmp_path / "local-data"
+    result = cli("node-stage", azurite.container_url(container, "rl"), "--dataset", "pets", "--dest", dest)
+    assert result.returncode == 2, result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"datasets/pets/{shard.index} does not index datasets/pets/{shard.name}" in errors[0]
+    assert "run node-stage again once it has finished" in errors[0]
+    folder = dest / "datasets" / "pets"
+    assert not (folder / ".staged").exists() and not (folder / shard.index).exists()
+    # The right index back in the container: the next run fetches it and marks the dataset.
+    client.upload_blob(f"datasets/pets/{shard.index}", (out / shard.index).read_bytes(), overwrite=True)
+    again = cli("node-stage", azurite.container_url(container, "rl"), "--dataset", "pets", "--dest", dest)
+    assert again.returncode == 0, again.stderr
+    assert files(folder) == files(out) and (folder / ".staged").read_text().strip() == dataset.content_hash
+
+
 def test_a_missing_dataset_is_one_line(azurite, container, tmp_path):
     result = cli("node-stage", azurite.container_url(container, "rl"), "--dataset", "nope", "--dest", tmp_path / "d")
     assert result.returncode == 2 and result.stdout == ""
