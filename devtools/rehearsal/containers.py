@@ -200,9 +200,15 @@ class ContainerBatch(RehearsalBatch):
         anchor = self.nodes.anchor_names[node.hostname]
         name = f"{anchor}-{len(self.nodes.containers)}"
         args = batch_container.docker_create_args(held, batch_env, self.nodes.image, name)
+        # The rehearsal's local HTTPS fronts (storage for node-stage, the account and token endpoints) are signed by
+        # its own CA, which every task trusts through SSL_CERT_FILE / REQUESTS_CA_BUNDLE (devtools/rehearsal/azure_ad.py):
+        # the file is bound read-only at its path, as a node here has it (Azure's are signed by public CAs the image
+        # trusts already).
+        trusted = {path: f"{path}:ro" for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+                   if (path := batch_env.get(name)) and Path(path).is_file()}
         args = batch_container.on_local_node(args, anchor=anchor, batch_root=str(BATCH_ROOT),
                                              node_root=str(node.batch_root), cpus=self.nodes.cores(node),
-                                             mounts={str(self.nodes.export): str(self.nodes.mount_point)})
+                                             mounts={str(self.nodes.export): str(self.nodes.mount_point), **trusted})
         self.nodes.containers.append(name)
         self.nodes.engine.docker("create", *args, timeout=120)
         self.nodes.engine.docker("start", name, timeout=120)
