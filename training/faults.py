@@ -55,6 +55,28 @@ def read_alive(directory: Path) -> dict[int, dict]:
     return found
 
 
+class FileSigns:
+    """Signs of life as one small file per rank under OUTPUT_DIR/.watchdog, on the share every node sees."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.where = f"the share ({self.directory})"
+
+    def write(self, record: dict) -> None:
+        write_alive(self.directory, **{k: record[k] for k in ("rank", "host", "beats", "step")},
+                    **{k: v for k, v in record.items() if k not in ("rank", "host", "beats", "step", "pid")})
+
+    def read(self) -> dict[int, dict]:
+        return read_alive(self.directory)
+
+    def remove(self, rank: int) -> None:
+        try:  # a finished run leaves no sign of life behind (the folder is copied with the run's outputs)
+            (self.directory / f"rank-{rank}.json").unlink(missing_ok=True)
+            self.directory.rmdir()
+        except OSError:
+            pass  # another rank's file is still there: the last rank to stop removes the folder
+
+
 def stalled(before: Mapping[int, dict], after: Mapping[int, dict], world: int) -> list[dict]:
     """The ranks (of 0..world-1) whose thread gave no sign of life between the two looks, lowest first: their
     beat count did not move, or they never wrote one. Pure."""

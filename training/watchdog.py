@@ -61,7 +61,7 @@ from training.errors import EXIT_HANG, UsageError
 # The signs of life and fault records, named here too for the modules that import them from the watchdog.
 from training.faults import (ALIVE_DIR, FAULT_LINE, FAULTS_DIR, LOCAL_DIR_ENV, RUN_DIR_ENV,  # noqa: F401
                              blame, blame_text, emit, exception_record, host_name, is_collective_failure, lagging,
-                             local_dir, rank_of, read_alive, record_fault, stalled, write_alive)
+                             local_dir, rank_of, read_alive, record_fault, stalled, write_alive, FileSigns)
 
 RECENT = 20  # step times the median is taken over
 AfterStep = Callable[[int, Callable[[], float]], None]  # the runner's after_step(steps done, averaged loss)
@@ -216,8 +216,10 @@ class Watchdog:
 
     def __init__(self, rank: int, world: int, output_dir: Path, bounds: Bounds, *,
                  clock: Callable[[], float] = time.monotonic, host: str | None = None,
-                 on_expire: Callable[[str, dict], None] | None = None):
+                 on_expire: Callable[[str, dict], None] | None = None, signs=None):
         self.rank, self.world, self.output_dir, self.bounds = rank, world, Path(output_dir), bounds
+        # where the signs of life are written and read: files on the share, or the process group's store (signs=)
+        self.signs = signs or FileSigns(self.output_dir / ALIVE_DIR)
         self.host = host or host_name()
         self.clock = clock
         self.deadline = Deadline(bounds, clock())
@@ -307,9 +309,9 @@ class Watchdog:
         while True:
             self._beats += 1
             try:
-                write_alive(self.alive_dir, self.rank, self.host, self._beats, self.deadline.step,
-                            **self.sign_of_life())
-                found = read_alive(self.alive_dir)
+                self.signs.write({"rank": self.rank, "host": self.host, "pid": os.getpid(), "beats": self._beats,
+                                  "step": self.deadline.step, **self.sign_of_life()})
+                found = self.signs.read()
             except OSError:
                 found = None  # a share that hiccups must not end the run; the peers see a pause, if it passes
             if found is not None:
@@ -318,11 +320,7 @@ class Watchdog:
                     self._looks = [*self._looks[-3:], (self._look_count, found)]
             if self._stop.wait(self.bounds.poll_s):
                 break
-        try:  # a finished run leaves no sign of life behind (the folder is copied with the run's outputs)
-            (self.alive_dir / f"rank-{self.rank}.json").unlink(missing_ok=True)
-            self.alive_dir.rmdir()
-        except OSError:
-            pass  # another rank's file is still there: the last rank to stop removes the folder
+        self.signs.remove(self.rank)
 
     def _latest(self) -> tuple[int, dict[int, dict]]:
         with self._lock:
@@ -334,7 +332,7 @@ class Watchdog:
             looks = list(self._looks)
         if len(looks) < 2:
             return ""
-        (_, before), (_, after) = looks[-2], looks[-1]
+        (_, before), (_, after) = looks[0], looks[-1]  # the oldest kept look: a peer's beat may skip one poll
         for rank, record in sorted(after.items()):
             moved = rank in before and before[rank].get("beats") != record.get("beats")
             if rank != self.rank and moved and record.get("busy"):
@@ -379,11 +377,13 @@ class Watchdog:
             if self._stop.is_set():
                 return
             doing = f" while busy with {busy}" if busy else f" ({peer})" if peer else ""
-            share = "" if fresh else (f"; the signs of life on {self.alive_dir} have not changed for "
-                                      f"{2 * self.bounds.poll_s:.0f} s (the share is not answering)")
+            share = "" if fresh else (f"; the signs of life on {self.signs.where} have not changed for "
+                                      f"{2 * self.bounds.poll_s:.0f} s (it is not answering)")
             named = stopped or behind
+            said = (blame_text(stopped, self.world, behind) if fresh or named else
+                    "no rank can be named (the signs of life cannot be read)")
             line = (f"error: node fault: no training step for {waited:.0f} s after step {step}{doing} (bound "
-                    f"{bound:.0f} s); {blame_text(stopped, self.world, behind)}{share}; rank {self.rank} on "
+                    f"{bound:.0f} s); {said}{share}; rank {self.rank} on "
                     f"{self.host} ends the run (exit {EXIT_HANG}) so the job can retry on other nodes from the newest "
                     "checkpoint")
             record = {"rank": self.rank, "host": self.host, "kind": "node", "exit_code": EXIT_HANG, "step": step,
@@ -399,6 +399,12 @@ class Watchdog:
 
 
 _RUN: dict[str, object] = {}  # this process's run: its output dir and watchdog, for the excepthook and the marks
+
+
+def prefer_signs(signs) -> None:
+    """Where this process's watchdog writes and reads the signs of life, when not the share's files: the framework's
+    loop calls it before the runner starts the watchdog (PyTorch under Azure ML: the process group's store)."""
+    _RUN["signs"] = signs
 
 
 def mark(what: str) -> None:
@@ -429,7 +435,7 @@ def start(rank: int, world: int, output_dir: Path, env: Mapping[str, str] = os.e
     install_excepthook(rank, world, Path(output_dir))
     if env.get("TRAINING_WATCHDOG", "").lower() in ("off", "0", "false"):
         return None
-    dog = Watchdog(rank, world, Path(output_dir), Bounds.from_env(env, compiler)).start()
+    dog = Watchdog(rank, world, Path(output_dir), Bounds.from_env(env, compiler), signs=_RUN.get("signs")).start()
     _RUN["dog"] = dog
     return dog
 

@@ -11,6 +11,7 @@ rank left on cuda:0 would do so on an 8-GPU node.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import time
 
@@ -132,6 +133,50 @@ def ddp_settings(accepted) -> dict:
     return settings
 
 
+class StoreSigns:
+    """The watchdog's signs of life through the process group's key-value store (the TCPStore that torch.distributed's
+    rendezvous runs on rank 0's host), instead of files on a shared folder. Under Azure ML the outputs folder is a
+    blob-fuse mount whose cache makes another node's rewrites of a small file stale (the watchdog would read a live
+    rank as stopped); the store answers every rank from one place. A store that does not answer (rank 0's host
+    frozen) blocks only the watchdog's sign-of-life thread, as a hung share would."""
+
+    def __init__(self, store, world: int):
+        self.store, self.world = store, world
+        self.where = "the process group's store (rank 0's host)"
+
+    @staticmethod
+    def key(rank: int) -> str:
+        return f"training-watchdog/alive/{rank}"
+
+    def write(self, record: dict) -> None:
+        self.store.set(self.key(record["rank"]), json.dumps(record))
+
+    def read(self) -> dict[int, dict]:
+        found = {}
+        for rank in range(self.world):
+            if self.store.check([self.key(rank)]):  # get() would wait for a key not yet written
+                found[rank] = json.loads(self.store.get(self.key(rank)))
+        return found
+
+    def remove(self, rank: int) -> None:
+        try:
+            self.store.delete_key(self.key(rank))
+        except (RuntimeError, OSError):
+            pass  # the store's host has ended its run already
+
+
+def store_signs(env, world: int):
+    """StoreSigns over the default process group's store under Azure ML (AZUREML_RUN_ID set), else None (the
+    share's files). The store is torch.distributed's default group's (`_get_default_store`, not public API: where
+    it is missing, the files)."""
+    if not env.get("AZUREML_RUN_ID"):
+        return None
+    from torch.distributed import distributed_c10d
+
+    getter = getattr(distributed_c10d, "_get_default_store", None)
+    return StoreSigns(getter(), world) if getter else None
+
+
 class Ddp:
     name = "ddp"
 
@@ -153,6 +198,9 @@ class Ddp:
                                 timeout=collective_timeout(os.environ, compiler))
         self.dist = dist
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
+        signs = store_signs(os.environ, self.size)  # Azure ML: the watchdog's signs of life through the store
+        if signs:
+            watchdog.prefer_signs(signs)
 
     def wrap(self, model, optimizer, fp16_allreduce: bool):
         from torch.nn.parallel import DistributedDataParallel
