@@ -192,7 +192,12 @@ def need(sku: GpuSku, nodes: int, per_gpu: float | None, basis: str) -> Need:
     return Need(per_gpu * gpus, f"{gpus} GPUs x {per_gpu:,.0f}, {basis}")
 
 
-def decode_stage(sku: GpuSku, nodes: int) -> Stage:
+def decode_stage(sku: GpuSku, nodes: int, loader: str = "dali") -> Stage:
+    """The GPUs' decode with the ranks' loader: the published figure is DALI's hardware decode, so another loader
+    (nvjpeg, pil, tf.data: per image on the GPU or on the host's cores) has none here and never borrows it."""
+    if loader != "dali":
+        return Stage("decode", None, f"--loader {loader}: no published figure (the one there is, {DECODE_SOURCE}, "
+                                     "is --loader dali's, the PyTorch image's auto)")
     per_gpu = DECODE_IMG_PER_SEC_PER_GPU.get(sku.gpu_model)
     if per_gpu is None:
         return Stage("decode", None, f"no published DALI decode figure for {sku.gpu_model}")
@@ -261,10 +266,12 @@ def _priced(seconds: float, basis: str, nodes: int, node_price: float) -> Stagin
 
 def assess(*, sku: GpuSku, nodes: int, location: str, backend: str, tier: str, nfs_kind: str, nfs_vm_size: str,
            nfs_disk_count: int, nfs_disk_size_gb: int, data_local_cache: bool, aml_data_mode: str,
-           per_gpu: float | None, need_basis: str, node_price: float, data: Dataset = DATASET) -> DataPath:
-    """The stack's data path at `nodes` (its maxNodes), from its config's values (pure)."""
+           per_gpu: float | None, need_basis: str, node_price: float, data: Dataset = DATASET,
+           loader: str = "dali") -> DataPath:
+    """The stack's data path at `nodes` (its maxNodes), from its config's values (pure); `loader`: the ranks' loader
+    on the GPU nodes (node_loader)."""
     wanted = need(sku, nodes, per_gpu, need_basis)
-    decode = decode_stage(sku, nodes)
+    decode = decode_stage(sku, nodes, loader)
     local = local_disk_stage(sku, nodes, data)
     fits = _fits(sku, data)
     to_local = "set dataTier node-local (each node reads its own copy from local disk)"
@@ -311,6 +318,28 @@ def _decode_fix(sku: GpuSku) -> str:
 # --- from a stack's config ---------------------------------------------------------------------------------------
 
 NO_BF16 = ("V100", "T4")  # GPUs without bf16 units (training/config.py: auto_precision)
+# What `--loader auto` is on a GPU node: the PyTorch image installs DALI (training/requirements-torch.txt, which
+# images/pytorch.Dockerfile installs), so auto is dali there whatever the machine running plan has installed.
+NODE_AUTO_LOADER = "dali"
+
+
+def _node_run(cfg):
+    """The stack's trainingArgs resolved as a GPU node of its size resolves them (training/config.py)."""
+    from dataclasses import replace
+
+    from training.config import parse_args, resolve_for_device
+
+    argv = ["--framework", cfg.training.framework, "--data", "x", "--output-dir", "x", *cfg.training.args]
+    parsed = parse_args(argv)
+    run = resolve_for_device(parsed, True, bf16=not any(g in cfg.nodes.sku.gpu_model for g in NO_BF16))
+    if parsed.loader == "auto" and run.loader in ("dali", "nvjpeg"):  # the deployer's DALI decided it: the node's
+        run = replace(run, loader=NODE_AUTO_LOADER)
+    return run
+
+
+def node_loader(cfg) -> str:
+    """The loader the stack's ranks read with on its GPU nodes (pil: the host's cores, as tf.data does)."""
+    return _node_run(cfg).loader
 
 
 def expected_per_gpu(cfg) -> tuple[float | None, str]:
@@ -319,14 +348,12 @@ def expected_per_gpu(cfg) -> tuple[float | None, str]:
     trainingArgs resolve to another gets the figure as its ceiling, said so, rather than no need at all: the data
     path must feed the GPUs at the pace they can reach."""
     from training import efficiency
-    from training.config import parse_args, resolve_for_device
 
     sku = cfg.nodes.sku
     figure = sku.benchmark_img_per_sec
     if figure is None or cfg.training.framework != "pytorch":
         return None, f"no benchmark for {sku.name} with {cfg.training.framework} (skus.py benchmark_img_per_sec)"
-    argv = ["--framework", cfg.training.framework, "--data", "x", "--output-dir", "x", *cfg.training.args]
-    run = resolve_for_device(parse_args(argv), True, bf16=not any(g in sku.gpu_model for g in NO_BF16))
+    run = _node_run(cfg)
     recipe = efficiency.Recipe.of(run)
     if recipe in efficiency.MEASURED_RECIPES:
         return figure, f"the size's benchmark for this recipe ({recipe.text()})"
@@ -342,4 +369,4 @@ def of_stack(cfg, data: Dataset = DATASET) -> DataPath:
                   tier=cfg.nfs.data_tier, nfs_kind=cfg.nfs.kind, nfs_vm_size=cfg.nfs.vm_size,
                   nfs_disk_count=cfg.nfs.disk_count, nfs_disk_size_gb=cfg.nfs.disk_size_gb,
                   data_local_cache=cfg.nfs.data_local_cache, aml_data_mode=cfg.aml.data_mode, per_gpu=per_gpu,
-                  need_basis=basis, node_price=cost.estimate(cfg).node_price, data=data)
+                  need_basis=basis, node_price=cost.estimate(cfg).node_price, data=data, loader=node_loader(cfg))

@@ -27,7 +27,10 @@ def test_the_vision_stacks_plan_says_it_is_fed():
 
 def _vision_project(tmp_path, extra: str = ""):
     shutil.copy(REPO_ROOT / "Pulumi.yaml", tmp_path / "Pulumi.yaml")
-    stack = (REPO_ROOT / "Pulumi.vision.yaml").read_text().rstrip("\n") + "\n" + extra
+    keys = {line.split(":", 2)[1] for line in extra.splitlines() if line.strip()}  # extra's keys replace the file's
+    kept = [line for line in (REPO_ROOT / "Pulumi.vision.yaml").read_text().splitlines()
+            if not (line.startswith("  azure-dl-training:") and line.split(":", 2)[1] in keys)]
+    stack = "\n".join(kept) + "\n" + extra
     (tmp_path / "Pulumi.vision.yaml").write_text(stack)
     (tmp_path / "outputs.json").write_text(json.dumps({}))  # no outputs: submit stops at them, after its first line
     return tmp_path

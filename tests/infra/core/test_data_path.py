@@ -46,6 +46,24 @@ def test_node_local_on_the_vision_stack_is_fed_by_the_h100_decoders(nodes):
     assert "local disk: no published figure" in path.line()
 
 
+def test_the_decode_figure_is_dalis_alone_and_auto_is_dali_on_the_node_whatever_plan_runs_on(monkeypatch):
+    """MLPerf's 57.2k img/s a node is DALI's hardware decode: a stack whose ranks read with --loader pil or nvjpeg is
+    not called fed on it. --loader auto is dali on the GPU image, with or without DALI on the machine running plan."""
+    from training import config as train_config
+
+    for installed in (False, True):
+        monkeypatch.setattr(train_config, "dali_installed", lambda: installed)
+        auto = data_path.of_stack(vision())
+        assert data_path.node_loader(vision()) == "dali" and auto.slowest.name == "decode" and not auto.short
+        assert "dali data" in auto.line() and "nvjpeg data" not in auto.line()
+    for loader in ("pil", "nvjpeg"):
+        cfg = vision()
+        cfg = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, args=("--loader", loader)))
+        path = data_path.of_stack(cfg)
+        assert path.delivered is None and "fed" not in path.verdict()
+        assert f"decode: no published figure (--loader {loader}: " in path.line()
+
+
 def test_staging_from_blob_is_bound_by_the_accounts_egress_at_cluster_scale_and_priced_at_the_node_price():
     at_8, at_32 = data_path.of_stack(vision()), data_path.of_stack(vision(max_nodes=32))
     # eastus: 200 Gb/s = 25 GB/s shared by every node; one node's 80 Gb/s NIC alone would take 14.8 s.
