@@ -126,7 +126,7 @@ class Deadline:
         self.step = 0  # the last step done
         self.done = 0  # steps done by this process (a resumed run starts at 0 too)
         self.times: deque[float] = deque(maxlen=RECENT)
-        self.untimed = True  # the next step's time is not a step time (the first step; one after a busy spell)
+        self.untimed = True  # the next step's time is not a step time (the first step's: start-up and compile)
         self.busy_what = ""  # what the run is busy with (a checkpoint, validation), or ""
 
     def stepped(self, step: int, now: float) -> None:
@@ -142,9 +142,10 @@ class Deadline:
         self.busy_what, self.last = what, now
 
     def collective(self, now: float) -> None:
-        """A collective starts: it is not busy time; if the run was busy, the step bound runs from now."""
+        """A collective starts: it is not busy time; if the run was busy, the step bound runs from now. (The next
+        step's time is still right: the hook's last `stepped` of the same step restarts the clock after it.)"""
         if self.busy_what:
-            self.busy_what, self.last, self.untimed = "", now, True
+            self.busy_what, self.last = "", now
 
     def bound(self) -> float:
         b = self.bounds
