@@ -177,9 +177,12 @@ class Recipe:
 # recipes, so the expectation is keyed by (size, framework, distribution, compile, precision, per-GPU batch): the
 # size picks the figure, the run's recipe must be one it was measured with. ND H100 v5: the benchmark table in
 # docs/training.md (one H100, DDP of one process, bf16, channels-last, torch.compile, batch 256, fused SGD: 5,363 img/s).
-# SGD (fused), torch.compile's default mode, synthetic data: what that figure ran.
-MEASURED_RECIPES = (Recipe("pytorch", "ddp", True, "bf16", 256, optimizer="sgd", compile_mode="default",
-                           loader="synthetic"),)
+# SGD (fused), torch.compile's default mode, synthetic data: what that figure ran. Each recipe maps to its img/s as a
+# share of the size's figure, measured on the same GPU in one run (1.0: the recipe of the figure itself), so that a
+# recipe measured beside it (devtools/device_issue58.sh: batch 192, LARS) is one more row.
+MEASURED_RECIPES: dict[Recipe, float] = {
+    Recipe("pytorch", "ddp", True, "bf16", 256, optimizer="sgd", compile_mode="default", loader="synthetic"): 1.0,
+}
 
 
 def nearest_measured(recipe: Recipe) -> Recipe:
@@ -208,11 +211,15 @@ def expectation(expected: float, *, device: str, image_size: int, recipe: Recipe
         return Expectation(None, f"the size's {expected:g} img/s is at {EXPECTATION_IMAGE_SIZE} px, this run trains "
                                  f"at {image_size} px")
     if recipe not in MEASURED_RECIPES:
-        nearest = nearest_measured(recipe) if recipe else MEASURED_RECIPES[0]
+        nearest = nearest_measured(recipe) if recipe else next(iter(MEASURED_RECIPES))
         mine = f" ({recipe.text()})" if recipe else ""
         return Expectation(None, f"unknown for this recipe{mine}; the nearest measured: {nearest.text()} at "
                                  f"{expected:g} img/s", unknown="unknown for this recipe")
-    return Expectation(expected, f"the node size's benchmark ({recipe.text()})")
+    share = MEASURED_RECIPES[recipe]
+    if share == 1.0:
+        return Expectation(expected, f"the node size's benchmark ({recipe.text()})")
+    return Expectation(expected * share, f"{share:.2f} x the node size's benchmark of {expected:g}, as measured beside "
+                                         f"it ({recipe.text()})")
 
 
 def of_expected(per_worker: float, expected: Expectation) -> float | None:

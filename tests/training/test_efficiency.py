@@ -206,3 +206,13 @@ def test_where_the_gpus_idle_is_measured_it_decides_input_bound_not_the_hosts_wa
     before = run.copy()
     run.add_gpu_idle(0.5)
     assert run.since(before).gpu_idle == 0.5 and StepTimes().since(StepTimes()).gpu_idle is None
+
+
+def test_a_recipe_measured_beside_the_sizes_figure_expects_its_share_of_it(monkeypatch):
+    lars = dataclasses.replace(MEASURED, optimizer="lars")
+    assert eff.expectation(5363, device="gpu", image_size=224, recipe=lars).img_per_sec is None  # not measured
+    monkeypatch.setitem(eff.MEASURED_RECIPES, lars, 0.9)  # as a device run would add it
+    expected = eff.expectation(5363, device="gpu", image_size=224, recipe=lars)
+    assert expected.img_per_sec == pytest.approx(4826.7) and expected.basis.startswith(
+        "0.90 x the node size's benchmark of 5363, as measured beside it (pytorch, ddp, compiled (default), bf16, "
+        "batch 256, 224 px, lars, synthetic data)")
