@@ -34,4 +34,13 @@ run ddp-compile-256 X=1 -- --batch-size 256
 run ddp-compile-192 X=1 -- --batch-size 192
 run ddp-torch-defaults-256 TRAINING_DDP_SETTINGS=torch -- --batch-size 256
 run ddp-compile-lars-256 X=1 -- --batch-size 256 --optimizer lars
-cat "$OUT/figures.txt"
+# each run's share of the batch-256 run: a MEASURED_RECIPES row (training/efficiency.py) for its recipe
+python3 - <<'PY' | tee "$OUT/shares.txt"
+import json
+from pathlib import Path
+rate = {p.parent.name.removeprefix("issue58-"): json.loads(p.read_text())["img_per_sec_per_worker"]
+        for p in Path("/tmp").glob("issue58-*/summary.json")}
+base = rate.get("ddp-compile-256")
+for name, value in sorted(rate.items()):
+    print(f"{name:28s} {value / base:.3f} of ddp-compile-256" if base else f"{name}: no batch-256 run to compare")
+PY
