@@ -1,8 +1,8 @@
 """The Pulumi program: load and validate the stack config, build the team environment, export outputs."""
 import pulumi
 
-from infra.core import config
-from infra.core.config_schema import ConfigError
+from infra.core.config import stack as config
+from infra.core.config.schema import ConfigError
 from infra.stack import deploy
 
 try:

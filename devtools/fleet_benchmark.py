@@ -27,7 +27,7 @@ from pathlib import Path
 
 from infra import REPO_ROOT
 from infra.cli.new_team import new_team
-from infra.core import config
+from infra.core.config import stack as config
 
 TEMPLATE = "dev"  # the stack `plan` is timed on and the timed `new-team` copies
 # The generated teams' template: dev with a /20 address space (dev's /16 would run out of private /16s, 273 in all,

@@ -9,7 +9,7 @@ floors above it in this list (tests/infra/test_layers.py holds them, imports ins
   stack.py     the stack: the components every stack has, then the stack's backend, its access, budget and outputs
   preview/     the program evaluated offline under Pulumi's mocks (plan, tests, rehearsal); Pulumi's private names
   cli/         `python -m infra`: plan and the job verbs
-  policy/      the CrossGuard policy pack over core/security.py
+  policy/      the CrossGuard policy pack over core/security/resources.py
 """
 from pathlib import Path
 

@@ -32,7 +32,8 @@ from infra.backends.shared import (JobError, StackOutputs, load_outputs, member_
                                    rehearsal_endpoints)
 from infra.backends.verbs import (Cancel, Download, JobContext, JobVerb, Logs, RegisterModel, Status, Submit,
                                   verb_name)
-from infra.core import budget, config
+from infra.core import budget
+from infra.core.config import stack as config
 from training.data import datasets, decode_check, layout, sharding, shards, transfer
 from training.data.upload import upload as upload_tree
 from training.errors import UsageError

@@ -23,7 +23,7 @@ from infra.components.access import LEVELS, TeamAccess, TeamAccessArgs, team_gra
 from infra.components.budget import TeamBudget, TeamBudgetArgs, start_of_month
 from infra.core import naming
 from infra.core.backend_facts import facts
-from infra.core.config import StackConfig
+from infra.core.config.stack import StackConfig
 from infra.core.containers import CONTAINERS
 from infra.components.identity import NodeIdentity, NodeIdentityArgs
 from infra.components.monitoring import Monitoring, MonitoringArgs

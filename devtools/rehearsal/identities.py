@@ -39,7 +39,7 @@ PEOPLE = {DEPLOYER_CLIENT_ID: DEPLOYER, MEMBER_CLIENT_ID: MEMBER_GROUP}  # clien
 
 def rehearsed_config(stack: str):
     """The stack file's config, with the rehearsal's member group in teamMembers (when not there already)."""
-    from infra.core import config
+    from infra.core.config import stack as config
 
     cfg = config.from_stack_file(stack)
     if MEMBER_GROUP in cfg.access.members:
@@ -51,7 +51,7 @@ def batch_token(ad, ev, node_operators: set[str] = frozenset()):
     """The Batch endpoint's check of a bearer token: one the rehearsal's Azure AD issued to the deployer, or to a
     principal the program grants Azure Batch Job Submitter on the Batch account (the team's members), or to one in
     `node_operators` (read at each request: RehearsalBatch.node_operators)."""
-    from infra.core.role_ids import BATCH_JOB_SUBMITTER, role_key
+    from infra.core.security.role_ids import BATCH_JOB_SUBMITTER, role_key
 
     account = ev.one("azure-native:batch:BatchAccount").state["id"]
     submitters = {str(a.inputs["principalId"]) for a in ev.of_type("azure-native:authorization:RoleAssignment")

@@ -100,7 +100,7 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
     from infra.backends.batch import operate
     from infra.preview import offline
     from infra.backends.batch import spec as batch_spec
-    from infra.core.config_sections import parse_training_args
+    from infra.core.config.sections import parse_training_args
 
     cfg = rehearsed_config(stack)
     if cfg.backend != "batch":
@@ -434,7 +434,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from devtools.rehearsal.nfs_server import StagingFailed
     from devtools.rehearsal.nodes import RehearsalUnavailable
-    from infra.core.config_schema import ConfigError
+    from infra.core.config.schema import ConfigError
 
     def go(work: Path) -> Rehearsal:
         train_args = args.args if args.args is not None else DEFAULT_ARGS

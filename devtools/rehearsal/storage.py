@@ -14,7 +14,7 @@ from datetime import datetime
 from devtools.emulator import Azurite
 from infra.preview.offline import Evaluation
 from infra.components import roles
-from infra.core.role_ids import role_key
+from infra.core.security.role_ids import role_key
 
 ROLE_PERMISSIONS = {roles.BLOB_DATA_READER: "rl", roles.BLOB_DATA_CONTRIBUTOR: "racwdl",
                     roles.BLOB_DATA_WRITER: "racwdl"}

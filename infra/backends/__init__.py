@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
     from infra.backends.verbs import Cancel, Download, JobContext, Logs, RegisterModel, Status, Submit
     from infra.components.access import TeamGrant
-    from infra.core.config import StackConfig
+    from infra.core.config.stack import StackConfig
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """This machine's public (egress) address, as the firewalls `up` writes through will see it: what an echo service
 answers (https://ifconfig.me/ip, the one docs/deploying.md has people ask with curl), or DLTRAIN_CALLER_ADDRESS when
 set (a runner that knows its NAT address, or an offline test). preflight compares it with allowedIpRanges
-(infra/core/caller_access.py)."""
+(infra/core/preflight/caller_access.py)."""
 from __future__ import annotations
 
 import ipaddress

@@ -1,5 +1,5 @@
 """Preflight's calls: Azure Resource Manager and the Retail Prices API, read with the deployer's sign-in, and the
-checks in order (infra/core/preflight.py gives each verdict). ARM is spoken through azure-mgmt-core's
+checks in order (infra/core/preflight/ gives each verdict). ARM is spoken through azure-mgmt-core's
 ARMPipelineClient (the pipeline every azure-mgmt client runs on: bearer token for ARM, ARM's error format,
 retries) with each REST spec's path and api-version, so one package serves every API here; the tests point it at a
 local HTTPS endpoint that answers as the specs' examples do (tests/infra/backends/arm_endpoint.py).
@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from infra.core import preflight as verdicts, preflight_image, preflight_registry
-from infra.core.preflight import FAIL, WARN, Check, Needs
+from infra.core.preflight import image as preflight_image, registry as preflight_registry
+from infra.core.preflight import subscription as verdicts
+from infra.core.preflight.check import FAIL, WARN, Check
+from infra.core.preflight.policy import policy_verdict
+from infra.core.preflight.subscription import Needs
 
 ARM = "https://management.azure.com"
 ARM_SCOPE = f"{ARM}/.default"
@@ -276,7 +279,7 @@ def run(needs: Needs, subscription: str, arm: Arm, prices: RetailPrices | None,
             details = {"resourceContent": target.content, "apiVersion": target.api_version}
             if not on_group and target.content["type"] != "Microsoft.Resources/resourceGroups":
                 details["scope"] = group_id  # where it will be created: the group `up` makes first
-            found.append(verdicts.policy_verdict(target, arm.post(path, API["policy"],
+            found.append(policy_verdict(target, arm.post(path, API["policy"],
                                                                   {"resourceDetails": details}),
                                                         needs.resource_group, group_exists))
         return found

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from infra.core.config import StackConfig
-from infra.core.config_schema import IMAGE_OF_LOOP
+from infra.core.config.stack import StackConfig
+from infra.core.config.schema import IMAGE_OF_LOOP
 from infra.core.skus import GpuSku
 from training.errors import AccessRefused
 

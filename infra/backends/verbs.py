@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
-from infra.core.config_sections import parse_training_args
+from infra.core.config.sections import parse_training_args
 
 if TYPE_CHECKING:
     from infra.backends.shared import StackOutputs
-    from infra.core.config import StackConfig
+    from infra.core.config.stack import StackConfig
 
 
 @dataclass(frozen=True)

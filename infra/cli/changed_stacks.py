@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core.config import stack_names
+from infra.core.config.stack import stack_names
 
 # A stack file at the project's top (Pulumi's own naming: Pulumi.<stack>.yaml beside Pulumi.yaml). Only the
 # characters Pulumi allows in a stack name ("alphanumeric characters, hyphens, underscores, or periods",

@@ -1,6 +1,6 @@
 """`python -m infra ci-roles --subscription ID`: the roles the fleet pipeline's deploy identity may grant in that
 subscription, and the condition that limits its Role Based Access Control Administrator assignment to them
-(infra/core/ci_roles.py; docs/ci.md, "Identities"). Read offline from the stack files here: those whose
+(infra/core/security/ci_roles.py; docs/ci.md, "Identities"). Read offline from the stack files here: those whose
 `azure-native:subscriptionId` is ID, and those that set none (they deploy to whatever subscription the deployer
 signs in to: the pipeline's AZURE_SUBSCRIPTION_ID). A stack added later brings its own custom role: run it again
 and update the assignment's condition (`az role assignment update`). Key Vault Secrets Officer is admitted only
@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core import ci_roles, config, role_ids, shared_images
-from infra.core.config_schema import ConfigError
+from infra.core.security import ci_roles, role_ids
+from infra.core.config import stack as config, shared_images
+from infra.core.config.schema import ConfigError
 
 
 def add_parser(commands) -> None:

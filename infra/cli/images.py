@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 from infra import REPO_ROOT
-from infra.core import config, shared_images
-from infra.core.config import PROJECT
-from infra.core.config_schema import IMAGES, ConfigError
+from infra.core.config import stack as config, shared_images
+from infra.core.config.stack import PROJECT
+from infra.core.config.schema import IMAGES, ConfigError
 
 VERB = "shared-images"
 

@@ -79,7 +79,7 @@ def _verb_inputs(args: argparse.Namespace):
 
 def _job_verb(args: argparse.Namespace, services) -> int:
     """A job verb through the SDK (infra/jobs.py); its errors as one line. submit's first line: the data path's
-    warning when it feeds the GPUs less than they need (infra/core/data_path.py, as `plan` says it)."""
+    warning when it feeds the GPUs less than they need (infra/core/data/path.py, as `plan` says it)."""
     from infra import jobs
 
     def body() -> None:
@@ -91,7 +91,8 @@ def _job_verb(args: argparse.Namespace, services) -> int:
 
 
 def _data_path_warning(args: argparse.Namespace) -> None:
-    from infra.core import config, data_path
+    from infra.core.config import stack as config
+    from infra.core.data import path as data_path
 
     warning = data_path.of_stack(config.from_stack_file(args.stack, args.project_dir)).warning()
     if warning:
@@ -102,7 +103,7 @@ def _one_line_errors(args: argparse.Namespace, body) -> int:
     """`body()`, then 0; a stack-file mistake (ConfigError) as one line and 2, a job's or the user's (JobError,
     UsageError) as one line and 1."""
     from infra.backends.shared import JobError
-    from infra.core.config_schema import ConfigError
+    from infra.core.config.schema import ConfigError
     from training.errors import UsageError
 
     try:

@@ -63,7 +63,7 @@ STACK_HELP = ("stack name: reads Pulumi.<STACK>.yaml (default: the stack Pulumi 
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from infra.core.config_schema import ConfigError
+    from infra.core.config.schema import ConfigError
 
     from infra.cli import teams
 
@@ -73,7 +73,7 @@ def _plan(args: argparse.Namespace) -> int:
     except ConfigError as err:
         print(f"error: Pulumi.{args.stack}.yaml: {err}", file=sys.stderr)
         return 2
-    from infra.core import deployer_identity
+    from infra.core.security import deployer_identity
 
     signed_in = deployer_identity.from_provider_environment(os.environ)  # the pipeline's ARM_*: who runs `up`
     wrong = signed_in and deployer_identity.mismatch(stack_config.deployer_principal_type, *signed_in, args.stack)
@@ -115,7 +115,7 @@ def _on_selected_stack(run):
 
 def _new_team(args: argparse.Namespace) -> int:
     from infra.cli.new_team import new_team, new_team_lines
-    from infra.core.config_schema import ConfigError
+    from infra.core.config.schema import ConfigError
 
     try:
         result = new_team(args.name, args.template, args.backend, args.project_dir, args.subscription, args.location,
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None, batch_factory=None, staged=None, aml_fac
 
     from infra.cli.teams import JSON_KEYS, LIVE_JSON_KEYS
     from infra.core.backend_facts import BACKENDS
-    from infra.core.config_schema import RANGES
+    from infra.core.config.schema import RANGES
 
     new_team = commands.add_parser(
         "new-team", help="write Pulumi.NAME.yaml for a new team, with an address space no other stack here uses",

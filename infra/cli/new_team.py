@@ -16,11 +16,13 @@ from pathlib import Path
 
 from infra import REPO_ROOT
 from infra.cli.teams import Fleet
-from infra.core import config, cost, deployer_identity, fleet_limits, shared_images
+from infra.core import cost, fleet_limits
+from infra.core.config import stack as config, shared_images
+from infra.core.security import deployer_identity
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
-from infra.core.config import PROJECT, StackConfig
-from infra.core.config_schema import ConfigError
-from infra.core.shared_images import SharedImages
+from infra.core.config.stack import PROJECT, StackConfig
+from infra.core.config.schema import ConfigError
+from infra.core.config.shared_images import SharedImages
 
 # RFC 1918: the ranges NetworkConfig's message names, tried in this order for a new team's address space.
 PRIVATE_RANGES = tuple(ipaddress.IPv4Network(r) for r in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
@@ -155,7 +157,7 @@ def new_team(name: str, template: str = "dev", backend_name: str | None = None, 
     and `location` put the new stack in another (subscription, region) group than the template's. The new stack
     imports the fleet's shared images (the sharedImages the stacks here use most) unless the template sets its own
     or `own_images` (then it builds every image itself). `ci`: the pipeline's deploy identity runs its `up`
-    (deployerPrincipalType ServicePrincipal; infra/core/deployer_identity.py)."""
+    (deployerPrincipalType ServicePrincipal; infra/core/security/deployer_identity.py)."""
     config.check_team(name)  # also what keeps NAME a plain file name
     subscription = config.check_subscription_id(subscription) if subscription else None
     path = root / f"Pulumi.{name}.yaml"

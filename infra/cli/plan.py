@@ -7,7 +7,10 @@ from datetime import date
 from typing import Any
 
 from infra.backends import Declares, Describes, backend
-from infra.core import budget, cost, data_path, naming, security, security_invariants, security_sas, shared_images
+from infra.core import budget, cost, naming
+from infra.core.data import path as data_path
+from infra.core.security import resources as security, invariants as security_invariants, sas as security_sas
+from infra.core.config import shared_images
 from infra.core.skus import price_note
 from infra.preview.offline import Evaluation
 

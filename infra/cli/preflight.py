@@ -1,5 +1,5 @@
 """`python -m infra preflight --stack NAME`: before `pulumi up`, ask the live subscription whether it can run the
-stack, one line per check (infra/backends/preflight.py runs them, infra/core/preflight.py judges them). Exit
+stack, one line per check (infra/backends/preflight.py runs them, infra/core/preflight/ judges them). Exit
 status: 0 nothing would stop `up` or the first job, 1 something would (or Azure could not be asked), 2 the stack
 file or the subscription is refused."""
 from __future__ import annotations
@@ -52,8 +52,8 @@ def azure_services():
 
 def stack_config_or_line(args: Any):
     """The stack's config, or None with its one line printed (the stack file refused: exit status 2)."""
-    from infra.core import config
-    from infra.core.config_schema import ConfigError
+    from infra.core.config import stack as config
+    from infra.core.config.schema import ConfigError
 
     try:
         return config.from_stack_file(args.stack, args.project_dir)
@@ -95,11 +95,11 @@ def against_azure(args: Any, services: Callable[[], tuple[Any, Any]] | None, wor
 
 
 def deployer_check(arm: Any, stack_config: Any) -> list:
-    """deployerPrincipalType against who this sign-in is (its ARM token's claims: infra/core/deployer_identity.py):
+    """deployerPrincipalType against who this sign-in is (its ARM token's claims: infra/core/security/deployer_identity.py):
     preflight runs as the identity that runs `up` (docs/ci.md), so a mismatch would fail `up`'s role assignments."""
     from infra.backends.preflight import ARM_SCOPE
-    from infra.core import deployer_identity
-    from infra.core import preflight as verdicts
+    from infra.core.security import deployer_identity
+    from infra.core.preflight import subscription as verdicts
 
     credential = getattr(arm, "credential", None)
     try:
@@ -118,8 +118,8 @@ def condition_check(arm: Any, stack_config: Any, subscription: str) -> list:
     """The deploy identity's role condition against the roles this stack's `up` assigns (a new stack brings a new
     custom role): a FAIL that names what to run and who runs it, before `up` fails on the role assignment."""
     from infra.backends.preflight import API, ARM_SCOPE
-    from infra.core import ci_roles, deployer_identity
-    from infra.core import preflight as verdicts
+    from infra.core.security import ci_roles, deployer_identity
+    from infra.core.preflight import subscription as verdicts
 
     credential = getattr(arm, "credential", None)
     try:
@@ -142,10 +142,10 @@ def condition_check(arm: Any, stack_config: Any, subscription: str) -> list:
 
 
 def caller_check(stack_config: Any, discover: bool = True) -> list:
-    """Whether the firewalls admit this machine (infra/core/caller_access.py). Its address: DLTRAIN_CALLER_ADDRESS, else
+    """Whether the firewalls admit this machine (infra/core/preflight/caller_access.py). Its address: DLTRAIN_CALLER_ADDRESS, else
     (`discover`, a real run) an echo service; with neither (tests with their own services) no line."""
     from infra.backends import caller_address
-    from infra.core import caller_access
+    from infra.core.preflight import caller_access
 
     if not discover and not os.environ.get(caller_address.ENV):
         return []
@@ -155,7 +155,7 @@ def caller_check(stack_config: Any, discover: bool = True) -> list:
 
 def command(args: Any, services: Callable[[], tuple[Any, Any]] | None = None) -> int:
     from infra.backends import preflight
-    from infra.core import preflight as verdicts
+    from infra.core.preflight import subscription as verdicts
     from infra.preview import offline
 
     started = time.monotonic()

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from infra.core import budget, config, cost, fleet_limits, shared_images
-from infra.core.config import PROJECT, StackConfig
-from infra.core.config_schema import ConfigError
-from infra.core.engine_config import EngineConfig
+from infra.core import budget, cost, fleet_limits
+from infra.core.config import stack as config, shared_images
+from infra.core.config.stack import PROJECT, StackConfig
+from infra.core.config.schema import ConfigError
+from infra.core.config.engine import EngineConfig
 
 # The keys new-team writes for each team (its name and its addresses): stacks whose configs differ in these alone
 # declare the same resources but for names and addresses, so `teams` evaluates the program once for all of them

@@ -5,7 +5,7 @@ from `outputs`), the job service (submit, status, logs, cancel) and read on the 
 Contributor on the resource group (what `pulumi up` does to the resources) and the data-plane roles `up` grants the
 deployer; never Owner, User Access Administrator or Role Based Access Control Administrator, so an admin cannot
 create role assignments: the `up` that creates or changes grants (this component's among them) still needs someone
-with Microsoft.Authorization/roleAssignments/write (plan and docs/teams.md say so). security.py refuses any grant wider
+with Microsoft.Authorization/roleAssignments/write (plan and docs/teams.md say so). security/resources.py refuses any grant wider
 than the resource group or of those roles.
 
 Every grant names the group's principal type (Group): ARM then skips its directory lookup, which a group created
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import pulumi
 
 from infra.components import roles
-from infra.core.config_sections import AccessConfig
+from infra.core.config.sections import AccessConfig
 
 TEAM = "team "  # how a team grant's description starts: "team teamMembers: why"
 LEVELS = {"members": "teamMembers", "admins": "teamAdmins"}  # AccessConfig field -> its stack key

@@ -12,7 +12,7 @@ pool (or Azure ML cluster) to zero nodes. The scenario puts an
 Automation runbook behind the Logic App; an HTTP action authenticated with the Logic App's managed identity calls
 ARM directly (https://learn.microsoft.com/azure/logic-apps/authenticate-with-managed-identity), so no runbook,
 Automation account or webhook secret is needed. The identity gets one role on the pool or cluster only
-(security.py's role-assignment-on-its-resource), and Cost Management Reader on the resource group: the workflow
+(security/resources.py's role-assignment-on-its-resource), and Cost Management Reader on the resource group: the workflow
 reads the budget's current spend first and scales nothing while it is under the amount, since the trigger's URL is
 readable by anyone with Reader (workflow_definition). `infra submit` refuses new jobs at or over the budget as well
 (infra/core/budget.py), from Cost Management's figures, which lag the same way.
@@ -33,7 +33,7 @@ import pulumi
 from pulumi_azure_native import consumption, logic, monitor
 
 from infra.components import roles
-from infra.core.config_sections import BudgetConfig
+from infra.core.config.sections import BudgetConfig
 
 ARM = "https://management.azure.com"
 TRIGGER = "budget"  # the Logic App's HTTP trigger, which the action group calls

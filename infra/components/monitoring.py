@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import applicationinsights, monitor, operationalinsights
 
-from infra.core.config_sections import MonitoringConfig
+from infra.core.config.sections import MonitoringConfig
 
 BLOB_LOG_CATEGORIES = ("StorageRead", "StorageWrite", "StorageDelete")
 # Batch: service logs (pool resizes, task starts and ends), audit (who changed what) and metrics (nodes).

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_azure_native import network
 
-from infra.core.config_sections import NetworkConfig
+from infra.core.config.sections import NetworkConfig
 
 
 # Private subnets: no default outbound access (Azure's implicit public IP for VMs without explicit egress, which

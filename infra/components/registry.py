@@ -17,8 +17,9 @@ from pulumi_azure_native import containerregistry, network, privatedns
 from infra.components import roles
 from infra.components.acr_token import TokenPassword
 from infra.components.image_import import ImageImport
-from infra.core import security_firewalls, shared_images
-from infra.core.config_sections import RegistryConfig
+from infra.core.security import firewalls as security_firewalls
+from infra.core.config import shared_images
+from infra.core.config.sections import RegistryConfig
 from training import frameworks
 
 # One image per image row of the frameworks table (keras runs in the tensorflow image): its Dockerfile.

@@ -10,7 +10,7 @@ import pulumi
 from pulumi_azure_native import authorization
 
 # The roles by ID live in infra/core (the security checks read them too); the components name them as roles.X.
-from infra.core.role_ids import (  # noqa: F401
+from infra.core.security.role_ids import (  # noqa: F401
     ACR_PULL, AZUREML_COMPUTE_OPERATOR, AZUREML_DATA_SCIENTIST, BATCH_ACCOUNT_CONTRIBUTOR, BATCH_JOB_SUBMITTER,
     BLOB_DATA_CONTRIBUTOR, BLOB_DATA_READER, BLOB_DATA_WRITER, CONTRIBUTOR, COST_MANAGEMENT_READER, CUSTOM_ROLES,
     KEY_VAULT_SECRETS_OFFICER, READER, ROLE_NAMES,

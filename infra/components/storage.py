@@ -17,8 +17,8 @@ import pulumi
 from pulumi_azure_native import storage
 
 from infra.components import roles
-from infra.core import security_firewalls, security_sas
-from infra.core.config_sections import StorageConfig
+from infra.core.security import firewalls as security_firewalls, sas as security_sas
+from infra.core.config.sections import StorageConfig
 from infra.core.containers import CONTAINERS, SAS_PERMISSIONS, runtime_files, sas_expiry
 
 
@@ -88,7 +88,7 @@ class Storage(pulumi.ComponentResource):
             ),
             opts=kept("account"))
 
-        # The role that writes blobs without the container Actions of Storage Blob Data Contributor (role_ids.py):
+        # The role that writes blobs without the container Actions of Storage Blob Data Contributor (security/role_ids.py):
         # every grant that writes blobs in this account names it (grant()).
         self.writer_role, self.writer_role_id = roles.custom_role(
             f"{name}-blob-writer", roles.BLOB_DATA_WRITER, resource_group_name=args.resource_group_name, parent=self)
@@ -128,7 +128,7 @@ class Storage(pulumi.ComponentResource):
             for container, c in self.containers.items()
         }
         # Signed start and expiry: the hour of `up` and sasExpiryHours after it. Under Block a SAS without a signed
-        # start is out of policy (security.py), and its validity (expiry - start) is exactly the account's period.
+        # start is out of policy (security/resources.py), and its validity (expiry - start) is exactly the account's period.
         now = args.now or datetime.now(timezone.utc)
         start, expiry = sas_expiry(now, 0), sas_expiry(now, cfg.sas_expiry_hours)
         self.sas = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.core.backend_facts import applies, facts
-from infra.core.config import StackConfig
+from infra.core.config.stack import StackConfig
 from infra.core.skus import NFS_VM_SIZES
 
 PRICES_REGION = "eastus"  # the region every price below and in skus.py is for

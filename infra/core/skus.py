@@ -76,7 +76,7 @@ class GpuSku:
     # pinned HPC image installs (tests/infra/core/test_node_health.py). The NC A100/H100 v5 sizes have confs upstream
     # too, not wired here.
     health_conf: str = ""
-    # What feeds the GPUs data (infra/core/data_path.py), from the size's page on learn.microsoft.com (linked per row):
+    # What feeds the GPUs data (infra/core/data/path.py), from the size's page on learn.microsoft.com (linked per row):
     # the "Max network bandwidth" across all NICs in Mbps (Ethernet, which Blob and NFS traffic use; not InfiniBand),
     # the local (temp) storage in GiB and whether it is NVMe, and its published read speed in MB/s (None: the page
     # leaves the column blank, so no figure is used). None: the page was not read here.
@@ -190,7 +190,7 @@ NFS_VM_SIZES: dict[str, float] = {
 
 @dataclass(frozen=True)
 class NfsVmFacts:
-    """What an NFS server VM can serve (infra/core/data_path.py): its NIC and its uncached data-disk limits."""
+    """What an NFS server VM can serve (infra/core/data/path.py): its NIC and its uncached data-disk limits."""
     nic_mbps: int  # "Max network bandwidth", all NICs
     disk_iops: int  # "Max uncached disk throughput" IOPS: the VM's cap over all its data disks
     disk_mbps: int  # the same row's MBps (10^6 bytes/s)

@@ -1,12 +1,12 @@
-"""CrossGuard policies made from the pure checks in infra/core/security.py, applied by its one loop
+"""CrossGuard policies made from the pure checks in infra/core/security/resources.py, applied by its one loop
 (`apply_checks`) as `plan` and the tests apply them (no PolicyPack here: constructing one starts a gRPC server
 and blocks, so the tests import this module, and __main__.py builds the pack)."""
 from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
 
-from infra.core import security
-from infra.core.security import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check, StackCheck, Subject, apply_checks
+from infra.core.security import resources as security
+from infra.core.security.resources import PER_RESOURCE_CHECKS, VNET_RULE_CHECK, Check, StackCheck, Subject, apply_checks
 
 PACK_NAME = "dltrain-security"
 

@@ -26,9 +26,9 @@ from infra.backends.azureml import job as aml_job
 from infra.backends.azureml import training_job as aml_training_job
 from infra.backends.batch import spec as batch_spec
 from infra.backends.batch import training_job as batch_training_job
-from infra.core import security
-from infra.core.config import PROJECT, StackConfig, from_pulumi
-from infra.core.engine_config import EngineConfig
+from infra.core.security import resources as security
+from infra.core.config.stack import PROJECT, StackConfig, from_pulumi
+from infra.core.config.engine import EngineConfig
 from infra.preview import pulumi_private
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -217,7 +217,7 @@ def evaluate(config: StackConfig, now: datetime | None = None,
 
 def evaluate_program(stack: str, engine: EngineConfig) -> Evaluation:
     """Run __main__.py as Pulumi's Python language host runs it, with `engine` (what the CLI computed from the
-    stack file, infra/core/engine_config.py) as its config: the host puts the map in PULUMI_CONFIG and the secret
+    stack file, infra/core/config/engine.py) as its config: the host puts the map in PULUMI_CONFIG and the secret
     keys in PULUMI_CONFIG_SECRET_KEYS, its exec script hands both to `set_all_config` and runs the program with
     runpy (pulumi/pulumi sdk/python/cmd/pulumi-language-python/main.go and pulumi-language-python-exec).
     A config the program refuses raises the program's `pulumi.RunError`."""

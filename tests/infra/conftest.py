@@ -4,7 +4,7 @@ from datetime import datetime, timezone
 import pytest
 
 from infra.preview import offline
-from infra.core import config
+from infra.core.config import stack as config
 
 NOW = datetime(2026, 11, 21, 12, 34, 56, tzinfo=timezone.utc)
 STACKS = config.stack_names()

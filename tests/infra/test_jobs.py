@@ -211,7 +211,7 @@ def nfs_tier(monkeypatch):
     """The job verbs read the stack file with dataTier nfs (the NFS server stages `data` and reports in `status`)."""
     import dataclasses
 
-    from infra.core import config
+    from infra.core.config import stack as config
 
     real = config.from_stack_file
 

@@ -22,7 +22,7 @@ FLOORS = {
     "__main__.py": 4,  # the Pulumi program: runs the stack
     "infra/stack.py": 4,  # the stack's wiring: components, then the stack's backend
     "infra/jobs.py": 4,  # the job SDK: the job and data verbs over typed inputs, for the CLI, tests and tools
-    "infra/policy/": 4,  # the CrossGuard pack: a program of its own over core/security.py
+    "infra/policy/": 4,  # the CrossGuard pack: a program of its own over core/security/resources.py
     "infra/preview/": 5,
     "infra/cli/": 6,
     "infra/__main__.py": 7,

@@ -7,8 +7,9 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli.main import main, stack_of_file_name
-from infra.core import config, skus
-from infra.core.config_schema import ConfigError
+from infra.core import skus
+from infra.core.config import stack as config
+from infra.core.config.schema import ConfigError
 
 
 def _infra_under(version: tuple, *argv: str) -> subprocess.CompletedProcess:

@@ -55,7 +55,7 @@ for argv in (["--framework", "tensorflow", "--dist", "ddp"], ["--framework", "ja
     except UsageError as err:
         checks[argv[-1]] = str(err)
 
-from infra.core import config, config_schema
+from infra.core.config import stack as config, schema as config_schema
 checks["config"] = [list(config_schema.IMAGES), list(config_schema.IMAGE_OF_LOOP)]
 base = {"allowedIpRanges": ["20.50.1.7/32"]}
 config.parse("x", {**base, "frameworks": ["pytorch", "jaxish"], "trainingFramework": "jax"})

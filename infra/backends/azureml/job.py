@@ -41,7 +41,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
-from infra.core.config import StackConfig
+from infra.core.config.stack import StackConfig
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.core.skus import CATALOG, IMAGE_TOPOLOGY_DIR
 from training.data import datasets

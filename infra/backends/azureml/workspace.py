@@ -34,8 +34,8 @@ import pulumi
 from pulumi_azure_native import authorization, keyvault, machinelearningservices as ml, network, privatedns
 
 from infra.components.name_generation import NameGeneration, proposed_generation
-from infra.core import security_firewalls, security_invariants
-from infra.core.config_sections import AmlConfig, NodesConfig
+from infra.core.security import firewalls as security_firewalls, invariants as security_invariants
+from infra.core.config.sections import AmlConfig, NodesConfig
 from infra.core.containers import AML_DATASTORES
 
 # Private DNS zones a workspace's private endpoint needs (Azure public cloud), from the private link page above.

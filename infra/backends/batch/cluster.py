@@ -28,10 +28,10 @@ from infra.components import roles
 from infra.components.name_generation import NameGeneration, proposed_generation
 from infra.components.propagation import Propagation
 from infra.backends.batch import spec as batch_spec
-from infra.core import security_firewalls
+from infra.core.security import firewalls as security_firewalls
 from infra.core.backend_facts import POOL_OS_DISK_GB
-from infra.core import config_sections
-from infra.core.config_sections import NfsConfig, NodesConfig, TrainingConfig
+from infra.core.config import sections as config_sections
+from infra.core.config.sections import NfsConfig, NodesConfig, TrainingConfig
 
 POOL = "gpu"
 # The Microsoft.Batch API version the account and pool are declared with. pulumi-azure-native 3.29.0, the newest
@@ -67,7 +67,7 @@ def api_version_warning() -> str | None:
 # versions a region offers with `az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --sku 2404 --all`
 # (not reachable here: the version is the release's, not read from a region's list); an old version can leave
 # the marketplace, and then creating a pool of it fails: move the pin forward (preflight checks the region offers it:
-# infra/core/preflight_image.py).
+# infra/core/preflight/image.py).
 HPC_IMAGE_VERSION = "24.04.2026072901"
 HPC_IMAGE = batch.ImageReferenceArgs(publisher="microsoft-dsvm", offer="ubuntu-hpc", sku="2404",
                                      version=HPC_IMAGE_VERSION)
@@ -84,7 +84,7 @@ POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
 # - "an Azure Key Vault ... in the same subscription and region as the Batch account", referenced by the account
 #   (keyVaultReference {id, url}), and the "Microsoft Azure Batch" service principal allowed "a minimum of Get, List,
 #   Set, and Delete" secret permissions ("also select Recover" with soft delete). The doc version read asks for a
-#   vault access policy; this vault uses Azure RBAC (as every vault of the project: security.py key-vault-locked)
+#   vault access policy; this vault uses Azure RBAC (as every vault of the project: security/resources.py key-vault-locked)
 #   and grants the same secret actions with Key Vault Secrets Officer on this vault alone. NOT VERIFIED against
 #   the service that an RBAC vault is accepted (the portal's own flow offers both permission models).
 #   The vault's firewall denies all but trusted Azure services: "Azure Batch ... Key Vault for User Subscription
@@ -92,7 +92,7 @@ POOL_ALLOCATION = {"batch-service": batch.PoolAllocationMode.BATCH_SERVICE,
 #   trusted-services).
 # - "register your subscription with Batch": the service principal's role on the whole subscription, once per
 #   subscription ("You need Owner permissions in the subscription"). Not declared here: a stack grants on its own
-#   resource group only (security.py role-assignment-in-stack-group), and a second stack's identical assignment
+#   resource group only (security/resources.py role-assignment-in-stack-group), and a second stack's identical assignment
 #   would be refused (RoleAssignmentExists). The doc version read names Contributor or Owner; the narrower built-in
 #   "Azure Batch Service Orchestration Role" (BATCH_ORCHESTRATION_ROLE, "Grants the required permissions to Azure
 #   Batch Resource Provider to manage compute and other backing resources in the subscription", built in since
@@ -258,7 +258,7 @@ class Cluster(pulumi.ComponentResource):
     def _create_vault(self, args: ClusterArgs) -> tuple[keyvault.Vault, authorization.RoleAssignment]:
         """The user-subscription account's Key Vault (USER_SUBSCRIPTION_DOC: same subscription and region) and the
         Batch service's grant on it. RBAC, purge protection and a deny-by-default firewall as every vault here
-        (security.py: key-vault-locked); only trusted Azure services, Batch among them, pass it: nobody else needs
+        (security/resources.py: key-vault-locked); only trusted Azure services, Batch among them, pass it: nobody else needs
         the vault. A deleted vault stays recoverable, and with purge protection unpurgeable, for its retention
         days (7, the least Azure allows: https://learn.microsoft.com/azure/key-vault/general/soft-delete-overview),
         holding its global name: so the name carries the stack's name generation (infra/components/

@@ -30,8 +30,8 @@ from pulumi_azure_native import compute, managedidentity, network, storage
 from infra.backends.batch.nfs_user_data import (ADMIN_USER, AZURE_FILES_MOUNT_OPTIONS, EXPORT_PATH, SHARE,
                                                 VM_MOUNT_OPTIONS, StagingUrls, custom_data)
 from infra.components import roles
-from infra.core import security_sas
-from infra.core.config_sections import NfsConfig
+from infra.core.security import sas as security_sas
+from infra.core.config.sections import NfsConfig
 
 # Azure does not support host caching on disks of 4 TiB (4096 GiB) and more
 # (https://learn.microsoft.com/azure/virtual-machines/premium-storage-performance#disk-caching).

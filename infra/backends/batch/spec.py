@@ -51,7 +51,7 @@ from pathlib import Path
 from infra.backends.batch import allocation
 from infra.backends.shared import StackOutputs, job_prefix, job_shape, training_environment
 from infra.core import node_health
-from infra.core.config import StackConfig
+from infra.core.config.stack import StackConfig
 from infra.core.containers import DATASET, SCRIPTS_PREFIX, STAGED_MARKER
 from infra.core.skus import CATALOG, GpuSku
 from training.cluster.launch import dist_of

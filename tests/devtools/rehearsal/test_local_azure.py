@@ -27,7 +27,7 @@ JOB = "train-dev-20261121120000"
 
 @pytest.fixture(scope="module")
 def evaluation():
-    from infra.core import config
+    from infra.core.config import stack as config
     from infra.preview import offline
 
     return offline.evaluate(config.from_stack_file("dev"))

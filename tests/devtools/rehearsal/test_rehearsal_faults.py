@@ -41,7 +41,7 @@ def test_a_job_cancelled_during_the_coordination_command_ends_without_a_retry_or
     from devtools.rehearsal.nodes import Pool
     from devtools.rehearsal.storage import Account
     from infra.backends.batch.service import AzureBatch
-    from infra.core import config
+    from infra.core.config import stack as config
     from infra.preview import offline
     from tests.devtools.rehearsal import batch_rest_spec
     from tests.infra.backends.batch.fake_batch import _Token
@@ -87,7 +87,7 @@ def test_an_identity_without_the_role_is_refused_as_azure_would(tmp_path):
     from devtools.emulator import Azurite
     from devtools.rehearsal.storage import Account, principal_of
     from infra.preview import offline
-    from infra.core import config
+    from infra.core.config import stack as config
 
     ev = offline.evaluate(config.from_stack_file("dev"))
     nodes = principal_of(ev, ev.outputs["pullIdentityId"])

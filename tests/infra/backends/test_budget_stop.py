@@ -13,7 +13,7 @@ import yaml
 
 from infra import REPO_ROOT
 from infra.backends.batch import cluster, operate
-from infra.core import config
+from infra.core.config import stack as config
 from infra.preview import offline
 from tests.infra.backends.test_spend import cost, project, run  # noqa: F401 - fixtures
 from tests.infra.conftest import NOW

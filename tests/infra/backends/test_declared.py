@@ -9,7 +9,7 @@ from infra import stack
 from infra.backends import backend
 from infra.backends.declared import Declared, Foundation
 from infra.backends.shared import StackOutputs
-from infra.core import config
+from infra.core.config import stack as config
 from infra.preview import offline
 from tests.infra.conftest import NOW
 

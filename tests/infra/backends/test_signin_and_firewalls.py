@@ -205,7 +205,7 @@ def test_azure_ml_experimental_warnings_are_not_printed(tmp_path):
     script = f"""
 import json, tempfile
 from pathlib import Path
-from infra.core import config
+from infra.core.config import stack as config
 from infra.backends.azureml import job as aml_job
 from infra.backends.azureml.service import AzureMlJobs
 from infra.backends.shared import StackOutputs

@@ -99,7 +99,7 @@ def test_status_shows_spend_against_the_budget(project, batch, cost, capsys):
     from infra.backends.batch import operate
     from infra.backends.batch import spec as batch_spec
     from infra.backends.shared import StackOutputs, now_utc
-    from infra.core import config
+    from infra.core.config import stack as config
     import io
 
     spec = batch_spec.job_inputs(config.from_stack_file("dev", project), StackOutputs.from_json(OUTPUTS))

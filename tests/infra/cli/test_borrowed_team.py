@@ -5,7 +5,7 @@ import shutil
 from infra import REPO_ROOT
 from infra.cli.main import main
 from infra.cli.teams import Fleet, borrowed_team
-from infra.core import config
+from infra.core.config import stack as config
 
 
 def test_a_copied_stack_file_that_kept_another_teams_value_is_refused(tmp_path, capsys):

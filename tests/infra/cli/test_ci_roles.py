@@ -1,4 +1,4 @@
-"""The deploy identity's grantable roles (infra/core/ci_roles.py, `python -m infra ci-roles`): the condition has
+"""The deploy identity's grantable roles (infra/core/security/ci_roles.py, `python -m infra ci-roles`): the condition has
 Azure's "Constrain roles" form, and the roles it admits cover every role assignment the program declares, on
 both backends (the program evaluated offline, as plan evaluates it)."""
 import dataclasses
@@ -10,7 +10,8 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli.main import main
-from infra.core import ci_roles, config, role_ids
+from infra.core.security import ci_roles, role_ids
+from infra.core.config import stack as config
 from infra.preview import offline
 
 # Azure's example "Constrain roles" (Backup Contributor, Backup Reader), as its page writes it:

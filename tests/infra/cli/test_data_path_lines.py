@@ -1,5 +1,5 @@
 """plan's `data path:` line for every shipped stack, and submit's first line when the data path falls short
-(infra/core/data_path.py). In-process and offline: the plan of each stack from the cached evaluation, submit on a
+(infra/core/data/path.py). In-process and offline: the plan of each stack from the cached evaluation, submit on a
 copy of the vision stack whose outputs are not there, so nothing reaches Azure after its first line."""
 import json
 import shutil

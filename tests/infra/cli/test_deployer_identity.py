@@ -1,5 +1,5 @@
 """A stack for the pipeline's identity (`new-team --ci`), and `plan` / `preflight` refusing a deployerPrincipalType
-that is not who signs in to run `up` (infra/core/deployer_identity.py)."""
+that is not who signs in to run `up` (infra/core/security/deployer_identity.py)."""
 import base64
 import json
 import shutil
@@ -8,8 +8,9 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.cli.main import main
-from infra.core import config, deployer_identity
-from infra.core.deployer_identity import SERVICE_PRINCIPAL, USER
+from infra.core.config import stack as config
+from infra.core.security import deployer_identity
+from infra.core.security.deployer_identity import SERVICE_PRINCIPAL, USER
 from tests.infra.cli.test_preflight import arm, clients, project  # noqa: F401 - fixtures, the ARM endpoint's client
 
 PIPELINE = {"ARM_USE_OIDC": "true", "ARM_CLIENT_ID": "00000000-0000-0000-0000-0000000000d1",
@@ -114,7 +115,7 @@ def test_preflight_as_a_service_principal_fails_a_user_stack(arm, project, capsy
 def test_preflight_names_the_role_condition_a_new_stack_needs_and_who_updates_it(arm, project,  # noqa: F811
                                                                                   capsys):
     from infra.backends import preflight
-    from infra.core import ci_roles
+    from infra.core.security import ci_roles
     from tests.infra.backends.arm_endpoint import SUBSCRIPTION, role_assignment
 
     stack = project / "Pulumi.dev.yaml"

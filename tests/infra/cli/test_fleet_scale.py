@@ -15,7 +15,7 @@ from infra import REPO_ROOT
 from infra.cli import plan, teams
 from infra.cli.new_team import new_team
 from infra.cli.main import main
-from infra.core import config
+from infra.core.config import stack as config
 from infra.preview import offline
 
 _OPENS: list[Counter] = []  # the counters of the tests running now; the hook cannot be removed, so it is gated

@@ -5,7 +5,7 @@ import shutil
 
 from infra import REPO_ROOT
 from infra.cli.main import main
-from infra.core import config
+from infra.core.config import stack as config
 
 
 def test_new_team_starts_from_trial_and_its_next_steps_are_readmes(tmp_path, capsys):

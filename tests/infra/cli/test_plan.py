@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from infra.core import config
+from infra.core.config import stack as config
 
 from infra import REPO_ROOT
 from infra.preview.offline import MOCK_SAS_SIGNATURE

@@ -4,7 +4,8 @@ pool's VMs may bill outside the resource group the budget counts, so plan says s
 import dataclasses
 
 from infra.cli import plan
-from infra.core import config, cost, naming
+from infra.core import cost, naming
+from infra.core.config import stack as config
 
 BATCH_SERVICE = "f520d84c-3fd3-4cc8-88d4-2ed25b00d27a"
 

@@ -5,7 +5,7 @@ import pytest
 from infra.backends import backend
 from infra.components.access import team_grants
 from infra.components.roles import ROLE_NAMES
-from infra.core import config
+from infra.core.config import stack as config
 from tests.infra.conftest import STACKS
 
 

@@ -11,8 +11,8 @@ import pytest
 from infra import REPO_ROOT
 from infra.backends import preflight
 from infra.cli.main import main
-from infra.core import preflight as verdicts
-from infra.core.preflight import FAIL, OK, WARN
+from infra.core.preflight import subscription as verdicts
+from infra.core.preflight.check import FAIL, OK, WARN
 from infra.preview import offline
 from tests.infra.backends.arm_endpoint import (CONTRIBUTOR, READER, SUBSCRIPTION, ArmEndpoint, deny,
                                                not_for_subscription, sas_expiry_policy, usage, vm_sku)

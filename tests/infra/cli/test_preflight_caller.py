@@ -11,8 +11,8 @@ from devtools.rehearsal.local_https import LocalHttps, QuietHandler
 from infra import REPO_ROOT
 from infra.backends import caller_address
 from infra.cli.main import main
-from infra.core import caller_access
-from infra.core.preflight import FAIL, OK, WARN
+from infra.core.preflight import caller_access
+from infra.core.preflight.check import FAIL, OK, WARN
 from tests.infra.cli.test_preflight import arm, clients  # noqa: F401 - the local ARM endpoint fixture
 
 

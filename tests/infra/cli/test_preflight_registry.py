@@ -5,8 +5,8 @@ may not read it or cannot see it; a stack without `sharedImages` asks nothing of
 import pytest
 
 from infra.backends import preflight
-from infra.core import preflight as verdicts
-from infra.core.preflight import FAIL, OK, WARN
+from infra.core.preflight import subscription as verdicts
+from infra.core.preflight.check import FAIL, OK, WARN
 from infra.preview import offline
 from tests.infra.backends.arm_endpoint import CONTRIBUTOR, OWNER, READER, SUBSCRIPTION, ArmEndpoint
 from tests.infra.backends.cost_endpoint import Token

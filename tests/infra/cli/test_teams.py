@@ -12,7 +12,8 @@ from infra import REPO_ROOT
 from infra.cli import teams
 from infra.cli.new_team import TEAM_OWN_KEYS
 from infra.cli.main import main
-from infra.core import config, config_schema, cost
+from infra.core import cost
+from infra.core.config import stack as config, schema as config_schema
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
 
 

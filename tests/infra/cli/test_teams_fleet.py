@@ -10,7 +10,8 @@ from infra import REPO_ROOT
 from infra.cli import teams
 from infra.cli.new_team import member, new_team
 from infra.cli.main import main
-from infra.core import config, fleet_limits
+from infra.core import fleet_limits
+from infra.core.config import stack as config
 from infra.core.fleet_limits import Member
 
 OTHER_SUB = "11111111-2222-3333-4444-555555555555"

@@ -10,7 +10,7 @@ from infra import REPO_ROOT
 from infra.cli import teams
 from infra.cli.new_team import fleet_shared_images, new_team
 from infra.cli.main import main
-from infra.core import config
+from infra.core.config import stack as config
 
 PLATFORM = ("/subscriptions/11111111-1111-1111-1111-111111111111/resourceGroups/platform-images/providers/"
             "Microsoft.ContainerRegistry/registries/dltrainplatform")

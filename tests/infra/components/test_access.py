@@ -8,11 +8,12 @@ from infra import REPO_ROOT
 from infra.backends import backend
 from infra.cli import plan
 from infra.components import access, roles
-from infra.core import config, config_sections, security
-from infra.core.config_schema import ConfigError
+from infra.core.config import stack as config, sections as config_sections
+from infra.core.security import resources as security
+from infra.core.config.schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
-from infra.core.role_ids import role_key
+from infra.core.security.role_ids import role_key
 
 ADMINS = "0b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"
 MEMBERS = "1b1c2d3e-4f50-4617-8283-94a5b6c7d8e9"

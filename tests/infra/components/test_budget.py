@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from infra.cli import plan
-from infra.core import config, config_sections, role_ids, security
+from infra.core.config import stack as config, sections as config_sections
+from infra.core.security import role_ids, resources as security
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 

@@ -10,9 +10,11 @@ from infra import REPO_ROOT
 from infra.cli import plan
 from infra.preview import offline
 from infra.components import registry, roles
-from infra.core import config, containers, naming, security_firewalls
+from infra.core import containers, naming
+from infra.core.config import stack as config
+from infra.core.security import firewalls as security_firewalls
 from tests.infra.conftest import NOW
-from infra.core.role_ids import role_key
+from infra.core.security.role_ids import role_key
 
 
 def _children_of(ev, component_type):

@@ -3,7 +3,7 @@ and an existing stack moves it from under the Registry, where it used to be, ins
 import pulumi
 
 from infra import stack
-from infra.core import config
+from infra.core.config import stack as config
 from infra.preview import offline
 from tests.infra.conftest import NOW
 

@@ -1,6 +1,7 @@
 """Globally unique names hold across subscriptions and tenants, computed offline from the stack file, and a stack
 deployed before keeps its names (infra/core/naming.py, docs/naming.md)."""
-from infra.core import config, naming
+from infra.core import naming
+from infra.core.config import stack as config
 from tests.infra.conftest import evaluation_for
 
 SUB_A = "0a1b2c3d-0000-4000-8000-00000000000a"

@@ -6,8 +6,9 @@ import dataclasses
 import pytest
 
 from infra.cli import plan
-from infra.core import config, security, security_firewalls, security_sas
-from infra.core.config_schema import ConfigError
+from infra.core.config import stack as config
+from infra.core.security import resources as security, firewalls as security_firewalls, sas as security_sas
+from infra.core.config.schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, NOW, evaluation_for
 

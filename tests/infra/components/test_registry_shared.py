@@ -6,8 +6,8 @@ import dataclasses
 import pytest
 
 from infra.cli import plan
-from infra.core import config, shared_images
-from infra.core.config_schema import ConfigError
+from infra.core.config import stack as config, shared_images
+from infra.core.config.schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import NOW
 

@@ -12,8 +12,9 @@ import dataclasses
 
 import pytest
 
-from infra.core import config, leftovers, naming
-from infra.core.config_schema import ConfigError
+from infra.core import leftovers, naming
+from infra.core.config import stack as config
+from infra.core.config.schema import ConfigError
 from infra.preview import offline
 from tests.infra.conftest import NOW, evaluation_for
 

@@ -11,7 +11,7 @@ import secrets
 import pytest
 
 from infra.components.network import SUBNET_NAMES, VNET_NAME
-from infra.core import config
+from infra.core.config import stack as config
 from infra.preview import offline
 from tests.infra.components.test_retained import SUB, EngineError, destroy, up
 from tests.infra.conftest import NOW

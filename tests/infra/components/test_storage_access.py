@@ -1,6 +1,6 @@
 """Least privilege on storage, the control plane included: every principal the stacks grant (the team's groups, the
 GPU nodes' identity, the NFS server's, the deployer) holds on storage what docs/teams.md's table says and nothing beyond,
-judged by ALL the Actions and DataActions of its roles' definitions (infra/core/role_ids.py ROLE_PERMISSIONS, from
+judged by ALL the Actions and DataActions of its roles' definitions (infra/core/security/role_ids.py ROLE_PERMISSIONS, from
 https://learn.microsoft.com/azure/role-based-access-control/built-in-roles), not by the roles' names. A grant on the
 resource group counts (Reader's */read and Contributor's * reach the account); an ABAC condition does not narrow the
 control plane (conditions-format), so it is not read here."""
@@ -10,7 +10,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.components import roles
-from infra.core import role_ids
+from infra.core.security import role_ids
 from infra.preview import offline
 from tests.infra.components.test_access import ADMINS, MEMBERS, ROLE_ASSIGNMENT, with_team
 from tests.infra.conftest import AML_STACKS, BATCH_STACKS, evaluation_for
@@ -59,7 +59,7 @@ def on_storage(ev: offline.Evaluation) -> dict[str, tuple[set[str], set[str]]]:
         if scope != group and "/Microsoft.Storage/storageAccounts/" not in scope:
             continue  # a grant on the registry, the Batch account, the workspace or a pool reaches no storage
         role = role_ids.role_key(assignment.inputs["roleDefinitionId"], scope)
-        assert role in role_ids.ROLE_PERMISSIONS, f"{assignment.urn}: judge {role}'s Actions in role_ids.py first"
+        assert role in role_ids.ROLE_PERMISSIONS, f"{assignment.urn}: judge {role}'s Actions in security/role_ids.py first"
         actions, data = role_ids.ROLE_PERMISSIONS[role]
         kind = principal_kind(ev, assignment)
         mine = held.setdefault(kind, (set(), set()))
@@ -98,7 +98,7 @@ def test_the_writer_role_is_declared_in_the_stacks_group_with_the_table_s_action
 
 def test_deleted_blobs_and_containers_stay_restorable():
     from infra.components.storage import SOFT_DELETE_DAYS
-    from infra.core import security
+    from infra.core.security import resources as security
 
     ev = evaluation_for(BATCH_STACKS[0])
     [service] = ev.of_type("azure-native:storage:BlobServiceProperties")

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from infra import REPO_ROOT
-from infra.core import budget, config, config_schema, config_sections
+from infra.core import budget
+from infra.core.config import stack as config, schema as config_schema, sections as config_sections
 from infra.core.budget import Spend
 
 BASE = {"allowedIpRanges": ["20.50.1.7"]}

@@ -11,7 +11,8 @@ import pytest
 
 from infra.backends import backend
 from infra.backends.batch import spec as batch_spec
-from infra.core import config, node_health
+from infra.core import node_health
+from infra.core.config import stack as config
 from infra.core.skus import CATALOG
 
 # The conf files of azurehpc-health-checks v0.4.5 (git ls-tree v0.4.5 conf/ of https://github.com/Azure/azurehpc-health-checks),

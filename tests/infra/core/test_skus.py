@@ -2,8 +2,8 @@
 import pytest
 
 from infra.core import skus
-from infra.core.config_schema import ConfigError
-from tests.infra.core.test_config import BASE, parse
+from infra.core.config.schema import ConfigError
+from tests.infra.core.config.test_stack import BASE, parse
 
 LIVE = [s for s in skus.CATALOG.values() if not s.retired]
 

@@ -9,7 +9,7 @@ import pytest
 from infra.backends.batch import operate
 from infra.backends.batch import spec as batch_spec
 from infra.backends.shared import StackOutputs, now_utc
-from infra.core import config
+from infra.core.config import stack as config
 from tests.infra.backends.batch.fake_batch import FakeBatch
 from tests.infra.backends.batch.test_operate import OUTPUTS
 from training.cluster import attempts

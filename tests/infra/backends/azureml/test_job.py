@@ -7,7 +7,7 @@ import pytest
 
 from infra import REPO_ROOT
 from infra.backends.shared import JobError, StackOutputs
-from infra.core import config
+from infra.core.config import stack as config
 from infra.core.containers import AML_DATASTORES, runtime_files
 from infra.backends.azureml import job as aml_job
 from tests.infra.conftest import evaluation_for

@@ -15,9 +15,10 @@ from infra.backends.shared import StackOutputs
 from infra.backends.azureml.workspace import WORKSPACE_DNS_ZONES, environment_version
 from infra.components.name_generation import NameGenerationProvider
 from infra.core.containers import AML_DATASTORES
-from infra.core import naming, security, security_firewalls
+from infra.core import naming
+from infra.core.security import resources as security, firewalls as security_firewalls
 from tests.infra.conftest import NOW
-from infra.core.role_ids import role_key
+from infra.core.security.role_ids import role_key
 
 ML = "azure-native:machinelearningservices"
 

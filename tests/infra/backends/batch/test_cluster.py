@@ -10,12 +10,12 @@ from infra.preview import offline
 from infra.components import roles
 from infra.backends.batch import nfs_user_data
 from infra.backends.batch import spec as batch_spec
-from infra.core import config, config_schema
+from infra.core.config import stack as config, schema as config_schema
 from infra.backends.batch.cluster import HPC_IMAGE_VERSION, REPLACE_ON_CHANGES
 from infra.backends.shared import StackOutputs
 from infra.core.backend_facts import POOL_OS_DISK_GB
 from tests.infra.conftest import BATCH_STACKS, NOW, evaluation_for
-from infra.core.role_ids import role_key
+from infra.core.security.role_ids import role_key
 
 POOL = "azure-native:batch:Pool"
 _NFS_TIER: dict[str, offline.Evaluation] = {}
@@ -239,7 +239,7 @@ def test_launch_on_up_false_deploys_the_pool_without_a_job():
 @pytest.mark.parametrize("stack", ["dev"])
 def test_no_key_returning_function_is_called_and_no_output_carries_a_key(stack):
     ev = evaluation_for(stack)
-    from infra.core import security
+    from infra.core.security import resources as security
 
     assert not {i.token for i in ev.invocations} & security.KEY_RETURNING_FUNCTIONS
     assert offline.MOCK_ACCOUNT_KEY not in repr(ev.outputs)

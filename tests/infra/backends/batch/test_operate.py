@@ -9,7 +9,7 @@ import pytest
 
 from infra.backends.batch import operate
 from infra.backends.batch import spec as batch_spec
-from infra.core import config
+from infra.core.config import stack as config
 from infra.cli.main import main
 from infra.backends.shared import StackOutputs, load_outputs, now_utc
 from infra.backends.batch.training_job import INPUT_FIELDS, TrainingJobProvider

@@ -7,8 +7,8 @@ import pytest
 
 from infra.backends import preflight
 from infra.backends.batch.cluster import HPC_IMAGE_VERSION
-from infra.core import preflight as verdicts
-from infra.core.preflight import FAIL, OK, WARN
+from infra.core.preflight import subscription as verdicts
+from infra.core.preflight.check import FAIL, OK, WARN
 from infra.preview import offline
 from tests.infra.backends.arm_endpoint import SUBSCRIPTION, ArmEndpoint, vm_image
 from tests.infra.backends.batch.test_user_subscription import user_subscription

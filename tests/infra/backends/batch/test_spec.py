@@ -251,8 +251,8 @@ def fake_python(tmp_path, body):
 @pytest.mark.parametrize("hostile", ["--seed $AZ_BATCH_JOB_ID$(touch PWNED)", "--seed `touch PWNED`",
                                      "--seed '$(touch PWNED)'", "--seed \"x; touch PWNED\""])
 def test_no_user_text_reaches_the_shell(tmp_path, hostile):
-    from infra.core.config import parse
-    from infra.core.config_schema import ConfigError
+    from infra.core.config.stack import parse
+    from infra.core.config.schema import ConfigError
 
     try:  # the stack config refuses it at plan time (not an int) ...
         parse("x", {"allowedIpRanges": ["20.50.1.7/32"], "trainingArgs": hostile})

@@ -14,10 +14,12 @@ from infra import REPO_ROOT
 from infra.backends import preflight
 from infra.cli import plan
 from infra.components.name_generation import NameGenerationProvider
-from infra.core import config, naming, role_ids, security
-from infra.core import preflight as verdicts
-from infra.core.config_schema import ConfigError
-from infra.core.preflight import FAIL, OK
+from infra.core import naming
+from infra.core.config import stack as config
+from infra.core.security import role_ids, resources as security
+from infra.core.preflight import subscription as verdicts
+from infra.core.config.schema import ConfigError
+from infra.core.preflight.check import FAIL, OK
 from infra.preview import offline
 from tests.infra.backends.arm_endpoint import SUBSCRIPTION, role_assignment, usage
 from tests.infra.backends.cost_endpoint import Token

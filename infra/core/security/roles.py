@@ -1,7 +1,7 @@
 """Role assignments: the stack grants on its own resource group and below, and never the right to grant.
 
-Three checks on an azure-native RoleAssignment's inputs, each in infra/core/security.py's RESOURCE_TYPES: the
-scope is the stack's own group or a resource in it, the role is one the program means to grant (infra/core/role_ids.py)
+Three checks on an azure-native RoleAssignment's inputs, each in infra/core/security/resources.py's RESOURCE_TYPES: the
+scope is the stack's own group or a resource in it, the role is one the program means to grant (infra/core/security/role_ids.py)
 and never one that creates role assignments, and a role that manages a whole resource sits on one such resource.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from infra.core.role_ids import RESOURCE_ROLES, ROLE_NAMES, custom_role_ids
+from infra.core.security.role_ids import RESOURCE_ROLES, ROLE_NAMES, custom_role_ids
 
 # The built-in roles that can create role assignments (Microsoft.Authorization/roleAssignments/write or
 # Microsoft.Authorization/*), from https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/privileged
@@ -44,7 +44,7 @@ def role_not_privileged(props: dict[str, Any]) -> str | None:
     # Administrator), and a role the program never meant to grant is a mistake whatever it allows.
     if role and role not in ROLE_NAMES and role not in custom_role_ids(str(props.get("scope") or "")):
         return (f"grants role definition {role}, which is not one this stack grants "
-                f"({', '.join(sorted(ROLE_NAMES.values()))}: infra/core/role_ids.py); add it there, with its doc "
+                f"({', '.join(sorted(ROLE_NAMES.values()))}: infra/core/security/role_ids.py); add it there, with its doc "
                 "link, if it is meant")
     return None
 

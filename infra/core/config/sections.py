@@ -1,6 +1,6 @@
 """The stack config's sections, one frozen dataclass per concern (network, nodes, storage, monitoring, registry,
 nfs, training, aml, access, tagging, budget), each with its keys and its own validation beside them; a component
-takes only its section. The loader (config.py) builds them into a StackConfig, in the order the keys were always
+takes only its section. The loader (stack.py) builds them into a StackConfig, in the order the keys were always
 checked.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.core.backend_facts import facts
-from infra.core.config_schema import (IMAGE_OF_LOOP, IMAGES, NFS_DISK_SIZE_GB, RANGES, SHARED_IMAGES, ConfigError,
+from infra.core.config.schema import (IMAGE_OF_LOOP, IMAGES, NFS_DISK_SIZE_GB, RANGES, SHARED_IMAGES, ConfigError,
                                       check_one_of, check_range)
-from infra.core import shared_images as platform_images, skus
+from infra.core import skus
+from infra.core.config import shared_images as platform_images
 from infra.core.skus import CATALOG, NFS_VM_SIZES, GpuSku
 
 AZURE_RESERVED_IPS_PER_SUBNET = 5

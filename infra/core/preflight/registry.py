@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infra.core.preflight import FAIL, OK, WARN, Check, _allowed
-from infra.core.shared_images import SOURCE_REGISTRY_ROLE
+from infra.core.preflight.check import FAIL, OK, WARN, Check, allowed
+from infra.core.config.shared_images import SOURCE_REGISTRY_ROLE
 
 NAME = "platform registry"
 READ_ACTIONS = ("Microsoft.ContainerRegistry/registries/read", "Microsoft.ContainerRegistry/registries/pull/read")
-ROLE = SOURCE_REGISTRY_ROLE  # Reader: the role the import page names for the source registry (shared_images.py)
+ROLE = SOURCE_REGISTRY_ROLE  # Reader: the role the import page names for the source registry (config/shared_images.py)
 
 
 def grant_command(registry_id: str) -> str:
@@ -42,7 +42,7 @@ def grant_command(registry_id: str) -> str:
 
 
 def may_read(permissions: Sequence[Mapping[str, Any]] | None) -> bool:
-    return permissions is not None and all(_allowed(action, permissions) for action in READ_ACTIONS)
+    return permissions is not None and all(allowed(action, permissions) for action in READ_ACTIONS)
 
 
 def platform_registry_verdict(registry_id: str, permissions: Sequence[Mapping[str, Any]] | None,
@@ -57,7 +57,7 @@ def platform_registry_verdict(registry_id: str, permissions: Sequence[Mapping[st
         return Check(NAME, FAIL, f"{registry_id} is not there for your sign-in (not found, or no access to it); "
                                  f"check sharedImages' registry (`az acr show --name {name} --query id -o tsv`). "
                                  f"If it is right, {fix}")
-    denied = [action for action in READ_ACTIONS if not _allowed(action, permissions)]
+    denied = [action for action in READ_ACTIONS if not allowed(action, permissions)]
     if denied:
         return Check(NAME, FAIL, f"you may not read {name} ({', '.join(denied)} denied), so `up` fails at its image "
                                  f"import: {fix}")

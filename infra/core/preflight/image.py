@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.core.preflight import FAIL, OK, WARN, Check
+from infra.core.preflight.check import FAIL, OK, WARN, Check
 
 NAME = "pool image"
 IMAGE_DOC = "https://learn.microsoft.com/azure/batch/batch-account-create-portal"

@@ -1,15 +1,15 @@
 """The security invariants of one resource's own settings: storage, network, VMs, Batch, Azure ML, Key Vault.
 
 Each check takes a resource's properties as the Pulumi engine passes them (camelCase keys, enum values as strings)
-and returns None when they comply, or one line saying what is wrong; infra/core/security.py's RESOURCE_TYPES names
-the resource types each applies to. Role assignments: security_roles.py; SAS: security_sas.py; the firewalls' IP
-and VNet rules: security_firewalls.py.
+and returns None when they comply, or one line saying what is wrong; infra/core/security/resources.py's RESOURCE_TYPES names
+the resource types each applies to. Role assignments: roles.py; SAS: sas.py; the firewalls' IP
+and VNet rules: firewalls.py.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from infra.core.config_sections import NfsConfig
+from infra.core.config.sections import NfsConfig
 
 INTERNET_SOURCES = {"*", "Internet", "0.0.0.0/0", "Any", "any"}
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from infra.core import naming, role_ids
+from infra.core import naming
+from infra.core.security import role_ids
 
 # Roles the identity may grant only to named principals: a user-subscription Batch account's vault, to the Batch
 # service (infra/backends/batch/cluster.py).

@@ -69,7 +69,7 @@ def mismatch(declared: str, found: str, how: str, stack: str) -> str | None:
 
 
 # Role Based Access Control Administrator: the role the pipeline's deploy identity holds with a condition that admits
-# only the roles the program assigns (infra/core/ci_roles.py, docs/ci.md); each new stack's custom role is a new GUID
+# only the roles the program assigns (infra/core/security/ci_roles.py, docs/ci.md); each new stack's custom role is a new GUID
 # in it (role_ids.custom_role_id), so the condition must be updated before that stack's first deploy.
 RBAC_ADMINISTRATOR = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 

@@ -1,7 +1,7 @@
 """The firewalls' service rules: IP and VNet rules the provider's types accept and Azure refuses at the service.
 
 firewall_ip_rules turns allowedIpRanges into the one list Storage, Key Vault, Batch and the registry take; the IP
-rule checks (in infra/core/security.py's RESOURCE_TYPES) say, with each service's source, which values its firewall
+rule checks (in infra/core/security/resources.py's RESOURCE_TYPES) say, with each service's source, which values its firewall
 refuses; VnetRules says where a resource's VNet rules sit and which service endpoint their subnet needs.
 """
 from __future__ import annotations

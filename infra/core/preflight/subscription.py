@@ -1,21 +1,19 @@
-"""Preflight verdicts, pure: what a stack needs from a subscription (`needs`, from the resources the program
+"""Preflight verdicts on a subscription, pure: what a stack needs from it (`needs`, from the resources the program
 declares) and, per check, the verdict on Azure's answer (each `*_verdict` takes the JSON the REST API returns, as
-its spec's examples write it). The calls live in infra/backends/preflight.py; `python -m infra preflight` prints
-one line per check (infra/cli/preflight.py).
-
-A check's verdict is `ok`, `FAIL` (it would stop `pulumi up` or the first job: the line says what and the exact
-fix) or `warn` (worth knowing, stops nothing, or cannot be known before `up`).
+its spec's examples write it): resource providers, sizes, quotas, the Batch account's limits and roles, the
+deployer's permissions, the list price. A verdict is a `Check` (check.py); Azure Policy's what-if is policy.py's.
+The calls live in infra/backends/preflight.py; `python -m infra preflight` prints one line per check
+(infra/cli/preflight.py).
 """
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.core.preflight.check import FAIL, OK, WARN, Check, allowed
+from infra.core.preflight.policy import POLICY_TYPES, PolicyTarget, arm_body
 from infra.core.skus import CATALOG, GpuSku
-
-OK, FAIL, WARN = "ok", "FAIL", "warn"
 
 # The resource provider of each azure-native module the program uses (its ARM namespace: the module's resources'
 # type prefix in https://learn.microsoft.com/azure/templates/, e.g. microsoft.insights/diagnosticsettings for
@@ -30,49 +28,6 @@ NAMESPACES = {
     "Microsoft.OperationalInsights", "privatedns": "Microsoft.Network", "resources": "Microsoft.Resources",
     "storage": "Microsoft.Storage", "web": "Microsoft.Web",
 }
-
-
-@dataclass(frozen=True)
-class PolicyTarget:
-    """A resource as ARM would receive it (resourceContent of checkPolicyRestrictions) and its API version."""
-
-    label: str  # e.g. "storage account stdev1234"
-    api_version: str
-    content: dict[str, Any]
-
-
-# The resources whose body is checked against Azure Policy: organisations' Deny policies aim at these (storage,
-# key vaults, registries, VMs, Batch, Azure ML, resource groups' tags). azure-native type -> (ARM type, the input
-# that is the resource's name, the API version azure-native 3.x sends, as its SDK's docstrings say "Uses Azure REST
-# API version ..."). azure-native flattens ARM's `properties` into the inputs and names some keys as the SDKs do
-# (x-ms-client-name); RENAMES turns those back into the wire names of the REST specs.
-POLICY_TYPES = {
-    "azure-native:resources:ResourceGroup": ("Microsoft.Resources/resourceGroups", "resourceGroupName", "2021-04-01"),
-    "azure-native:storage:StorageAccount": ("Microsoft.Storage/storageAccounts", "accountName", "2024-01-01"),
-    # The version azure-native 3.x declares the account with (infra/backends/batch/cluster.py BATCH_API_VERSION), kept
-    # here on purpose: Azure Policy judges the body `up` will send. Preflight's own Batch calls use 2025-06-01.
-    "azure-native:batch:BatchAccount": ("Microsoft.Batch/batchAccounts", "accountName", "2024-07-01"),
-    "azure-native:containerregistry:Registry": ("Microsoft.ContainerRegistry/registries", "registryName",
-                                                "2023-01-01-preview"),
-    "azure-native:keyvault:Vault": ("Microsoft.KeyVault/vaults", "vaultName", "2024-11-01"),
-    "azure-native:machinelearningservices:Workspace": ("Microsoft.MachineLearningServices/workspaces",
-                                                       "workspaceName", "2025-12-01"),
-    "azure-native:compute:VirtualMachine": ("Microsoft.Compute/virtualMachines", "vmName", "2024-11-01"),
-}
-# Storage's REST spec (storage.json): supportsHttpsTrafficOnly is the SDKs' enable_https_traffic_only, IPRule.value
-# their ip_address_or_range.
-RENAMES = {"enableHttpsTrafficOnly": "supportsHttpsTrafficOnly", "iPAddressOrRange": "value"}
-TOP_LEVEL = ("location", "tags", "sku", "kind", "identity", "zones", "plan", "extendedLocation", "properties")
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    verdict: str  # OK | FAIL | WARN
-    text: str
-
-    def line(self) -> str:
-        return f"{self.verdict:<4} {self.name}: {self.text}"
 
 
 @dataclass(frozen=True)
@@ -91,8 +46,8 @@ class Needs:
     batch_pool: str = ""  # its pool's name
     pool_allocation: str = "batch-service"  # the Batch account's (batchPoolAllocation)
     batch_service_object_id: str = ""  # user-subscription: the "Microsoft Azure Batch" service principal's object ID
-    platform_registry: str = ""  # sharedImages: the registry `up` imports from (preflight_registry.py checks it)
-    # The Batch pool's Marketplace image {publisher, offer, sku, version} (preflight_image.py checks it); {} if none
+    platform_registry: str = ""  # sharedImages: the registry `up` imports from (preflight/registry.py checks it)
+    # The Batch pool's Marketplace image {publisher, offer, sku, version} (preflight/image.py checks it); {} if none
     pool_image: Mapping[str, str] = field(default_factory=dict)
     write_actions: tuple[str, ...] = ()  # what the deployer must be allowed to do at the group's scope
     policy_targets: tuple[PolicyTarget, ...] = field(default=())
@@ -100,32 +55,6 @@ class Needs:
     @property
     def gpu_vcpus(self) -> int:
         return self.gpu.vcpus * self.max_nodes
-
-
-def _arm_body(type_: str, inputs: Mapping[str, Any], name_key: str, subscription: str, mock_subscription: str):
-    def wire(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {RENAMES.get(k, k): wire(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [wire(v) for v in value]
-        if isinstance(value, str):  # the offline evaluation's IDs carry the mock subscription
-            return value.replace(mock_subscription, subscription)
-        return value
-
-    body: dict[str, Any] = {"type": type_, "name": inputs.get(name_key, "")}
-    properties = dict(inputs.get("properties") or {})
-    for key, value in inputs.items():
-        if key in TOP_LEVEL and key != "properties":
-            body[key] = value
-        elif key not in ("properties", "resourceGroupName", name_key):
-            properties[key] = value
-    identity = body.get("identity")
-    if isinstance(identity, Mapping) and isinstance(identity.get("userAssignedIdentities"), list):
-        # azure-native v3 takes a list of IDs; ARM's wire format is a map of ID -> {}
-        body["identity"] = {**identity, "userAssignedIdentities": {i: {} for i in identity["userAssignedIdentities"]}}
-    if properties:
-        body["properties"] = properties
-    return wire(body)
 
 
 def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subscription: str,
@@ -150,7 +79,7 @@ def needs(config: Any, resources: Iterable[tuple[str, Mapping[str, Any]]], subsc
         if type_ not in POLICY_TYPES:
             continue
         arm_type, name_key, api_version = POLICY_TYPES[type_]
-        body = _arm_body(arm_type, inputs, name_key, subscription, mock_subscription)
+        body = arm_body(arm_type, inputs, name_key, subscription, mock_subscription)
         noun = arm_type.split("/")[-1]
         targets.append(PolicyTarget(f"{noun} {body['name']}", api_version, body))
         if f"{arm_type}/write" not in writes:
@@ -400,17 +329,6 @@ def batch_limits_verdict(needs_: Needs, account: Mapping[str, Any] | None, pools
                                      f"({len(names)} in use), activeJobAndJobScheduleQuota {jobs}")
 
 
-def _allowed(action: str, permissions: Sequence[Mapping[str, Any]]) -> bool:
-    """Azure RBAC's rule: an action is allowed if one permission's actions match it and that permission's
-    notActions do not (https://learn.microsoft.com/azure/role-based-access-control/role-definitions#notactions);
-    `*` matches any characters, case-insensitively."""
-    def match(patterns: Iterable[str]) -> bool:
-        return any(fnmatch.fnmatchcase(action.lower(), p.lower().replace("[", "[[]").replace("?", "[?]"))
-                   for p in patterns)
-
-    return any(match(p.get("actions") or []) and not match(p.get("notActions") or []) for p in permissions)
-
-
 # (d) Role assignments: Permissions - List For Resource Group (https://learn.microsoft.com/rest/api/authorization/
 # permissions/list-for-resource-group): value[{actions, notActions}] of the caller. Creating a role assignment
 # needs Microsoft.Authorization/roleAssignments/write: Owner, User Access Administrator or Role Based Access
@@ -418,7 +336,7 @@ def _allowed(action: str, permissions: Sequence[Mapping[str, Any]]) -> bool:
 # (https://learn.microsoft.com/azure/role-based-access-control/role-assignments-portal#prerequisites).
 def permissions_verdict(actions: Sequence[str], permissions: Sequence[Mapping[str, Any]], scope: str,
                         group_exists: bool) -> Check:
-    denied = [a for a in actions if not _allowed(a, permissions)]
+    denied = [a for a in actions if not allowed(a, permissions)]
     where = "the resource group" if group_exists else "the subscription (the group does not exist yet)"
     if not denied:
         return Check("roles", OK, f"you may create role assignments and the stack's resources at {where}")
@@ -429,59 +347,6 @@ def permissions_verdict(actions: Sequence[str], permissions: Sequence[Mapping[st
                                 f"{roles.split(' (')[0]} --scope {scope}`" + (" and Contributor likewise" if
                                 roles != "Contributor" and any(not a.startswith("Microsoft.Authorization/")
                                                                for a in denied) else ""))
-
-
-# (e) Azure Policy: Policy Restrictions - Check At Resource Group Scope / Check At Subscription Scope
-# (https://learn.microsoft.com/rest/api/policyinsights/policy-restrictions): for a resource body, the fields an
-# assigned policy restricts (fieldRestrictions[].restrictions[] with result Required | Removed | Deny) and the
-# evaluation of the body itself (contentEvaluationResult.policyEvaluations[] with evaluationResult NonCompliant and
-# effectDetails.policyEffect Deny: ARM would refuse it with RequestDisallowedByPolicy).
-def _field_value(content: Mapping[str, Any], path: str) -> Any:
-    value: Any = content
-    for part in path.split("."):
-        if not isinstance(value, Mapping):
-            return None
-        value = value.get(part, value.get("properties", {}).get(part) if isinstance(value.get("properties"),
-                                                                                    Mapping) else None)
-    return value
-
-
-def policy_verdict(target: PolicyTarget, answer: Mapping[str, Any], group: str, group_exists: bool = True) -> Check:
-    problems, assignments = [], []
-    for evaluation in (answer.get("contentEvaluationResult") or {}).get("policyEvaluations") or []:
-        effect = str((evaluation.get("effectDetails") or {}).get("policyEffect", ""))
-        if evaluation.get("evaluationResult") == "NonCompliant" and effect.lower() == "deny":
-            info = evaluation.get("policyInfo") or {}
-            assignments.append(info.get("policyAssignmentId"))
-            fields = [e.get("path") or e.get("expression") for e in (evaluation.get("evaluationDetails") or {})
-                      .get("evaluatedExpressions") or [] if e.get("path") or e.get("expression")]
-            problems.append(f"assignment {info.get('policyAssignmentId')} (definition "
-                            f"{info.get('policyDefinitionId')}) denies it on {', '.join(fields) or 'its body'}")
-    for restricted in answer.get("fieldRestrictions") or []:
-        path = str(restricted.get("field", ""))
-        ours = _field_value(target.content, path)
-        for restriction in restricted.get("restrictions") or []:
-            result = restriction.get("result")
-            reason = restriction.get("reason") or ""
-            assignment = (restriction.get("policy") or {}).get("policyAssignmentId")
-            assignments.append(assignment)
-            values = [str(v).lower().replace(" ", "") for v in restriction.get("values") or []]
-            if result == "Deny" and ours is not None and str(ours).lower().replace(" ", "") in values:
-                problems.append(f"{path} {ours!r} is denied by {assignment} ({reason})")
-            elif result == "Required" and ours is None:
-                example = restriction.get("defaultValue") or (restriction.get("values") or [None])[0]
-                problems.append(f"{path} is required by {assignment} ({reason}"
-                                + (f"; e.g. {example!r}" if example else "") + ")")
-    name = f"policy {target.label}"
-    if not problems:
-        return Check(name, OK, "no assigned Deny policy refuses it")
-    first = next((a for a in assignments if a), "ASSIGNMENT_ID")
-    where = target.content.get("location")
-    create = "" if group_exists else f"`az group create --name {group} --location {where}`, then "
-    return Check(name, FAIL, "; ".join(problems) + ": change the stack so the field complies, or have the "
-                             f"assignment's owner exempt the group ({create}`az policy exemption create --name "
-                             f"dltrain-{group} --policy-assignment {first} --exemption-category Waiver "
-                             f"--resource-group {group}`)")
 
 
 # (f) The list price: Azure Retail Prices API (https://learn.microsoft.com/rest/api/cost-management/retail-prices/
@@ -509,7 +374,3 @@ def price_verdict(gpu: GpuSku, location: str, spot: bool, items: Sequence[Mappin
     if drift > PRICE_DRIFT:
         return Check(name, WARN, f"{text}: {drift:.0%} apart, budget with Azure's figure")
     return Check(name, OK, text)
-
-
-def failed(checks: Iterable[Check]) -> bool:
-    return any(c.verdict == FAIL for c in checks)

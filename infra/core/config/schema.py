@@ -1,7 +1,7 @@
 """What a stack config key is and may be: the error every check raises, the keys' types as Pulumi.yaml declares
 them, their bounds and allowed values (written once), and the checks the sections and the loader share.
 
-The floor under the config's sections (config_sections.py) and its loading (config.py): it imports neither.
+The floor under the config's sections (sections.py) and its loading (stack.py): it imports neither.
 """
 from __future__ import annotations
 
@@ -44,9 +44,9 @@ class Range(NamedTuple):
         return f"{self.low}-{self.high}"  # as the messages and Pulumi.yaml's descriptions write it
 
 
-# Bounds and allowed values, written once: the sections' validators (config_sections.py) read them, and
+# Bounds and allowed values, written once: the sections' validators (config/sections.py) read them, and
 # Pulumi.yaml's description of each key states them (its config schema cannot hold ranges);
-# tests/infra/core/test_config_bounds.py checks they agree.
+# tests/infra/core/config/test_bounds.py checks they agree.
 RANGES = {
     "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
     "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan
@@ -78,7 +78,7 @@ ALLOWED = {
     "amlWorkspaceAccess": ("private", "public"),
     "batchPoolAllocation": ("batch-service", "user-subscription"),
 }
-SAS_EXPIRY_HOURS = RANGES["sasExpiryHours"]  # security.py checks issued SAS against its high end
+SAS_EXPIRY_HOURS = RANGES["sasExpiryHours"]  # security/sas.py checks issued SAS against its high end
 MAX_NODES_LIMIT = RANGES["maxNodes"].high
 
 

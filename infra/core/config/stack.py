@@ -2,11 +2,11 @@
 
 Pulumi.yaml declares every key (type, default, description); this module turns a stack's values into a
 `StackConfig` or refuses them with a `ConfigError` that names the key and the fix. A `StackConfig` holds one
-frozen section per concern (config_sections.py: each with its keys and its own validation beside them); what a
+frozen section per concern (sections.py: each with its keys and its own validation beside them); what a
 key is and may be (its type, bounds and allowed values, written once in RANGES and ALLOWED, which Pulumi.yaml's
-descriptions state) is config_schema.py's. The same `parse` serves the real program (`from_pulumi`: the values
+descriptions state) is schema.py's. The same `parse` serves the real program (`from_pulumi`: the values
 the engine hands over) and the offline `plan` and job verbs (`from_stack_file`: the same values, computed from
-the stack file by the engine's own merge in engine_config.py), so both see every default merged in, every value
+the stack file by the engine's own merge in engine.py), so both see every default merged in, every value
 as a string, and refuse exactly the same configs.
 """
 from __future__ import annotations
@@ -21,18 +21,18 @@ from typing import Any
 import yaml
 
 from infra import REPO_ROOT
-from infra.core import engine_config as engine
+from infra.core.config import engine
 # From the backends table: the keys that mean something to one backend only (setting one for another backend is
 # refused, not ignored).
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
-from infra.core.config_schema import (RANGES, RENAMED_KEYS, ConfigError, ConfigKey, check_one_of, coerce,
+from infra.core.config.schema import (RANGES, RENAMED_KEYS, ConfigError, ConfigKey, check_one_of, coerce,
                                       field_name)
-from infra.core.config_sections import (AccessConfig, AmlConfig, BudgetConfig, MonitoringConfig, NetworkConfig,
+from infra.core.config.sections import (AccessConfig, AmlConfig, BudgetConfig, MonitoringConfig, NetworkConfig,
                                         NfsConfig, NodesConfig, RegistryConfig, StorageConfig, TaggingConfig,
                                         TrainingConfig)
-from infra.core.engine_config import EngineConfig
+from infra.core.config.engine import EngineConfig
 from infra.core.regions import REGIONS
-from infra.core.security_sas import sas_expiry_hours_problem
+from infra.core.security.sas import sas_expiry_hours_problem
 
 PROJECT = "azure-dl-training"
 # Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.
@@ -46,7 +46,7 @@ TOP_KEYS = ("team", "location", "backend", "deployerPrincipalType", "namesWithou
             "adoptRetained", "networkAutoNamed")
 # Every key Pulumi.yaml declares -> where it lands ("section.field", or the StackConfig field). A new key: its
 # Pulumi.yaml entry, its field in one section's KEYS and class, its check in that section's `parse`
-# (config_sections.py).
+# (sections.py).
 KEYS = {**{key: field_name(key) for key in TOP_KEYS},
         **{key: f"{section}.{field}" for section, cls in SECTIONS.items() for key, field in cls.KEYS.items()}}
 
@@ -179,7 +179,7 @@ def parse(stack: str, values: Mapping[str, Any], schema: Mapping[str, ConfigKey]
     for other, keys in BACKEND_ONLY_KEYS.items():
         for key in keys:
             # The engine gives every stack Pulumi.yaml's default for each key it leaves unset
-            # (engine_config.py), so "set by the stack" cannot be told from "default": only a value other than
+            # (engine.py), so "set by the stack" cannot be told from "default": only a value other than
             # the default means someone asked for something this backend would ignore.
             if other != backend and merged[key] != coerce(schema[key], schema[key].default):
                 raise ConfigError(key, f"applies to backend {other} only, and this stack's backend is {backend}; "
@@ -296,7 +296,7 @@ def read_stack_file(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
 
 def engine_config(stack: str, root: Path = REPO_ROOT, project: Mapping[str, Any] | None = None) -> EngineConfig:
     """What the Pulumi CLI gives the program for this stack: Pulumi.yaml's defaults merged in, every value a
-    string (infra/core/engine_config.py has the rules and their source). `project`: Pulumi.yaml already parsed
+    string (infra/core/config/engine.py has the rules and their source). `project`: Pulumi.yaml already parsed
     (load_project), when the caller reads several stacks."""
     project = project if project is not None else load_project(root)
     try:

@@ -1,10 +1,12 @@
-"""The data path's arithmetic (infra/core/data_path.py): what the GPUs need at maxNodes against what each tier
+"""The data path's arithmetic (infra/core/data/path.py): what the GPUs need at maxNodes against what each tier
 delivers, from the published figures, for the vision stack (8 ND H100 v5 nodes) and the same stack at 32 nodes."""
 import dataclasses
 
 import pytest
 
-from infra.core import config, cost, data_path, skus
+from infra.core import cost, skus
+from infra.core.config import stack as config
+from infra.core.data import path as data_path
 
 H100 = skus.CATALOG["Standard_ND96isr_H100_v5"]
 

@@ -1,11 +1,11 @@
-"""Bounds written once: infra/core/config_schema.py's RANGES and ALLOWED are what the validators enforce, and
+"""Bounds written once: infra/core/config/schema.py's RANGES and ALLOWED are what the validators enforce, and
 Pulumi.yaml's description of each key (its config schema cannot hold ranges) must state the same, so `pulumi config`
 help and the refusals never disagree."""
 import re
 
 import pytest
 
-from infra.core import config, config_schema
+from infra.core.config import stack as config, schema as config_schema
 
 SCHEMA = config.load_schema()
 # A whole-number range as the descriptions write it ("1-720"); not a date (2025-09-30) nor part of a longer run.

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from infra.core.config_schema import IMAGES, ConfigError
+from infra.core.config.schema import IMAGES, ConfigError
 
 KEY = "sharedImages"
 REGISTRY_ENTRY = "registry"

@@ -7,7 +7,8 @@ from pulumi_policy import StackValidationArgs
 from pulumi_policy.policy import PolicyResource
 
 from infra.cli import plan
-from infra.core import config, config_schema, security, security_firewalls, security_sas
+from infra.core.config import stack as config, schema as config_schema
+from infra.core.security import resources as security, firewalls as security_firewalls, sas as security_sas
 from infra.policy.pack import policies
 
 GOOD_ACCOUNT = {

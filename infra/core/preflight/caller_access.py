@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
-from infra.core.preflight import FAIL, OK, WARN, Check
+from infra.core.preflight.check import FAIL, OK, WARN, Check
 
 NAME = "caller address"
 

@@ -6,9 +6,9 @@ import pytest
 import yaml
 
 from infra import REPO_ROOT
-from infra.core import config
-from infra.core.config import parse
-from infra.core.config_schema import ConfigError
+from infra.core.config import stack as config
+from infra.core.config.stack import parse
+from infra.core.config.schema import ConfigError
 from tests.infra.conftest import STACKS
 
 # What every stack must set (the deployers' egress IP); the cases below add their own values to it.

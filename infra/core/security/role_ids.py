@@ -1,5 +1,5 @@
 """The Azure built-in roles this program grants, by ID: pure data that the role assignments
-(infra/components/roles.py) and the security checks (infra/core/security.py: nothing else may be granted) share.
+(infra/components/roles.py) and the security checks (infra/core/security/resources.py: nothing else may be granted) share.
 
 Built-in role IDs: https://learn.microsoft.com/azure/role-based-access-control/built-in-roles
 """
@@ -23,7 +23,7 @@ READER = "acdd72a7-3385-48ef-bd42-f606fba81ae7"
 CONTRIBUTOR = "b24988ac-6180-42a0-ab88-20f7382dd24c"
 AZUREML_DATA_SCIENTIST = "f6c7c914-8db3-469d-8ca1-694a8f32e121"
 # The budget guard's (infra/components/budget.py), each granted on the one resource it scales and nowhere else
-# (security.py: RESOURCE_ROLES): Azure Batch Account Contributor manages Batch accounts, pools and jobs
+# (resources.py: RESOURCE_ROLES): Azure Batch Account Contributor manages Batch accounts, pools and jobs
 # (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/compute#azure-batch-account-contributor);
 # on a pool's scope it reaches that pool only. AzureML Compute Operator creates, updates and deletes a workspace's
 # compute (https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/ai-machine-learning#azureml-compute-operator);
@@ -39,7 +39,7 @@ AZUREML_COMPUTE_OPERATOR = "e503ece1-11d0-4e8e-8e2c-7a6c3bf38815"
 # https://learn.microsoft.com/azure/role-based-access-control/built-in-roles/security#key-vault-secrets-officer): the
 # "Microsoft Azure Batch" service principal's on a user-subscription account's own vault (infra/backends/batch/
 # cluster.py), the Get, List, Set, Delete (and Recover) secret permissions Batch's docs ask for, and nothing more.
-# The CI deploy identity may grant it only to that principal, and only where a stack needs it (infra/core/ci_roles.py:
+# The CI deploy identity may grant it only to that principal, and only where a stack needs it (infra/core/security/ci_roles.py:
 # PRINCIPAL_BOUND).
 KEY_VAULT_SECRETS_OFFICER = "b86a8fe4-44ce-4948-aee5-eccb2c155cd7"
 # Roles that manage a whole resource, granted only on a resource of this ARM type (the scope's last type segments).

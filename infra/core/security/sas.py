@@ -1,7 +1,7 @@
 """SAS lifetimes: the storage accounts' SAS expiration policy and the SAS the stack issues under it.
 
 The policy's period for an account (sas_expiration_period), the check of an account's sasPolicy against Azure
-Policy's 7-day built-in (storage_sas_policy, a check in infra/core/security.py's RESOURCE_TYPES) and of each SAS
+Policy's 7-day built-in (storage_sas_policy, a check in infra/core/security/resources.py's RESOURCE_TYPES) and of each SAS
 request the program makes (check_sas_request: SAS requests are invocations rather than resources, so `plan` and
 the tests check them apart).
 """
@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from infra.core.config_schema import SAS_EXPIRY_HOURS
+from infra.core.config.schema import SAS_EXPIRY_HOURS
 from infra.core.containers import SAS_PERMISSIONS
 
 # An account's SAS expiration policy (sasPolicy: sasExpirationPeriod "DD.HH:MM:SS", expirationAction Log or Block:

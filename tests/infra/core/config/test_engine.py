@@ -13,8 +13,9 @@ import yaml
 import pulumi
 from infra import REPO_ROOT
 from infra.preview import offline
-from infra.core import backend_facts, config, config_schema, engine_config
-from infra.core.engine_config import EngineConfig, EngineConfigError
+from infra.core import backend_facts
+from infra.core.config import stack as config, schema as config_schema, engine as engine_config
+from infra.core.config.engine import EngineConfig, EngineConfigError
 
 # A public address, as README tells the deployer to put in allowedIpRanges (the stack files hold a placeholder).
 DEPLOYER_IP = "20.50.1.7/32"

@@ -7,12 +7,12 @@ the tests, `plan` and the policy pack all call it.
 
 A resource check takes a resource's properties as the Pulumi engine passes them (camelCase keys, enum
 values as strings) and returns None when they comply, or one line saying what is wrong. The checks live by
-concept: one resource's own settings in security_invariants.py, role assignments in security_roles.py, SAS
-lifetimes in security_sas.py (SAS requests are invocations rather than resources, so `plan` and the tests check
+concept: one resource's own settings in invariants.py, role assignments in roles.py, SAS
+lifetimes in sas.py (SAS requests are invocations rather than resources, so `plan` and the tests check
 them with its `check_sas_request`).
 
 Beside them, the service rules: values the provider's types accept but Azure refuses at the service, each with
-its source (security_firewalls.py). `plan` and the policy pack report them before `up`, instead of `up` failing
+its source (firewalls.py). `plan` and the policy pack report them before `up`, instead of `up` failing
 halfway (SERVICE_CHECKS, per resource; VNET_RULE_CHECK, across a resource and the subnets it names).
 """
 from __future__ import annotations
@@ -24,15 +24,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from infra.core.security_firewalls import VnetRules, batch_ip_rules, key_vault_ip_rules, storage_ip_rules
-from infra.core.security_invariants import (aml_compute_private, aml_datastore_no_secret, aml_workspace_access,
+from infra.core.security.firewalls import VnetRules, batch_ip_rules, key_vault_ip_rules, storage_ip_rules
+from infra.core.security.invariants import (aml_compute_private, aml_datastore_no_secret, aml_workspace_access,
                                             batch_account_locked, blob_soft_delete, container_private,
                                             key_vault_locked, nic_no_public_ip, nsg_denies_internet,
                                             pool_image_pinned, pool_private, registry_admin_disabled,
                                             storage_default_deny, storage_https, storage_infra_encryption,
                                             storage_no_public_blob, storage_tls, vm_no_password)
-from infra.core.security_roles import role_not_privileged, role_on_its_resource, role_within_stack_group
-from infra.core.security_sas import storage_sas_policy
+from infra.core.security.roles import role_not_privileged, role_on_its_resource, role_within_stack_group
+from infra.core.security.sas import storage_sas_policy
 
 Props = dict[str, Any]
 # Provider functions that return account keys or admin passwords: the program must never call them.

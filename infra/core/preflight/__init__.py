@@ -1,0 +1,1 @@
+"""Preflight's verdicts on Azure's answers: the verdict (check), subscription, Azure Policy, registry, image."""

@@ -1,0 +1,1 @@
+"""Security rules: each resource type's checks (resources), own settings (invariants), roles, SAS, firewalls."""
