@@ -65,7 +65,8 @@ class Storage(pulumi.ComponentResource):
             minimum_tls_version=storage.MinimumTlsVersion.TLS1_2,
             allow_blob_public_access=False,
             # The SAS lifetime the stack issues as the account's SAS expiration policy, Block: the stack's own SAS
-            # fit it by construction (signed start, sasExpiryHours long); security_sas.ORG_SAS_POLICY_HOURS says why.
+            # fit it by construction (signed start, sasExpiryHours long); config/schema.py's ORG_SAS_POLICY_HOURS
+            # says why.
             sas_policy=storage.SasPolicyArgs(sas_expiration_period=security_sas.sas_expiration_period(cfg.sas_expiry_hours),
                                              expiration_action=storage.ExpirationAction.BLOCK),
             # Deny by default: only the VNet subnets and the deployers' listed IPs get through; trusted Azure
@@ -88,7 +89,8 @@ class Storage(pulumi.ComponentResource):
             ),
             opts=kept("account"))
 
-        # The role that writes blobs without the container Actions of Storage Blob Data Contributor (security/role_ids.py):
+        # The role that writes blobs without the container Actions of Storage Blob Data Contributor
+        # (security/role_ids.py):
         # every grant that writes blobs in this account names it (grant()).
         self.writer_role, self.writer_role_id = roles.custom_role(
             f"{name}-blob-writer", roles.BLOB_DATA_WRITER, resource_group_name=args.resource_group_name, parent=self)
@@ -128,7 +130,8 @@ class Storage(pulumi.ComponentResource):
             for container, c in self.containers.items()
         }
         # Signed start and expiry: the hour of `up` and sasExpiryHours after it. Under Block a SAS without a signed
-        # start is out of policy (security/resources.py), and its validity (expiry - start) is exactly the account's period.
+        # start is out of policy (security/resources.py), and its validity (expiry - start) is exactly the account's
+        # period.
         now = args.now or datetime.now(timezone.utc)
         start, expiry = sas_expiry(now, 0), sas_expiry(now, cfg.sas_expiry_hours)
         self.sas = {

@@ -44,6 +44,13 @@ class Range(NamedTuple):
         return f"{self.low}-{self.high}"  # as the messages and Pulumi.yaml's descriptions write it
 
 
+# Azure Policy's built-in "Storage SAS tokens should adhere to 7 day maximum validity" (Deny by default; github:
+# Azure/azure-policy built-in-policies/policyDefinitions/Storage/EnforceStorageSasMaxExpiration7Days_Deny.json,
+# /providers/Microsoft.Authorization/policyDefinitions/7aa1c9d5-3d7e-4579-8117-d85e99211757) refuses a storage
+# account whose SAS expiration policy allows more than 7 days (security/sas.py checks the account against it), so
+# sasExpiryHours, the SAS lifetime and the accounts' period, is bounded by the same 7 days.
+ORG_SAS_POLICY_HOURS = 7 * 24
+
 # Bounds and allowed values, written once: the sections' validators (config/sections.py) read them, and
 # Pulumi.yaml's description of each key states them (its config schema cannot hold ranges);
 # tests/infra/core/config/test_bounds.py checks they agree.
@@ -51,8 +58,8 @@ RANGES = {
     "team": Range(2, 12, " characters"),  # its length: it goes into storage account and registry names
     "maxNodes": Range(1, 100),  # Batch pools go higher, but beyond this a typo is likelier than a plan
     # Bounded: a leaked SAS dies on its own within 7 days, the most Azure Policy's SAS built-in lets the storage
-    # accounts' expiration policy (Block) allow (security_sas.ORG_SAS_POLICY_HOURS says why).
-    "sasExpiryHours": Range(1, 168, " hours"),
+    # accounts' expiration policy (Block) allow (ORG_SAS_POLICY_HOURS above says why).
+    "sasExpiryHours": Range(1, ORG_SAS_POLICY_HOURS, " hours"),
     "logRetentionDays": Range(30, 730, " days"),  # what Log Analytics accepts on the PerGB2018 tier
     "nfsDiskCount": Range(1, 16),
     "trainingRetries": Range(0, 10),
@@ -154,3 +161,13 @@ def check_one_of(key: str, value: str, why: str = "") -> str:
         raise ConfigError(key, f"{value!r} is not one of {', '.join(ALLOWED[key])}{why}")
     return value
 
+
+def sas_expiry_hours_problem(hours: int) -> str | None:
+    """Why a sasExpiryHours cannot be the stack's SAS lifetime (None when it can): the account's period, with Block,
+    must stay within the built-in's 7 days, and a longer-lived SAS would be blocked by it."""
+    if hours <= ORG_SAS_POLICY_HOURS:
+        return None
+    return (f"{hours} hours is longer than the storage accounts' SAS expiration policy allows: Azure Policy's "
+            "built-in \"Storage SAS tokens should adhere to 7 day maximum validity\" (Deny) requires a period of "
+            f"7 days or less with expirationAction Block, which blocks any longer SAS; set {ORG_SAS_POLICY_HOURS} or "
+            "less (`pulumi up` renews the SAS)")

@@ -26,13 +26,12 @@ from infra.core.config import engine
 # refused, not ignored).
 from infra.core.backend_facts import BACKEND_ONLY_KEYS
 from infra.core.config.schema import (RANGES, RENAMED_KEYS, ConfigError, ConfigKey, check_one_of, coerce,
-                                      field_name)
+                                      field_name, sas_expiry_hours_problem)
 from infra.core.config.sections import (AccessConfig, AmlConfig, BudgetConfig, MonitoringConfig, NetworkConfig,
                                         NfsConfig, NodesConfig, RegistryConfig, StorageConfig, TaggingConfig,
                                         TrainingConfig)
 from infra.core.config.engine import EngineConfig
 from infra.core.regions import REGIONS
-from infra.core.security.sas import sas_expiry_hours_problem
 
 PROJECT = "azure-dl-training"
 # Config namespaces a stack file may use besides this project's: the providers the program uses, and Pulumi's.

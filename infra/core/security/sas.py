@@ -1,7 +1,7 @@
 """SAS lifetimes: the storage accounts' SAS expiration policy and the SAS the stack issues under it.
 
 The policy's period for an account (sas_expiration_period), the check of an account's sasPolicy against Azure
-Policy's 7-day built-in (storage_sas_policy, a check in infra/core/security/resources.py's RESOURCE_TYPES) and of each SAS
+Policy's 7-day built-in (storage_sas_policy, a check in resources.py's RESOURCE_TYPES) and of each SAS
 request the program makes (check_sas_request: SAS requests are invocations rather than resources, so `plan` and
 the tests check them apart).
 """
@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from infra.core.config.schema import SAS_EXPIRY_HOURS
+from infra.core.config.schema import ORG_SAS_POLICY_HOURS, SAS_EXPIRY_HOURS
 from infra.core.containers import SAS_PERMISSIONS
 
 # An account's SAS expiration policy (sasPolicy: sasExpirationPeriod "DD.HH:MM:SS", expirationAction Log or Block:
@@ -21,12 +21,9 @@ from infra.core.containers import SAS_PERMISSIONS
 # have a validity interval larger than the upper limit" (interval = signed expiry - signed start); Block denies
 # requests made with them, Log only records them. So every SAS the stack issues carries a signed start (the hour of
 # `up`) and lives exactly sasExpiryHours, the account's period: inside it by construction, and Block is safe.
-# Azure Policy's built-in "Storage SAS tokens should adhere to 7 day maximum validity" (Deny by default; github:
-# Azure/azure-policy built-in-policies/policyDefinitions/Storage/EnforceStorageSasMaxExpiration7Days_Deny.json,
-# /providers/Microsoft.Authorization/policyDefinitions/7aa1c9d5-3d7e-4579-8117-d85e99211757) refuses an account
+# Azure Policy's built-in 7-day rule (ORG_SAS_POLICY_HOURS, config/schema.py, with its source) refuses an account
 # whose sasPolicy is missing, whose period is over 7.00:00:00, or whose expirationAction is not Block; the check
 # below is that rule, so a stack that passes it is compliant, and sasExpiryHours is bounded by the same 7 days.
-ORG_SAS_POLICY_HOURS = 7 * 24
 SAS_PERIOD = re.compile(r"(\d+)\.(\d\d):(\d\d):(\d\d)")
 SAS_TIME = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -43,17 +40,6 @@ def sas_period_hours(period: str) -> float | None:
         return None
     days, hours, minutes, seconds = (int(g) for g in match.groups())
     return days * 24 + hours + minutes / 60 + seconds / 3600
-
-
-def sas_expiry_hours_problem(hours: int) -> str | None:
-    """Why a sasExpiryHours cannot be the stack's SAS lifetime (None when it can): the account's period, with Block,
-    must stay within the built-in's 7 days, and a longer-lived SAS would be blocked by it."""
-    if hours <= ORG_SAS_POLICY_HOURS:
-        return None
-    return (f"{hours} hours is longer than the storage accounts' SAS expiration policy allows: Azure Policy's "
-            "built-in \"Storage SAS tokens should adhere to 7 day maximum validity\" (Deny) requires a period of "
-            f"7 days or less with expirationAction Block, which blocks any longer SAS; set {ORG_SAS_POLICY_HOURS} or "
-            "less (`pulumi up` renews the SAS)")
 
 
 def storage_sas_policy(props: dict[str, Any]) -> str | None:
