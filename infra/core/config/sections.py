@@ -79,7 +79,7 @@ class NetworkConfig:
         allowed = values["allowedIpRanges"]
         # The storage and Batch accounts deny all but the VNet: without the deployers' address, `pulumi up` cannot
         # upload the training scripts and no job can be submitted. Each entry is a bare address or a CIDR range;
-        # the firewalls get single addresses bare (storage refuses /31 and /32: security_firewalls.firewall_ip_rules).
+        # the firewalls get single addresses bare (storage refuses /31 and /32: security/firewalls.py).
         if not allowed:
             raise ConfigError("allowedIpRanges", "is empty, so the storage and Batch accounts admit only the VNet "
                                                  "and `pulumi up` cannot upload the scripts nor submit the job: add "
@@ -375,7 +375,8 @@ class AccessConfig:
 # Azure's tag limits (https://learn.microsoft.com/azure/azure-resource-manager/management/tag-resources#limitations):
 # 50 name/value pairs per resource; a name of at most 512 characters, 128 on storage accounts (every tag here lands
 # on one), a value of at most 256; no <, >, %, &, \, ? or / in a name. The stack's own tags (StackConfig.tags, and
-# security_invariants.PUBLIC_ACCESS_TAG on an open Azure ML workspace) are not the stack file's to set and count in the 50.
+# security/invariants.py's PUBLIC_ACCESS_TAG on an open Azure ML workspace) are not the stack file's to set and count
+# in the 50.
 MAX_TAGS, MAX_TAG_NAME, MAX_TAG_VALUE = 50, 128, 256
 TAG_NAME_REFUSED = set('<>%&\\?/')
 OWN_TAGS = ("team", "stack", "project", "managed-by", "network-access")
