@@ -388,7 +388,7 @@ def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, 
     import signal
     import subprocess
 
-    from training.cluster import attempts, keep_out
+    from training.cluster import attempts, keep_out, mpirun
 
     job = os.environ.get("AZ_BATCH_JOB_ID", "")
     previous = attempts.previous_attempts(output_dir)
@@ -415,7 +415,8 @@ def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, 
     else:
         # horovodrun's stderr passes through us: a rank's fault record is on it (training/watchdog.py FAULT_LINE)
         procs = start() if start else [subprocess.Popen(command, stderr=subprocess.PIPE)]
-        relay = None if start else attempts.FaultLines(procs[0].stderr, sys.stderr)
+        watch = mpirun.Watch(sys.stderr)  # mpirun's notice of a rank ended by a signal, which names its rank
+        relay = None if start else attempts.FaultLines(procs[0].stderr, watch)
         signalled: list[int] = []
 
         def forward(signum, frame):  # horovodrun ends its ranks itself; a native worker is one process
@@ -435,6 +436,7 @@ def run_attempt(command: list[str] | None, hosts: list[Host], output_dir: Path, 
             said = relay.join() if relay else []
             verdict = attempts.classify(attempts.merged(said, attempts.read_records(output_dir)), rc)
             verdict = attempts.blame_unreachable(verdict, [h.name for h in hosts], ssh_port or 22)
+            verdict = mpirun.blame_signalled(verdict, watch.notice, [(h.name, h.slots) for h in hosts])
     record = attempts.attempt_record(len(previous), started, attempts.now(),
                                      [h.name for h in hosts], verdict, job)
     if verdict.kind != "ok":
