@@ -22,7 +22,7 @@ from training import best, checkpoint, efficiency, frameworks, interconnect, met
 from training.config import TrainConfig, cpu_sized_text, resolve_optimizer
 from training.data import datasets, folder
 from training.errors import RunStopped
-from training import watchdog
+from training import validation, watchdog
 from training.schedule import default_warmup, lars_peak_lr, lr_at, peak_lr
 
 IMAGENET_TRAIN_IMAGES = 1_281_167  # what one synthetic epoch counts
@@ -293,7 +293,10 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     # Rank 0 alone decides and writes (checkpoint_state and save are rank 0's own: no collective to agree on).
     cadence = CheckpointCadence(cfg.checkpoint_every, cfg.checkpoint_minutes, the_plan.stop_at, time.monotonic())
 
-    val_steps = cfg.val_every * the_plan.steps_per_epoch  # 0: at the end only
+    # every --val-every epochs (0: at the end only); left to its default, stretched by time (training/validation.py)
+    vals = validation.ValidationCadence.starting(cfg.val_every, the_plan.steps_per_epoch, the_plan.total_steps,
+                                                 cfg.given is not None and "val_every" not in cfg.given, step)
+    spent = validation.TimeToTrain(validation.clock())  # the time-to-train split: training, validation, checkpoints
     keeper = best.Keeper(out, loop.checkpoint_suffix, bool(resume_from)) if rank0 else None  # training/best.py
     validated_at = [-1]
 
@@ -301,27 +304,44 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         validated_at.append(done)
         if heartbeat:
             heartbeat.progress.phase = f"validating after step {done}"
-        began = time.perf_counter()
+        began, clock = time.perf_counter(), validation.clock()
+        train_s = spent.training_since_last(clock)  # the interval behind this validation
         found = loop.evaluate()  # every rank, at the same step: a collective
         # The img/s window leaves the validation's time out, as the loops' step timings do.
         reporter.window = (reporter.window[0] + time.perf_counter() - began, reporter.window[1])
+        val_s = validation.clock() - clock
+        spent.validation_s, spent.validations = spent.validation_s + val_s, spent.validations + 1
+        if vals.due(done):
+            next_validation(done, val_s, train_s)
         if heartbeat:
             heartbeat.progress.phase = "training"
         if found is not None:
             reporter.record_validation(done, *found)
             if keeper:  # rank 0's own state, no collective: the best validation's model is kept for the export
-                keeper.offer(done, *found, lambda: loop.checkpoint_state(done), loop.save_checkpoint)
+                with spent.writing(validation.clock, counted=False):
+                    keeper.offer(done, *found, lambda: loop.checkpoint_state(done), loop.save_checkpoint)
+
+    def next_validation(done: int, val_s: float, train_s: float) -> None:
+        interval = vals.proposed(done, val_s, train_s)
+        if vals.adaptive:  # rank 0's clock decides; every rank takes its interval (they validate together)
+            with watchdog.collective("the next validation's step"):
+                interval = loop.broadcast_object(interval)
+        if rank0 and interval != vals.interval:
+            rank0_line(heartbeat, vals.stretched_line(interval, val_s))
+        vals.validated(done, interval)
+        spent.mark(validation.clock())
 
     def after_step(done: int, averaged_loss: Callable[[], float]) -> None:
         if heartbeat:
             heartbeat.progress.advance(done, heartbeat.clock())
         if done % cfg.log_every == 0 or done == the_plan.stop_at:
             reporter.record(done, averaged_loss(), the_plan.lr(done - 1))  # every rank joins the average
-        if val_steps and done % val_steps == 0 and done < the_plan.total_steps:  # the last step's is below
+        if vals.due(done):  # the last step's is below
             validate(done)
         if rank0 and cadence.due(done, time.monotonic()):
-            checkpoint.save(ckpt_dir, done, loop.checkpoint_state(done), loop.save_checkpoint, cfg.keep_checkpoints,
-                            loop.checkpoint_suffix)
+            with spent.writing(validation.clock):
+                checkpoint.save(ckpt_dir, done, loop.checkpoint_state(done), loop.save_checkpoint,
+                                cfg.keep_checkpoints, loop.checkpoint_suffix)
             cadence.saved(time.monotonic())
 
     # a run whose steps stop ends (training/watchdog.py); the first step's bound follows the compiler
@@ -344,7 +364,8 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
                                     "channels_last": cfg.channels_last, "compile": cfg.compile, "xla": cfg.xla,
                                     "val_loss": val_loss, "image_size": cfg.image_size,
                                     "batch_size": cfg.batch_size,
-                                    "data_path": data_path(cfg), **peak_memory(loop), **interconnect_figure(out)})
+                                    "data_path": data_path(cfg), **peak_memory(loop), **interconnect_figure(out),
+                                    **spent.fields(validation.clock())})
     bound = reporter.run_bound(start_times)
     result.update(efficiency.summary_fields(result["img_per_sec_per_worker"], expected, bound))
     reporter.close()
@@ -373,6 +394,7 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
         if tracker:
             tracker.finish(result, [out / "summary.json", out / "report.png"])
         print(metrics.done_line(result, cfg.output_dir), flush=True)
+        print(validation.line(result), flush=True)
         print(f"efficiency: {efficiency.progress_text(result['img_per_sec_per_worker'], expected, bound)}; "
               f"expected: {expected.basis}", flush=True)
         chance = best.chance_line(keeper.best.val_top1 if keeper.best else result.get("top1"), cfg.num_classes,
