@@ -81,7 +81,8 @@ class PilBatches:
 
 
 class FolderData:
-    def __init__(self, root: Path, cfg, rank: int, size: int, device: torch.device):
+    def __init__(self, root: Path, cfg, rank: int, size: int, device: torch.device, broadcast=None):
+        # broadcast: the distribution's broadcast_object; with it rank 0 alone reads the folders (folder.scan)
         if not root.is_dir():
             raise UsageError(f"--data {root}: no such folder (give an ImageNet-layout folder, a sharded dataset's "
                              "folder or 'synthetic')")
@@ -90,7 +91,7 @@ class FolderData:
             dataset = shards.read_sharded(root)
             classes, samples = list(dataset.classes), ShardSamples(root, "train", dataset)
         else:
-            classes, samples = scan(root, "train")
+            classes, samples = scan(root, "train", rank=rank, broadcast=broadcast)
         num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
         # Every loader's epoch, from the count alone (a sharded dataset's: its manifest's), the same on every rank
@@ -118,7 +119,7 @@ class FolderData:
         if self.sharded and dataset.shards.get("val"):
             val_samples = ShardSamples(root, "val", dataset)  # labelled by the manifest's (train/'s) classes
         elif not self.sharded and (root / "val").is_dir():
-            _, val_samples = scan(root, "val", classes)  # labelled by train/'s classes
+            _, val_samples = scan(root, "val", classes, rank=rank, broadcast=broadcast)  # by train/'s classes
         if val_samples is not None:
             val_set = FolderDataset(val_samples, cfg.image_size, train=False, seed=cfg.seed)
             val_sampler = DistributedSampler(val_set, num_replicas=size, rank=rank, shuffle=False)

@@ -92,7 +92,8 @@ class TorchLoop:
         global_batch = cfg.batch_size * self.size
         self.cfg = cfg = resolve_optimizer(cfg, global_batch)  # sgd or lars, by the global batch
         self.data = (SyntheticData(cfg, global_batch, self.torch_device, self.rank) if cfg.data == "synthetic"
-                     else FolderData(Path(cfg.data), cfg, self.rank, self.size, self.torch_device))
+                     else FolderData(Path(cfg.data), cfg, self.rank, self.size, self.torch_device,
+                                     broadcast=self.dist.broadcast_object))
         self.steps_per_epoch = self.data.steps_per_epoch
         model = _build_model(cfg, self.torch_device)
         started = weights.start_from(model, cfg.init_from, cfg.pretrained)  # --init-from / --pretrained, if given

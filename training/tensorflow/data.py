@@ -20,7 +20,8 @@ from training.runner import synthetic_steps_per_epoch
 class Data:
     """Batches (images NHWC float, one-hot labels) as an endless tf.data stream from any step on."""
 
-    def __init__(self, tf, cfg: TrainConfig, rank: int, size: int):
+    def __init__(self, tf, cfg: TrainConfig, rank: int, size: int, broadcast=None):
+        # broadcast: Horovod's broadcast_object; with it rank 0 alone reads the folders (folder.scan)
         self.tf, self.cfg, self.rank, self.size = tf, cfg, rank, size
         self.synthetic = cfg.data == "synthetic"
         self.val = None
@@ -35,7 +36,7 @@ class Data:
             self.shards = {split: ShardSamples(root, split, dataset) for split in dataset.shards}
             samples = self.shards["train"]
         else:
-            classes, samples = scan(root, "train")
+            classes, samples = scan(root, "train", rank=rank, broadcast=broadcast)
         num_classes(cfg.num_classes, classes, root)  # the runner decided it from the same folder
         verify_images(samples, cfg.max_bad_images, cfg.seed)
         # A sharded sample is its index (read by _read_shard); a folder's, its path and label
@@ -48,7 +49,7 @@ class Data:
         if "val" in self.shards:
             self.val = (list(range(len(self.shards["val"]))), [0] * len(self.shards["val"]))
         elif not self.shards and (root / "val").is_dir():
-            _, val = scan(root, "val", classes)  # labelled by train/'s classes
+            _, val = scan(root, "val", classes, rank=rank, broadcast=broadcast)  # labelled by train/'s classes
             self.val = ([str(p) for p, _ in val], [label for _, label in val])
 
     def _read(self, item, label, split: str):

@@ -107,7 +107,7 @@ class HorovodRuntime:
         self.tf, self.hvd, self.cfg = tf, hvd, cfg
         self.rank, self.size = hvd.rank(), hvd.size()
         self.device = "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
-        self.data = Data(tf, cfg, self.rank, self.size)
+        self.data = Data(tf, cfg, self.rank, self.size, broadcast=self.broadcast_object)
         self.steps_per_epoch = self.data.steps_per_epoch
         self.model, self.optimizer, self.learning_rate = build(tf, cfg, self.distributed_optimizer)
         self.loss_fn = loss_fn(tf, cfg)
