@@ -419,8 +419,8 @@ def collective_timeout(env: Mapping[str, str] = os.environ, compiler: str | None
     wait for every rank's start-up and compile: 8 ranks compiling at once with max-autotune pass 900 s), at least
     60 s. PyTorch's defaults are 10 min for NCCL and 30 min for Gloo (pytorch/pytorch#110947). A collective that hangs
     later is ended sooner by the watchdog's step bound. Unless TRAINING_WATCHDOG_FIRST_S is set, never below 900 s:
-    the first collective (DDP's broadcast at construction) also waits for every rank's scan of the dataset folder,
-    which the watchdog's bound does not cover (it starts once the loop exists)."""
+    the first collectives (the dataset's file list from rank 0, DDP's broadcast at construction) also wait for rank
+    0's scan of the dataset folder, which the watchdog's bound does not cover (it starts once the loop exists)."""
     from datetime import timedelta
 
     seconds = Bounds.from_env(env, compiler).first_s
