@@ -127,7 +127,7 @@ class TrainConfig:
                                          "(training/progress.py)")
     val_every: int = _opt(1, "epochs between validations (val loss and top-1 over val/), and one at the end; 0: at "
                              "the end only; left out, stretched to whole multiples while a validation would take "
-                             "over 10% of the training time (training/validation.py)")
+                             "over 10 percent of the training time (training/validation.py)")
     checkpoint_every: int = _opt(500, "steps between checkpoints (one is always written at the end)")
     checkpoint_minutes: float = _opt(30.0, "also checkpoint once this many minutes of training have passed since "
                                            "the last one (0: by steps only): bounds what a Spot eviction or a lost "
