@@ -18,6 +18,10 @@ from training.errors import EXIT_CODE_FAULT, EXIT_NODE_FAULT
 ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten every poll
 FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)
 FAULT_LINE = "watchdog-fault: "  # a rank's fault record as one stderr line (JSON after it), which the launcher reads
+# Variables a launcher sets in each rank (horovodrun's Gloo ranks: HOROVOD_RANK; mpirun: OMPI_COMM_WORLD_RANK, or
+# PMI_RANK for other MPIs; torchrun: RANK): only then is there a launcher to read FAULT_LINE. A process started by
+# hand (a local run, predict) ends with its one human line and nothing else.
+LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
 
 
 # --- signs of life: which rank stopped or lags ---------------------------------------------------------------------------
@@ -158,8 +162,8 @@ def local_dir(env: Mapping[str, str] = os.environ) -> Path:
 
 def emit(record: dict, share_dir: Path, wait_s: float, env: Mapping[str, str] = os.environ, say: bool = True) -> bool:
     """Say a rank's fault everywhere it may be read, within `wait_s` seconds in all: node-local disk first, then
-    stderr (the human line when `say`, then FAULT_LINE + the record: horovodrun passes the ranks' output to the
-    launcher), then the share's OUTPUT_DIR/.faults. The writes run in a thread of their own, so a stderr or a share
+    stderr (the human line when `say`, then, under a launcher, FAULT_LINE + the record: horovodrun passes the
+    ranks' output to the launcher), then the share's OUTPUT_DIR/.faults. The writes run in a thread of their own, so a stderr or a share
     that blocks costs at most `wait_s`; returns whether they all finished."""
     def write() -> None:
         try:
@@ -168,7 +172,8 @@ def emit(record: dict, share_dir: Path, wait_s: float, env: Mapping[str, str] = 
             pass
         if say:
             print(record["line"], file=sys.stderr, flush=True)
-        print(FAULT_LINE + json.dumps(record, sort_keys=True), file=sys.stderr, flush=True)
+        if any(name in env for name in LAUNCHER_RANK_VARS):
+            print(FAULT_LINE + json.dumps(record, sort_keys=True), file=sys.stderr, flush=True)
         try:
             record_fault(share_dir, record)
         except OSError:

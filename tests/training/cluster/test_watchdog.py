@@ -119,7 +119,8 @@ def test_a_share_that_blocks_every_write_does_not_stop_the_watchdog(tmp_path, no
         os.mkfifo(out / folder / name)
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", WATCHED, str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])})
+                            text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]),
+                                            "HOROVOD_RANK": "0"})  # as horovodrun starts a rank
     try:
         _, err = proc.communicate(timeout=20)
     except subprocess.TimeoutExpired:
@@ -491,3 +492,21 @@ def test_a_peer_busy_with_a_checkpoint_holds_this_rank_to_the_busy_bound_not_the
     clock[0] = 5 + 30 + 51  # 51 s after this rank first saw rank 0 busy
     assert ended.wait(5)
     dog.stop()
+
+
+def test_a_fault_record_line_only_for_a_launcher(tmp_path, monkeypatch):
+    """A rank under a launcher prints its record for the launcher (FAULT_LINE) after its line; a process started by
+    hand (a local run, predict) ends with its one human line and no record line."""
+    from training import faults
+
+    record = {"rank": 0, "kind": "code", "exit_code": 2, "line": "error: code fault: a bad input"}
+    for var in faults.LAUNCHER_RANK_VARS:
+        monkeypatch.delenv(var, raising=False)
+    for env, lines in (({}, 1), ({"OMPI_COMM_WORLD_RANK": "3"}, 2), ({"HOROVOD_RANK": "0"}, 2)):
+        err = []
+        monkeypatch.setattr(sys, "stderr", type("Err", (), {"write": lambda self, text: err.append(text),
+                                                               "flush": lambda self: None})())
+        assert faults.emit(record, tmp_path / "share", 5, env={faults.LOCAL_DIR_ENV: str(tmp_path / "local"), **env})
+        printed = "".join(err).splitlines()
+        assert len(printed) == lines, (env, printed)
+        assert printed[0] == record["line"]
