@@ -2,7 +2,9 @@
 against a real blob service: a dataset uploaded after the stack exists is staged on the next run, an empty one
 never is, a change is restaged, and the gate refuses any copy that is not the container's listing now."""
 import json
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
 from azure.storage.blob import ContainerClient
@@ -122,13 +124,21 @@ def test_restage_asks_the_server_through_status_and_follows_its_reports(stack, t
     assert run_unit(stack, dest, "--recheck-minutes", "15").returncode == 0
     outputs = tmp_path / "outputs.json"
     outputs.write_text(json.dumps({"containerUrls": {"data": stack["data"], "status": stack["status"]}}))
-    assert main(["restage", "--stack", "dev", "--outputs", str(outputs)]) == 0
+    # The dev stack as it stages through its NFS server (dataTier nfs): under node-local there is nothing to restage.
+    project = tmp_path / "project"
+    project.mkdir()
+    repo = Path(__file__).resolve().parents[3]
+    shutil.copy(repo / "Pulumi.yaml", project)
+    (project / "Pulumi.dev.yaml").write_text((repo / "Pulumi.dev.yaml").read_text()
+                                             + "  azure-dl-training:dataTier: nfs\n")
+    flags = ["--outputs", str(outputs), "--project-dir", str(project)]
+    assert main(["restage", "--stack", "dev", *flags]) == 0
     out = capsys.readouterr().out
     assert "asked the NFS server of stack dev to stage `data` again" in out and "staged 5 files" in out
     assert staging.restage_pending(stack["status"])
     codes = []
     follow = threading.Thread(target=lambda: codes.append(main(
-        ["restage", "--stack", "dev", "--outputs", str(outputs), "--follow", "--poll-seconds", "0.2"])))
+        ["restage", "--stack", "dev", *flags, "--follow", "--poll-seconds", "0.2"])))
     follow.start()
     served = run_unit(stack, dest, "--recheck-minutes", "15")  # the timer's next tick
     follow.join(timeout=60)
