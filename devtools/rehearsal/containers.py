@@ -47,6 +47,12 @@ REPO_ROOT = docker_engine.REPO_ROOT
 WHEELS = REPO_ROOT / ".cache" / "wheels"
 CONTEXT_WHEELS = "horovod-wheels"  # the stand-in's build context: the cached wheels, copied in
 STAND_IN_OPS = "mpi"  # images/build_horovod.sh --ops: the nccl build's MPI and Gloo without NCCL (no CUDA here)
+# What the stand-in lacks for the image's `OMPI_MCA_pml=ucx`, which an MPI_Init without horovodrun's own `-mca pml ob1`
+# takes (Azure ML's launcher, one `train` alone): InfiniBand. The image's UCX_TLS=rc needs it, and Open MPI 4.1's pml
+# ucx selects itself only on Mellanox devices and transports (its pml_ucx_devices / pml_ucx_tls defaults), so MPI_Init
+# ends with "PML ucx cannot be selected" (measured in the stand-in, UCX_TLS=tcp alone too). The stand-in's image
+# ends with these instead: UCX over TCP and shared memory, on any device.
+STAND_IN_UCX = {"UCX_TLS": "tcp,sm,self", "OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"}
 # A container's first process while commands run in it: one process, so that a node's fault (Pool.kill: every process
 # of the node) ends the container with the rest.
 HOLD = "sleep infinity"
@@ -56,8 +62,8 @@ CONTAINER_MODEL = ("one container per command, composed as Batch composes the ta
 
 
 def stand_in_dockerfile(text: str, wheels: bool) -> str:
-    """The Dockerfile with the stand-in's one change (pure): its Horovod step with `--ops mpi` for `--ops nccl`,
-    and, with `wheels`, the cached wheels copied to the step's `--cache` folder just before it."""
+    """The Dockerfile with the stand-in's changes (pure): its Horovod step with `--ops mpi` for `--ops nccl`, with
+    `wheels` the cached wheels copied to the step's `--cache` folder just before it, and STAND_IN_UCX at its end."""
     lines = text.splitlines(keepends=True)
     steps = [i for i, line in enumerate(lines)
              if line.startswith("RUN images/build_horovod.sh ") and "--ops nccl" in line]
@@ -68,7 +74,8 @@ def stand_in_dockerfile(text: str, wheels: bool) -> str:
     lines[step] = lines[step].replace("--ops nccl", f"--ops {STAND_IN_OPS}")
     if wheels:
         lines.insert(step, f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/\n")
-    return "".join(lines)
+    ucx = " ".join(f"{name}={value}" for name, value in STAND_IN_UCX.items())
+    return "".join(lines).rstrip("\n") + f"\n# The stand-in has no InfiniBand (devtools/rehearsal/containers.py STAND_IN_UCX)\nENV {ucx}\n"
 
 
 def rehearsal_image(engine: docker_engine.Engine, framework: str, log: Callable[[str], None] = print) -> str:
@@ -226,8 +233,9 @@ class ContainerBatch(RehearsalBatch):
             f"the stand-in image: Debian 12 (Python 3.11) for the CUDA base, no CUDA/cuDNN/NCCL: Horovod built with "
             f"`--ops {STAND_IN_OPS}` for `--ops nccl` (Open MPI and Gloo controllers, CPU operations); the rest of the "
             "image as the Dockerfile has it (its Open MPI settings included: horovodrun's own `-mca pml ob1` wins over "
-            "OMPI_MCA_pml=ucx on Azure too, so UCX carries nothing under launch and needs no TCP stand-in); no "
-            "InfiniBand, so MPI's TCP runs on the nodes' veth",
+            "OMPI_MCA_pml=ucx on Azure too, so UCX carries nothing under launch); no InfiniBand, so MPI's TCP runs on the "
+            f"nodes' veth, and the image ends with {' '.join(f'{k}={v}' for k, v in STAND_IN_UCX.items())} for an "
+            "MPI_Init without horovodrun's pml (Open MPI's pml ucx selects itself only on Mellanox devices)",
         ]
 
 

@@ -81,20 +81,25 @@ def test_a_rehearsal_node_stands_in_for_the_host_by_the_node_rule():
 
 
 def test_the_stand_in_changes_only_the_horovod_step_of_each_dockerfile():
-    from devtools.rehearsal.containers import CONTEXT_WHEELS, stand_in_dockerfile
+    from devtools.rehearsal.containers import CONTEXT_WHEELS, STAND_IN_UCX, stand_in_dockerfile
     from infra import REPO_ROOT
     from training import frameworks
 
+    ucx = ["# The stand-in has no InfiniBand (devtools/rehearsal/containers.py STAND_IN_UCX)",
+           "ENV UCX_TLS=tcp,sm,self OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any"]
+    assert STAND_IN_UCX["UCX_TLS"] == "tcp,sm,self"
     for image in frameworks.images():
         text = (REPO_ROOT / image.dockerfile).read_text()
         changed = stand_in_dockerfile(text, wheels=True).splitlines()
+        assert changed[-2:] == ucx  # what the stand-in lacks (no InfiniBand), last, after the image's own ENV
+        changed = changed[:-2]
         step = next(i for i, line in enumerate(changed) if line.startswith("RUN images/build_horovod.sh "))
         assert changed[step - 1] == f"COPY {CONTEXT_WHEELS}/ /tmp/wheels/" and "--ops mpi" in changed[step]
         assert changed[:step - 1] + [changed[step].replace("--ops mpi", "--ops nccl")] + changed[step + 1:] == \
             text.splitlines()
         assert stand_in_dockerfile(text, wheels=False).splitlines() == [
             line.replace("--ops nccl", "--ops mpi") if i == step - 1 else line
-            for i, line in enumerate(text.splitlines())]
+            for i, line in enumerate(text.splitlines())] + ucx
     try:
         stand_in_dockerfile("FROM x\nRUN true\n", wheels=False)
         raise AssertionError("a Dockerfile without the Horovod step was changed")
