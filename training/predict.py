@@ -173,8 +173,10 @@ def predict_with_card(model: Path, images: list[Path], k: int = 5, image_size: i
     """The top `k` classes of each image that decodes (a folder: each image in it, as expand() finds, its other files
     appended to `wrong_type`); each one that does not is appended to `skipped` as (path, why), or, with no `skipped`
     list, stops the call before anything is predicted. `image_size`: the input size (0: the size the model trained
-    at). An image in a folder named after one of the model's classes carries that class as its label."""
+    at). An image found in a folder given as IMAGE, in a subfolder named after one of the model's classes, carries that
+    class as its label."""
     session, card = load(model)
+    folders = [path for path in images if path.is_dir()]
     images = expand(images, wrong_type)  # after the model: a Python without onnxruntime says so first
     size = image_size or card.image_size
     batch, read = [], []
@@ -197,8 +199,15 @@ def predict_with_card(model: Path, images: list[Path], k: int = 5, image_size: i
         raise UsageError(f"--image-size {size}: the model does not take this input ({str(err).splitlines()[0][:160]})"
                          "; leave --image-size out") from None
     named = set(card.classes or ())
-    return [Prediction(path, top_k(p, card, min(k, p.shape[-1])), path.parent.name if path.parent.name in named
-                       else None) for path, p in zip(images, softmax(logits))], card
+
+    def label(path: Path) -> str | None:
+        # Only an image found in a folder given as IMAGE is labelled (pets/val/ scores): a photo named on its own
+        # is a question, whatever folder it sits in.
+        in_folder = any(folder in path.parents for folder in folders)
+        return path.parent.name if in_folder and path.parent.name in named else None
+
+    return [Prediction(path, top_k(p, card, min(k, p.shape[-1])), label(path))
+            for path, p in zip(images, softmax(logits))], card
 
 
 def score_lines(predictions: list[Prediction], classes: tuple[str, ...]) -> list[str]:

@@ -46,7 +46,11 @@ def _build_model(cfg: TrainConfig, device):
     import torchvision
 
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank and every run
-    model = torchvision.models.resnet50(num_classes=cfg.num_classes).to(device)
+    # Each residual block's last BatchNorm starts at zero (torchvision's zero_init_residual, after Goyal et al.,
+    # https://arxiv.org/abs/1706.02677 section 5.1): every block starts as the identity, which keeps a from-scratch
+    # run on a small folder from blowing up (measured: a 90-image, 3-class folder ended at chance with val loss 26 -> 652
+    # without it, and reached 0.58 top-1 with val loss 1.07-1.16 with it; one run each on 24 val images).
+    model = torchvision.models.resnet50(num_classes=cfg.num_classes, zero_init_residual=True).to(device)
     # Horovod 0.28 allreduces only NCHW-contiguous tensors, so under Horovod the weights (and so their
     # gradients) stay NCHW and only the activations go channels-last; DDP takes channels-last weights.
     if cfg.channels_last and cfg.dist == "ddp":
