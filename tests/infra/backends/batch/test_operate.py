@@ -128,7 +128,7 @@ def test_submit_builds_the_job_from_config_and_outputs(outputs_file, batch, caps
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--nodes", "9"], "maxNodes=2"),
+    (["--nodes", "9"], "give 1 to 2 (maxNodes in Pulumi.dev.yaml"),  # refused before any sign-in
     (["--nodes", "0"], "give 1 to 2"),
     (["--args", "--data /elsewhere"], "set by the job"),
     (["--args", "--epochs 1 --bacth-size 8"], "unrecognized arguments: --bacth-size"),
