@@ -60,18 +60,18 @@ class Rehearsal:
     efficiency: dict | None = None  # summary.json's efficiency view (training/efficiency.py)
     container: list[str] | None = None  # with --container: what ran in the image, what the stand-in leaves out
     scarce: list[str] | None = None  # with --scarce: the partial allocation, one line a step (scarce.py)
-
-
     data: list[str] | None = None  # dataTier node-local: where each rank read its data, node-stage's checks (node_data.py)
+
+
 def report(result: Rehearsal) -> str:
     lines = [f"\nRehearsal report ({result.job})",
              f"  task exit code {result.exit_code}, retried {result.retries} time(s)",
              f"  ranks: world size {result.world_size} on hosts {', '.join(result.hosts) or '?'} "
              f"(rank order = host order)",
              f"  where: {'; '.join(result.placement) or '?'}",
+             *(["  data (dataTier node-local):", *(f"    - {line}" for line in result.data)] if result.data else []),
              f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
              f"  efficiency: {efficiency_line(result.efficiency)}",
-             *(["  data (dataTier node-local):", *(f"    - {line}" for line in result.data)] if result.data else []),
              "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
                                          "no floor: rehearsal)" if result.interconnect_gbps is not None
                                          else "not run (one node, or --dist native: not checked yet)"),

@@ -147,7 +147,8 @@ def test_a_drive_in_use_or_with_a_foreign_filesystem_is_left_alone_and_no_drive_
     subprocess.run(["mkfs.ext4", "-q", "-L", "somebody", foreign], check=True)
     refused = node.run(tmp_path / "other", [foreign])
     assert refused.returncode == 1 and refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and "labelled 'somebody'" in refused.stderr and "left alone" in refused.stderr
+    assert refused.stderr.count("\n") == 1
+    assert "labelled 'somebody'" in refused.stderr and "left alone" in refused.stderr
     assert not node.mounted(tmp_path / "other")
 
 
