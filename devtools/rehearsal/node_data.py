@@ -47,15 +47,13 @@ def node_dataset(node) -> Path:
                           / DATASET)
 
 
-def upload_shards(account, ev, work: Path, node_env: dict[str, str], gate, say) -> Uploaded:
-    """The deployer's part under dataTier node-local: the gate refuses while `data` is empty, the dataset goes up
-    as shards (`training upload --format shards`), the gate passes on `data` alone (no NFS staging report: the nodes
-    stage). `gate(data_url, status_url)` is the deployer's staging.data_ready."""
-    from azure.storage.blob import ContainerClient
-
-    outputs = StackOutputs.from_json(ev.outputs)
+def gate_then_upload(account, outputs: StackOutputs, gate, staged: bool, stack: str, work: Path,
+                     node_env: dict[str, str], say, *upload_flags: str) -> int:
+    """The deployer's first steps on a new stack, on either tier: the submit gate refuses while `data` is empty (the
+    rehearsal stops if it does not), then the dev dataset (4 classes, 32 + 8 JPEGs each of 64 px) goes up with
+    `training upload` and `upload_flags`. Returns the images uploaded."""
     try:
-        require_staged(outputs, gate, False, ev.config.stack)
+        require_staged(outputs, gate, staged, stack)
         raise RuntimeError("the submit gate let a job through onto an empty dataset")
     except JobError as refused:
         say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
@@ -66,9 +64,19 @@ def upload_shards(account, ev, work: Path, node_env: dict[str, str], gate, say) 
                     "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data"),
-                    "--format", "shards", "--shard-mb", SHARD_MB], env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
-    images = sum(1 for p in source.rglob("*") if p.is_file())
+                    *upload_flags], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return sum(1 for p in source.rglob("*") if p.is_file())
+
+
+def upload_shards(account, ev, work: Path, node_env: dict[str, str], gate, say) -> Uploaded:
+    """The deployer's part under dataTier node-local: the gate refuses while `data` is empty, the dataset goes up
+    as shards (`training upload --format shards`), the gate passes on `data` alone (no NFS staging report: the nodes
+    stage). `gate(data_url, status_url)` is the deployer's staging.data_ready."""
+    from azure.storage.blob import ContainerClient
+
+    outputs = StackOutputs.from_json(ev.outputs)
+    images = gate_then_upload(account, outputs, gate, False, ev.config.stack, work, node_env, say,
+                              "--format", "shards", "--shard-mb", SHARD_MB)
     data = ContainerClient.from_container_url(account.as_deployer("data", "rl"))
     manifest = json.loads(data.download_blob("dataset.json").readall())
     split = {name: len(manifest["shards"].get(name, [])) for name in ("train", "val")}

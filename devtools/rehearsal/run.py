@@ -329,20 +329,8 @@ def _stage_data(account, ev, work: Path, export: Path, node_env: dict[str, str],
         return uploaded, lambda: "dataTier node-local: the NFS server stages nothing (no restage to serve)"
     urls = {declared: ad.container_url(declared) for declared in ev.outputs["containerUrls"].values()}
     _say(f"nfs: created with the stack, `data` still empty: {server.run_staging_unit(urls, ad.env())}")
-    try:
-        require_staged(StackOutputs.from_json(ev.outputs), deployers_gate, True, ev.config.stack)
-        raise RuntimeError("the submit gate let a job through onto an empty dataset")
-    except JobError as refused:
-        _say(f"gate: `infra submit` and `pulumi up` submit no job: {refused}")
-    python = node_env["PATH"].split(":")[0] + "/python"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    source = work / "dataset"
-    subprocess.run([python, "-m", "devtools", "synth-data", "--out", str(source), "--classes", "4",
-                    "--per-class", "32", "--val-per-class", "8", "--size", "64"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run([sys.executable, "-m", "training", "upload", str(source), account.as_deployer("data")],
-                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    uploaded = sum(1 for p in source.rglob("*") if p.is_file())
+    uploaded = node_data.gate_then_upload(account, StackOutputs.from_json(ev.outputs), deployers_gate, True,
+                                          ev.config.stack, work, node_env, _say)
     _say(f"data: {uploaded} files uploaded to `data` by the deployer, after the stack exists")
     _say(f"nfs: the timer's next run: {server.run_staging_unit(urls, ad.env())}")
     count = sum(1 for p in (export / DATASET).rglob("*") if p.is_file() and not p.name.startswith("."))
