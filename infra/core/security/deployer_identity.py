@@ -39,9 +39,9 @@ def from_provider_environment(env: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def from_token(token: str) -> str | None:
-    """The principal type an Entra access token (a JWT) was issued to, from its claims; None when it is not a JWT
-    (the signature is not checked: the token is our own, read for who we are, never to grant anything)."""
+def claims_of(token: str) -> dict | None:
+    """An Entra access token's (a JWT's) claims, or None when it is not one. The signature is not checked: the token
+    is our own, read for who we are, never to grant anything."""
     parts = token.split(".")
     if len(parts) != 3:
         return None
@@ -49,7 +49,13 @@ def from_token(token: str) -> str | None:
         claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
     except (ValueError, TypeError):
         return None
-    if not isinstance(claims, dict):
+    return claims if isinstance(claims, dict) else None
+
+
+def from_token(token: str) -> str | None:
+    """The principal type an Entra access token was issued to, from its claims; None when it is not a JWT."""
+    claims = claims_of(token)
+    if claims is None:
         return None
     kind = str(claims.get("idtyp", "")).lower()
     if kind in ("app", "user"):
@@ -76,14 +82,8 @@ RBAC_ADMINISTRATOR = "f58310d9-a9f6-439a-9e8d-f62e7b41a168"
 
 def object_id(token: str) -> str | None:
     """The `oid` claim (the principal's object ID) of an Entra access token, or None."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except (ValueError, TypeError):
-        return None
-    return str(claims.get("oid") or "") or None if isinstance(claims, dict) else None
+    claims = claims_of(token)
+    return str(claims.get("oid") or "") or None if claims is not None else None
 
 
 def condition_gap(assignments: list[dict], needed: dict[str, str]) -> list[str] | None:
