@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.data import layout
+from training.data import layout, transfer
 from training.errors import UsageError
 
 SHARDS_DIR = "shards"
@@ -45,7 +45,6 @@ INDEX_VERSION = "v1.2"  # DALI's kCurrentIndexVersion (webdataset_loader.h; tool
 BLOCK = 512  # a tar block: DALI refuses an index offset that is not a multiple of it (ParseSampleDesc)
 _NAME_MAX = 100  # a ustar header's name field, without its prefix field
 _UNSAFE = re.compile(r"[^A-Za-z0-9_+\-]")
-READ_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -90,11 +89,8 @@ def content_hash(shards: dict[str, Iterable[Shard]]) -> str:
 
 
 def md5_file(path: Path | str) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while chunk := f.read(READ_SIZE):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """The file's MD5 in hex (transfer.md5_file's digest, which the uploader sets as Content-MD5)."""
+    return transfer.md5_file(Path(path)).hex()
 
 
 # ---- reading ----------------------------------------------------------------------------------------------------
