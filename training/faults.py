@@ -42,10 +42,15 @@ def host_name(env: Mapping[str, str] = os.environ) -> str:
 
 def write_alive(directory: Path, rank: int, host: str, beats: int, step: int, **more) -> None:
     """This rank's sign of life (its beat count, last step and progress: `more`), replaced atomically."""
+    _write_rank_file(directory, {"rank": rank, "host": host, "pid": os.getpid(), "beats": beats, "step": step, **more})
+
+
+def _write_rank_file(directory: Path, record: dict) -> None:
+    """DIRECTORY/rank-<rank>.json holding `record`, replaced atomically."""
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".rank-{rank}.tmp"
-    tmp.write_text(json.dumps({"rank": rank, "host": host, "pid": os.getpid(), "beats": beats, "step": step, **more}))
-    os.replace(tmp, directory / f"rank-{rank}.json")  # a reader sees the old file or the new one, never half
+    tmp = directory / f".rank-{record['rank']}.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, directory / f"rank-{record['rank']}.json")  # a reader sees the old file or the new one, never half
 
 
 def read_alive(directory: Path) -> dict[int, dict]:
@@ -140,11 +145,7 @@ def rank_of(env: Mapping[str, str]) -> int:
 
 def record_fault(output_dir: Path, record: dict) -> None:
     """One rank's fault (kind node|code, exit code, reason, blamed host), for the launcher to classify the task."""
-    directory = output_dir / FAULTS_DIR
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".rank-{record['rank']}.tmp"
-    tmp.write_text(json.dumps(record))
-    os.replace(tmp, directory / f"rank-{record['rank']}.json")
+    _write_rank_file(output_dir / FAULTS_DIR, record)
 
 
 LOCAL_DIR_ENV = "TRAINING_WATCHDOG_LOCAL_DIR"
