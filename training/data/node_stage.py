@@ -95,14 +95,18 @@ def marker_hash(folder: Path) -> str:
         return ""
 
 
-def shard_items(manifest: dict, source: str) -> list[Item]:
-    """Every tar (with the manifest's MD5 and size) and its .idx, in manifest order, from a sharded dataset.json
-    (read by training/data/shards.py, which also checks the content hash against the shards it lists). A manifest
-    that is not a whole sharded one stops in one line naming it."""
+def sharded_dataset(manifest: dict, source: str) -> shards.ShardedDataset:
+    """A sharded dataset.json read by training/data/shards.py, which also checks the content hash against the
+    shards it lists. A manifest that is not a whole sharded one stops in one line naming it."""
     try:
-        dataset = shards.from_manifest(manifest, source)
+        return shards.from_manifest(manifest, source)
     except UsageError as err:
         raise transfer.PermanentError(str(err)) from None
+
+
+def shard_items(dataset: shards.ShardedDataset, source: str) -> list[Item]:
+    """Every tar (with the manifest's MD5 and size) and its .idx, in manifest order; a shard name that would land
+    outside the dataset's folder stops in one line naming `source`."""
     items: list[Item] = []
     for split in shards.SPLITS:
         for shard in dataset.shards.get(split, ()):
@@ -315,8 +319,9 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
             return Result(folder, f"{folder} holds {name} ({content_hash}): copy skipped")
         (folder / STAGED).unlink(missing_ok=True)  # from here until the end the folder is not a whole dataset
         if manifest.get("format") == "shards":
-            line = _stage_shards(reader, name, folder, shard_items(manifest, source), stats, threads, progress_interval)
-            _check_indexes(folder, shards.from_manifest(manifest, source), datasets.prefix(name))
+            dataset = sharded_dataset(manifest, source)
+            line = _stage_shards(reader, name, folder, shard_items(dataset, source), stats, threads, progress_interval)
+            _check_indexes(folder, dataset, datasets.prefix(name))
         elif raw is not None or _has_images(reader, name, stats):
             line = _stage_files(reader, name, folder, stats, threads, progress_interval)
         else:
