@@ -14,14 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from training.errors import EXIT_CODE_FAULT, EXIT_NODE_FAULT
+from training.launched import by_launcher, rank_of  # noqa: F401 (rank_of: named here for the watchdog)
 
 ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten every poll
 FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)
 FAULT_LINE = "watchdog-fault: "  # a rank's fault record as one stderr line (JSON after it), which the launcher reads
-# Variables a launcher sets in each rank (horovodrun's Gloo ranks: HOROVOD_RANK; mpirun: OMPI_COMM_WORLD_RANK, or
-# PMI_RANK for other MPIs; torchrun: RANK): only then is there a launcher to read FAULT_LINE. A process started by
-# hand (a local run, predict) ends with its one human line and nothing else.
-LAUNCHER_RANK_VARS = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")
 
 
 # --- signs of life: which rank stopped or lags ---------------------------------------------------------------------------
@@ -134,15 +131,6 @@ def blame_text(stopped: list[dict], world: int, behind: list[dict] | None = None
 RUN_DIR_ENV = "TRAINING_WATCHDOG_RUN_DIR"  # set by `launch` for every rank (forwarded as TRAINING_WATCHDOG*)
 
 
-def rank_of(env: Mapping[str, str]) -> int:
-    """This process's rank as its launcher said it (horovodrun's, mpirun's or torchrun's variable), else 0."""
-    for name in ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "RANK"):
-        if env.get(name, "").isdigit():
-            return int(env[name])
-    return 0
-
-
-
 def record_fault(output_dir: Path, record: dict) -> None:
     """One rank's fault (kind node|code, exit code, reason, blamed host), for the launcher to classify the task."""
     _write_rank_file(output_dir / FAULTS_DIR, record)
@@ -173,7 +161,7 @@ def emit(record: dict, share_dir: Path, wait_s: float, env: Mapping[str, str] = 
             pass
         if say:
             print(record["line"], file=sys.stderr, flush=True)
-        if any(name in env for name in LAUNCHER_RANK_VARS):
+        if by_launcher(env):  # only then is there a launcher to read FAULT_LINE; by hand, the one human line
             print(FAULT_LINE + json.dumps(record, sort_keys=True), file=sys.stderr, flush=True)
         try:
             record_fault(share_dir, record)

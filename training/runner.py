@@ -12,13 +12,15 @@ import dataclasses
 import json
 import math
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from training import best, checkpoint, efficiency, frameworks, interconnect, metrics, model_card, progress, tracking
+from training import (best, checkpoint, efficiency, frameworks, interconnect, launched, metrics, model_card, progress,
+                      tracking)
 from training.config import TrainConfig, cpu_sized_text, resolve_optimizer
 from training.data import datasets, folder
 from training.errors import RunStopped
@@ -226,10 +228,10 @@ def run(cfg: TrainConfig, make_loop: Callable[[TrainConfig], Loop]) -> dict[str,
     # Rank 0's lines start now, before the framework sets up (distribution, model, the folder's scan): a line
     # within seconds, and the heartbeat's through a long start-up (training/progress.py).
     heartbeat = None
-    if launched_as_rank0(os.environ):
+    if launched.as_rank0(os.environ):
         print(first_line(cfg, classes), flush=True)
         heartbeat = progress.Heartbeat(progress.Progress(total=0, global_batch=0, start_step=0, started=started_setup),
-                                       cfg.progress_seconds).start()
+                                       cfg.progress_seconds, tty=launched.on_terminal(sys.stdout, os.environ)).start()
     try:
         loop = make_loop(cfg)
     except BaseException:
@@ -435,18 +437,6 @@ def rank0_line(heartbeat: progress.Heartbeat | None, text: str) -> None:
         print(text, flush=True)
 
 
-def launched_as_rank0(env: Mapping[str, str]) -> bool:
-    """Whether the launcher made this process rank 0 (or none launched it: one process), from its variables:
-    torchrun's, mpirun's, Horovod's Gloo launcher's, or TF_CONFIG's task (--dist native), before any framework
-    is set up. Rank 0 alone prints; the loop's own rank checks it once built."""
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "PMI_RANK"):
-        if name in env:
-            return env[name] == "0"
-    if env.get("TF_CONFIG"):
-        try:
-            return int(json.loads(env["TF_CONFIG"]).get("task", {}).get("index", 0)) == 0
-        except (ValueError, TypeError, AttributeError):
-            return True
     return True
 
 

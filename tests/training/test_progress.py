@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from training import progress, runner
+from training import launched, progress, runner
 from training.config import parse_args, resolve_for_device
 
 
@@ -82,7 +82,21 @@ def test_the_heartbeat_thread_writes_while_the_caller_is_busy():
                                        ({"HOROVOD_RANK": "2"}, False),
                                        ({"TF_CONFIG": '{"task": {"type": "worker", "index": 1}}'}, False)])
 def test_only_the_launchers_rank_0_prints_before_the_framework_is_set_up(env, rank0):
-    assert runner.launched_as_rank0(env) is rank0
+    assert launched.as_rank0(env) is rank0
+
+
+class Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("env,bar", [({}, True), ({"OMPI_COMM_WORLD_RANK": "0"}, False), ({"HOROVOD_RANK": "0"}, False),
+                                     ({"RANK": "0"}, False)])
+def test_a_rank_under_a_launcher_writes_lines_not_a_bar_even_on_a_pseudo_terminal(env, bar):
+    """mpirun gives each rank a pseudo-terminal and forwards it line by line into stdout.txt: a bar's carriage
+    returns and erase codes there ran into one line of thousands (the Keras rehearsal under horovodrun --mpi)."""
+    assert launched.on_terminal(Tty(), env) is bar
+    assert launched.on_terminal(io.StringIO(), {}) is False
 
 
 class Writer:

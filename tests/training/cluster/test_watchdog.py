@@ -497,10 +497,10 @@ def test_a_peer_busy_with_a_checkpoint_holds_this_rank_to_the_busy_bound_not_the
 def test_a_fault_record_line_only_for_a_launcher(tmp_path, monkeypatch):
     """A rank under a launcher prints its record for the launcher (FAULT_LINE) after its line; a process started by
     hand (a local run, predict) ends with its one human line and no record line."""
-    from training import faults
+    from training import faults, launched
 
     record = {"rank": 0, "kind": "code", "exit_code": 2, "line": "error: code fault: a bad input"}
-    for var in faults.LAUNCHER_RANK_VARS:
+    for var in launched.RANK_VARS:
         monkeypatch.delenv(var, raising=False)
     for env, lines in (({}, 1), ({"OMPI_COMM_WORLD_RANK": "3"}, 2), ({"HOROVOD_RANK": "0"}, 2)):
         err = []
