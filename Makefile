@@ -118,10 +118,12 @@ test: setup  ## the whole test suite: infra, data and images in .venv; training 
 
 # The images' containers on a real Docker engine (devtools/docker_engine.py: Debian's docker.io unpacked by setup,
 # started per run, root only): the engine's own lifecycle, the job's containerRunOptions parsed by Docker, the
-# Dockerfiles built on the stand-in base (tests/images/test_containers*.py), then the rehearsal's Batch job in the
-# PyTorch image on 2 nodes (tests/devtools/rehearsal/test_rehearsal_container.py: `rehearse --container`).
+# Dockerfiles built on the stand-in base (tests/images/test_containers*.py), then the rehearsal's Batch job on 2 nodes
+# of 2 ranks under `horovodrun --mpi`, in the PyTorch image (DDP; Horovod under a killed rank and a lost sshd) and in
+# the TensorFlow image (Keras) (tests/devtools/rehearsal/test_rehearsal_container.py: `rehearse --container`; the
+# rehearsal reads each framework's local environment for its host side).
 # Minutes: apart from make test. Without root each test skips with one line saying what is not played.
-test-containers: .venv/.installed $(VENV_pytorch)/.installed .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options, both Dockerfiles built on a local stand-in base, the rehearsal's job in the image (root; not part of make test)
+test-containers: .venv/.installed $(TRAIN_VENVS:=/.installed) .cache/azurite/.installed-$(AZURITE_VERSION) $(DEBS)/.installed  ## a real Docker engine: the Batch task's container options, both Dockerfiles built on a local stand-in base, the rehearsal's job in the image (root; not part of make test)
 	@$(call timed,.venv/bin/python -m pytest tests/images/test_containers.py tests/images/test_containers_build.py \
 	    tests/devtools/rehearsal/test_rehearsal_container.py)
 

@@ -61,6 +61,17 @@ class Rehearsal:
     container: list[str] | None = None  # with --container: what ran in the image, what the stand-in leaves out
     scarce: list[str] | None = None  # with --scarce: the partial allocation, one line a step (scarce.py)
     data: list[str] | None = None  # dataTier node-local: where each rank read its data, node-stage's checks (node_data.py)
+    transport: str = "Gloo"  # what carried the ranks' all-reduces (collectives_transport)
+
+
+def collectives_transport(distribution: str, launch_stderr: str) -> str:
+    """What carried the ranks' all-reduces on CPU: Horovod's MPI controller under `horovodrun --mpi` (launch's
+    line in the application command's stderr), else Gloo (Horovod's Gloo launcher; DDP's CPU backend, also when
+    mpirun started its ranks)."""
+    launches = [line for line in launch_stderr.splitlines() if line.startswith("launch: ") and " ranks on " in line]
+    if distribution == "horovod" and launches and " --mpi " in f"{launches[-1]} ":
+        return "MPI over TCP"
+    return "Gloo"
 
 
 def report(result: Rehearsal) -> str:
@@ -70,9 +81,9 @@ def report(result: Rehearsal) -> str:
              f"(rank order = host order)",
              f"  where: {'; '.join(result.placement) or '?'}",
              *(["  data (dataTier node-local):", *(f"    - {line}" for line in result.data)] if result.data else []),
-             f"  throughput: {result.img_per_sec} img/s (CPU, Gloo)",
+             f"  throughput: {result.img_per_sec} img/s (CPU, {result.transport})",
              f"  efficiency: {efficiency_line(result.efficiency)}",
-             "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, Gloo; "
+             "  interconnect check: " + (f"all-reduce bus bandwidth {result.interconnect_gbps} GB/s (CPU, {result.transport}; "
                                          "no floor: rehearsal)" if result.interconnect_gbps is not None
                                          else "not run (one node, or --dist native: not checked yet)"),
              f"  uploaded to `outputs`: {len(result.uploaded)} blobs, e.g. "

@@ -49,7 +49,7 @@ from devtools.rehearsal.identities import (PEOPLE, batch_client, batch_token, gr
                                            write_endpoints)
 from devtools.rehearsal import node_data
 from devtools.rehearsal.nodes import NODE_TMPDIR
-from devtools.rehearsal.report import Rehearsal, check_model, report
+from devtools.rehearsal.report import Rehearsal, check_model, collectives_transport, report
 from training import frameworks
 
 VENVS = {f.name: f.image.venv for f in frameworks.FRAMEWORKS.values()}  # the local environment of each framework
@@ -205,7 +205,8 @@ def rehearse(stack: str, nodes: int, framework: str | None, train_args: str | No
                          info.get("failureInfo"), summary.get("interconnect_busbw_gbps"), summary.get("efficiency"),
                          container=batch.report_lines() if container else None,
                          scarce=played.lines if scarce else None,
-                         data=[*node_data.rank_lines(hosts, pool.nodes, job, summary), *after] if node_local else None)
+                         data=[*node_data.rank_lines(hosts, pool.nodes, job, summary), *after] if node_local else None,
+                         transport=collectives_transport(summary.get("distribution", ""), stderr_text))
 
 
 def default_work(stack: str) -> Path:

@@ -219,3 +219,21 @@ def test_the_report_gives_img_per_sec_per_worker_its_expectation_and_bound(tmp_p
     text = report(Rehearsal("train-dev-1", "pytorch", [], 2, 5.0, [], [], 0, 0, tmp_path, efficiency=view))
     assert ("  efficiency: 2.5 img/s per worker (expected unknown: a CPU run (the size's 5155 img/s is a GPU figure)), "
             "exchange-bound (data 1%, compute 40%, exchange 59%)\n") in text
+
+
+@pytest.mark.parametrize("distribution,launch,transport", [
+    ("horovod", "launch: 4 ranks on 2 host(s): /opt/venv/bin/horovodrun --mpi -np 4 -H a:2,b:2 python", "MPI over TCP"),
+    ("horovod", "launch: 2 ranks on 2 host(s): /x/bin/horovodrun --gloo -np 2 -H a:1,b:1 python", "Gloo"),
+    ("ddp", "launch: 4 ranks on 2 host(s): /opt/venv/bin/horovodrun --mpi -np 4 -H a:2,b:2 python", "Gloo"),
+    ("horovod", "", "Gloo"),
+])
+def test_the_report_names_what_carried_the_all_reduces(tmp_path, distribution, launch, transport):
+    """Under `horovodrun --mpi` Horovod's all-reduces go through MPI; DDP's CPU backend is Gloo however its ranks
+    were started. The report said "Gloo" for both until the Keras job ran under mpirun."""
+    from devtools.rehearsal.report import Rehearsal, collectives_transport, report
+
+    assert collectives_transport(distribution, f"node-ssh: primary\n{launch}\n") == transport
+    text = report(Rehearsal("train-dev-1", "keras", [], 4, 3.5, [], [], 0, 0, tmp_path, interconnect_gbps=0.005,
+                            transport=transport))
+    assert f"  throughput: 3.5 img/s (CPU, {transport})\n" in text
+    assert f"all-reduce bus bandwidth 0.005 GB/s (CPU, {transport}; no floor: rehearsal)" in text

@@ -5,7 +5,8 @@ command in a container of their own composed as Batch composes container tasks, 
 `horovodrun --mpi` across the two nodes' containers, 2 ranks a node (world size 4): mpirun's daemon started in node 1's
 container over the job's sshd; the ranks train and export, the model comes back with `infra download`. Then the same
 under faults: node 1's sshd gone when the job starts, then a rank killed mid-run; each ends its attempt with one line
-naming node 1 as a node fault, and Batch's retry finishes the run. Minutes and root: `make test-containers`.
+naming node 1 as a node fault, and Batch's retry finishes the run. The Keras job the same way in the TensorFlow
+image (world size 4 under `horovodrun --mpi`). Minutes and root: `make test-containers`.
 
 Without `node-ssh --client-only` in the application command (its container has no ~/.ssh/config of the coordination
 command's) the launch fails with "Permission denied (publickey)"; with launch's old rule (mpi wherever mpirun is
@@ -72,6 +73,39 @@ def test_ddp_runs_under_mpirun_in_the_image_on_two_nodes_of_two_ranks_and_the_mo
         names = engine.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
     assert [name for name in names if name.startswith("dlr")] == []
 
+
+
+# Keras: 4 steps an epoch at world size 4 (160 images, global batch 32), validated each epoch; 12 steps are 3 epochs.
+KERAS_FAST = "--num-classes 4 --image-size 32 --batch-size 8 --steps 12 --log-every 4 --checkpoint-every 6 --workers 1"
+
+
+def test_keras_runs_under_mpirun_in_the_tensorflow_image_on_two_nodes_of_two_ranks_and_the_model_comes_back(tmp_path):
+    """The TensorFlow image (its Horovod step with `--ops mpi` on the stand-in), `horovodrun --mpi` across the two
+    nodes' containers, 2 ranks a node: Horovod's all-reduces go through Open MPI (TCP on the nodes' veth), the ranks
+    train and checkpoint, and the SavedModel's ONNX comes back. Rank 0's output in stdout.txt is lines: mpirun gives
+    each rank a pseudo-terminal, where the progress bar once drew thousands of erase codes into one line."""
+    work = tmp_path / "work"
+    result = rehearse("--container", "--nodes", "2", "--processes-per-node", "2", "--framework", "keras",
+                      f"--args={KERAS_FAST}", "--work", str(work), timeout=2400)
+    print(result.stdout[-6000:])
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    out = result.stdout
+    assert "container: images/tensorflow.Dockerfile built on the stand-in base with Horovod --ops mpi" in out
+    assert "task exit code 0, retried 0 time(s)" in out
+    assert "rank 0 on node0" in out and "rank 1 on node0" in out and "rank 2 on node1" in out and "rank 3 on node1" in out
+    assert "model.onnx from `outputs` in onnxruntime: logits of shape (2, 4)" in out
+    report = out[out.index("Rehearsal report"):]
+    assert "  throughput: " in report and " img/s (CPU, MPI over TCP)" in report
+    assert "the ranks ran under horovodrun --mpi: 4 ranks on 2 nodes (mpirun started by horovodrun" in report
+    assert "ran in dltrain-tensorflow:rehearsal, one container per command" in report
+    job = next((work / "results").iterdir())
+    stderr = (job / "logs" / "stderr.txt").read_text()
+    stdout = (job / "logs" / "stdout.txt").read_text()
+    assert "launch: 4 ranks on 2 host(s): /opt/venv/bin/horovodrun --mpi -np 4 -H " in stderr
+    assert "\x1b[2K" not in stdout and "\r" not in stdout, stdout[:2000]
+    assert "training ResNet50 (keras, horovod, 4 worker(s), cpu): 12 steps" in stdout
+    assert (job / "run" / "model.onnx").is_file() and (job / "run" / "summary.json").is_file()
+    assert engine_processes() == []
 
 
 def _node_processes(pool, node) -> dict[int, tuple[int, list[bytes]]]:
