@@ -2,7 +2,7 @@
 loaders (PyTorch's `pil` and `nvjpeg`, TensorFlow's tf.data) read instead of one file per image. Standard library
 only, beside training/data/shards.py (the format) and training/data/folder.py (which says which kind `--data` is).
 
-Why random access and not a stream of whole shards (shards.samples): a rank must train the same number of steps as
+Why random access and not a stream of whole shards: a rank must train the same number of steps as
 every other (the manifest's count // world // batch, training/pytorch/sampling.py `batches_per_epoch`), and whole
 shards dealt to ranks are uneven: ImageNet's ~1,150 shards of 128 MB over 256 ranks (32 nodes) are 4 or 5 a rank,
 4,448 or 5,560 images, while every rank needs 5,004 an epoch. Reading sample `i` where the index says it lies lets

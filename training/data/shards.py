@@ -185,49 +185,6 @@ def _split(name: str) -> tuple[str, str, str]:
     return (name, "", "") if dot < 0 else (name[:dot], ".", name[dot + 1:])
 
 
-def assigned(count: int, *, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1) -> list[int]:
-    """The positions (in a split's shard order) that reader (rank, worker) reads: round-robin over world x workers
-    slots, slot = rank * workers + worker. With fewer shards than slots some slots read nothing: a reader that
-    needs equal batches per rank pads (DALI's pad_last_batch) or the dataset needs more, smaller shards."""
-    if not (0 <= rank < world and 0 <= worker < workers):
-        raise ValueError(f"rank {rank} of {world}, worker {worker} of {workers}: out of range")
-    slot, slots = rank * workers + worker, world * workers
-    return list(range(slot, count, slots))
-
-
-def samples(dataset_dir: Path | str, split: str, *, rank: int = 0, world: int = 1, worker: int = 0, workers: int = 1,
-            shuffle_buffer: int = 0, seed: int = 0, epoch: int = 0) -> Iterator[tuple[bytes, int]]:
-    """(image bytes, class index) of the shards assigned to (rank, worker). Semantics:
-    - shuffle_buffer 0: the shards in manifest order, each in file order (validation; deterministic).
-    - shuffle_buffer N > 0: the split's shard order is permuted by (seed, epoch), the same on every rank, before
-      the round-robin assignment, so over epochs a reader sees different shards; samples pass through a buffer of
-      N (filled to N, then each new sample swaps out a random one: WebDataset's and DALI's shuffle_buffer), seeded
-      by (seed, epoch, rank, worker). The whole epoch is reproducible from those numbers, so a resume at epoch E
-      replays E's order (a run resumes at the start of an epoch, or skips the samples it had consumed).
-    Every sample of the split is read by exactly one (rank, worker) per epoch."""
-    dataset = read_sharded(dataset_dir)
-    shards = list(dataset.shards.get(split, ()))
-    if not shards:
-        raise UsageError(f"--data {dataset_dir}: no {split} shards in its {MANIFEST}")
-    if shuffle_buffer > 0:
-        random.Random(f"shards:{seed}:{epoch}").shuffle(shards)
-    mine = [shards[i] for i in assigned(len(shards), rank=rank, world=world, worker=worker, workers=workers)]
-    stream = ((image, label) for shard in mine for _, image, label in iter_shard(Path(dataset_dir) / shard.name))
-    if shuffle_buffer <= 0:
-        yield from stream
-        return
-    rng, buffer = random.Random(f"buffer:{seed}:{epoch}:{rank}:{worker}"), []
-    for item in stream:
-        if len(buffer) < shuffle_buffer:
-            buffer.append(item)
-            continue
-        pick = rng.randrange(len(buffer))
-        yield buffer[pick]
-        buffer[pick] = item
-    rng.shuffle(buffer)
-    yield from buffer
-
-
 # ---- writing ----------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)

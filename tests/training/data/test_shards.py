@@ -145,31 +145,6 @@ def test_odd_file_names_become_keys_dali_and_webdataset_split_right(tmp_path):
         assert all(m.type == tarfile.REGTYPE for m in tar.getmembers()) and not tar.pax_headers
 
 
-def test_every_sample_goes_to_exactly_one_rank_and_worker_and_the_shuffle_is_seeded(tmp_path):
-    image_folder(tmp_path / "src", per_class=12, val_per_class=0)
-    data = tmp_path / "out"
-    dataset = shards.write_shards(tmp_path / "src", data, shard_bytes=6000)
-    assert len(dataset.shards["train"]) >= 8
-
-    def epoch(e, buffer=16):
-        return [list(shards.samples(data, "train", rank=r, world=2, worker=w, workers=2, shuffle_buffer=buffer,
-                                    seed=1, epoch=e)) for r in range(2) for w in range(2)]
-
-    parts = epoch(0)
-    everything = [item for part in parts for item in part]
-    assert len(everything) == 36 and len({image for image, _ in everything}) == 36
-    assert all(parts)  # enough shards: every slot reads some
-    assert epoch(0) == parts and epoch(1) != parts  # reproducible per epoch, different across epochs
-    ordered = list(shards.samples(data, "train"))
-    in_files = [(image, label) for s in dataset.shards["train"]
-                for _, image, label in shards.iter_shard(data / s.name)]
-    assert ordered == in_files  # no buffer: manifest order, file order
-    assert sorted(ordered) == sorted(everything)
-    assert shards.assigned(5, rank=1, world=2, worker=0, workers=2) == [2]
-    with pytest.raises(ValueError):
-        shards.assigned(5, rank=2, world=2)
-
-
 def test_a_missing_or_tampered_manifest_is_refused_in_one_line(tmp_path):
     with pytest.raises(UsageError, match="no readable dataset.json"):
         shards.read_sharded(tmp_path)
