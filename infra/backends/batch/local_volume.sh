@@ -124,6 +124,10 @@ mdadm --create /dev/md/$NAME --level=0 --raid-devices=${#drives[@]} ${drives[*]}
     action="created"
   fi
   how="RAID0 of ${#drives[@]} NVMe drives ($names), $action"
+  # /dev/md/NAME is udev's link to the array's /dev/mdN, made by a rule after mdadm returns (mdadm's own wait for it
+  # is bounded: mdadm(8), "--create"/"udev"); settle first so the blkid and mkfs below find it.
+  if command -v udevadm >/dev/null; then udevadm settle --timeout=30 || true; fi
+  [[ -b "$device" ]] || fail "$device is missing after the array was $action: mdadm --detail --scan lists the arrays"
 fi
 
 fstype="$(blkid --output value --match-tag TYPE "$device" 2>/dev/null || true)"
