@@ -80,3 +80,14 @@ def test_keras_fit_traces_its_training_step_once(tmp_path, monkeypatch):
     loop = KerasLoop(cfg)
     assert loop.fit(0, 2, lambda step: 0.01, lambda step, loss: None) == 2
     assert loop.model.train_function.experimental_get_tracing_count() == 1
+
+
+def test_each_residual_block_starts_as_the_identity_as_in_the_pytorch_model():
+    """The last BatchNorm of each of ResNet50's 16 residual blocks starts with gamma 0 (torchvision's
+    zero_init_residual); every other BatchNorm with gamma 1."""
+    model, _, _ = build("keras", 0)
+    norms = [layer for layer in model.layers if isinstance(layer, tf.keras.layers.BatchNormalization)]
+    last = [layer for layer in norms if layer.name.endswith("_3_bn") and "_block" in layer.name]
+    assert len(last) == 16 and len(norms) == 53
+    assert all(not np.any(layer.gamma.numpy()) for layer in last)
+    assert all(np.all(layer.gamma.numpy() == 1) for layer in norms if layer not in last)
