@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -435,9 +435,6 @@ def rank0_line(heartbeat: progress.Heartbeat | None, text: str) -> None:
         heartbeat.line(text)
     else:
         print(text, flush=True)
-
-
-    return True
 
 
 def first_line(cfg: TrainConfig, classes: tuple[str, ...] | None) -> str:

@@ -66,8 +66,10 @@ class Rehearsal:
 
 def collectives_transport(distribution: str, launch_stderr: str) -> str:
     """What carried the ranks' all-reduces on CPU: Horovod's MPI controller under `horovodrun --mpi` (launch's
-    line in the application command's stderr), else Gloo (Horovod's Gloo launcher; DDP's CPU backend, also when
-    mpirun started its ranks)."""
+    line in the application command's stderr), TensorFlow's own for --dist native, else Gloo (Horovod's Gloo
+    launcher; DDP's CPU backend, also when mpirun started its ranks)."""
+    if distribution == "native":  # MultiWorkerMirroredStrategy: TensorFlow's own collectives over gRPC
+        return "TensorFlow collectives"
     launches = [line for line in launch_stderr.splitlines() if line.startswith("launch: ") and " ranks on " in line]
     if distribution == "horovod" and launches and " --mpi " in f"{launches[-1]} ":
         return "MPI over TCP"

@@ -226,6 +226,7 @@ def test_the_report_gives_img_per_sec_per_worker_its_expectation_and_bound(tmp_p
     ("horovod", "launch: 2 ranks on 2 host(s): /x/bin/horovodrun --gloo -np 2 -H a:1,b:1 python", "Gloo"),
     ("ddp", "launch: 4 ranks on 2 host(s): /opt/venv/bin/horovodrun --mpi -np 4 -H a:2,b:2 python", "Gloo"),
     ("horovod", "", "Gloo"),
+    ("native", "", "TensorFlow collectives"),
 ])
 def test_the_report_names_what_carried_the_all_reduces(tmp_path, distribution, launch, transport):
     """Under `horovodrun --mpi` Horovod's all-reduces go through MPI; DDP's CPU backend is Gloo however its ranks
