@@ -36,7 +36,9 @@ SHARD_TRIES downloads (training/data/stage.py does not retry a mismatch, as TLS 
 shard is fetched again here because at 100+ GB per node a bad write on the node or a blob replaced mid-copy by a
 new upload is worth a second read, and the third failure names the shard). An .idx is checked against its blob's
 Content-MD5 when it has one. Files present with the manifest's size and MD5 (an interrupted run) are kept. Files of
-an older version that the manifest no longer lists are deleted, then dataset.json and last .staged are written.
+an older version that the manifest no longer lists are deleted; each split's index is written once as flat arrays
+(shard_samples.FLAT_DIR, keyed by the content hash) for the node's ranks to load in one read; then dataset.json and
+last .staged are written.
 A per-file dataset (`"format": "files"`, or no format) is copied by the existing stager (training/data/stage.py)
 into the same folder, and marked the same way. Transient errors are retried as every transfer here retries them
 (training/data/transfer.py: backoff, 6 attempts); permanent ones (403, 404, full disk) stop at once in one line.
@@ -62,6 +64,7 @@ from pathlib import Path
 
 from training.data import datasets, shards, stage, transfer
 from training.data.blob_reader import BlobHttpError, BlobItem, BlobReader
+from training.data.shard_samples import ShardSamples
 from training.errors import UsageError
 
 STAGED = ".staged"  # DIR/datasets/NAME/.staged: the content hash of the dataset staged there, written last
@@ -322,6 +325,8 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
             dataset = sharded_dataset(manifest, source)
             line = _stage_shards(reader, name, folder, shard_items(dataset, source), stats, threads, progress_interval)
             _check_indexes(folder, dataset, datasets.prefix(name))
+            for split in dataset.shards:  # the node's ranks then load each split's index in one read
+                ShardSamples(folder, split, dataset).write_flat(dataset.content_hash)
         elif raw is not None or _has_images(reader, name, stats):
             line = _stage_files(reader, name, folder, stats, threads, progress_interval)
         else:

@@ -31,6 +31,17 @@ from training.data import layout, shards
 from training.errors import UsageError
 
 OPEN_SHARDS = 64  # open file descriptors a process keeps (an LRU): ImageNet has ~1,150 shards, a node 8 x ~10 readers
+# A split's index as the flat arrays below, written once per node by node-stage beside the staged shards and keyed by
+# the dataset's content hash, so that a node's ranks load it in one read instead of each parsing every .idx file.
+FLAT_DIR = ".flat-index"
+FLAT_MAGIC = b"DLTFLAT1"
+ARRAYS = (("shard", "i"), ("start", "q"), ("image", "i"), ("image_size", "i"), ("cls", "i"), ("cls_size", "i"))
+
+
+def flat_index_path(directory: Path | str, split: str, content_hash: str) -> Path | None:
+    """Where SPLIT's flat index of the dataset with CONTENT_HASH lies (None without a hash: nothing keys it)."""
+    digest = content_hash.partition(":")[2][:24]
+    return Path(directory) / FLAT_DIR / f"{split}-{digest}.arrays" if digest else None
 
 
 class ShardMember(io.BytesIO):
@@ -50,7 +61,8 @@ class ShardSamples(Sequence):
     """Sample i of a split (in manifest shard order, then file order: the order DALI's reader numbers them) ->
     (ShardMember of its image, class index). Holds the index as flat arrays (28 bytes a sample: ImageNet's 1.28 M
     in ~36 MB that forked DataLoader workers share without copying, as they would not a list of objects). Reading
-    ImageNet's ~1,160 index files took 4.5 s of one core here (1.28 M lines, measured on the 2-core dev VM)."""
+    ImageNet's ~1,160 index files took 4.5 s of one core here (1.28 M lines, measured on the 2-core dev VM), in
+    every rank; where node-stage left a flat index (FLAT_DIR) the arrays are one read."""
 
     def __init__(self, directory: Path | str, split: str, dataset: shards.ShardedDataset | None = None):
         self.root, self.split = Path(directory), split
@@ -59,14 +71,15 @@ class ShardSamples(Sequence):
         self.shard_names = [s.name for s in dataset.shards.get(split, ())]
         if not self.shard_names:
             raise UsageError(f"--data {directory}: its {shards.MANIFEST} lists no {split} shards")
-        self.shard = array("i")  # position in shard_names
-        self.start = array("q")  # where the sample's members begin in the tar
-        self.image = array("i")  # image member: offset from start, size
-        self.image_size = array("i")
-        self.cls = array("i")  # .cls member: offset from start, size
-        self.cls_size = array("i")
-        for number, entry in enumerate(dataset.shards[split]):
-            self._add_index(number, entry)
+        # shard: position in shard_names; start: where the sample's members begin in the tar; image, cls: the image
+        # and .cls members' offsets from start, with their sizes.
+        for name, code in ARRAYS:
+            setattr(self, name, array(code))
+        flat = flat_index_path(directory, split, dataset.content_hash)
+        expected = sum(entry.samples for entry in dataset.shards[split])
+        if not (flat and self._load_flat(flat, expected)):
+            for number, entry in enumerate(dataset.shards[split]):
+                self._add_index(number, entry)
         self._files: OrderedDict[int, int] = OrderedDict()  # shard position -> fd, in this process
         self._pid = os.getpid()
 
@@ -93,6 +106,40 @@ class ShardSamples(Sequence):
             self.image_size.append(image[0][2])
             self.cls.append(label[0][1] - start)
             self.cls_size.append(label[0][2])
+
+    def _load_flat(self, path: Path, expected: int) -> bool:
+        """The arrays from node-stage's flat index; False (the .idx files are read instead) when there is none or
+        it does not hold EXPECTED samples of this split's shards."""
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return False
+        count = int.from_bytes(data[8:16], "little") if data[:8] == FLAT_MAGIC else -1
+        sizes = [array(code).itemsize * count for _, code in ARRAYS]
+        if count != expected or len(data) != 16 + sum(sizes):
+            return False
+        at = 16
+        for (name, code), size in zip(ARRAYS, sizes):
+            values = array(code)
+            values.frombytes(data[at:at + size])
+            setattr(self, name, values)
+            at += size
+        return not count or max(self.shard) < len(self.shard_names)
+
+    def write_flat(self, content_hash: str) -> Path | None:
+        """Write this split's flat index for the node's other readers (node-stage, once the indexes are checked):
+        to a temporary name, then renamed, so a reader sees the whole file or none."""
+        path = flat_index_path(self.root, self.split, content_hash)
+        if path is None:
+            return None
+        path.parent.mkdir(exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        with open(temporary, "wb") as out:
+            out.write(FLAT_MAGIC + len(self).to_bytes(8, "little"))
+            for name, _ in ARRAYS:
+                getattr(self, name).tofile(out)
+        os.replace(temporary, path)
+        return path
 
     def __len__(self) -> int:
         return len(self.start)
