@@ -325,8 +325,9 @@ def node_stage(target: transfer.ContainerTarget, name: str, dest: Path, threads:
             dataset = sharded_dataset(manifest, source)
             line = _stage_shards(reader, name, folder, shard_items(dataset, source), stats, threads, progress_interval)
             _check_indexes(folder, dataset, datasets.prefix(name))
-            for split in dataset.shards:  # the node's ranks then load each split's index in one read
-                ShardSamples(folder, split, dataset).write_flat(dataset.content_hash)
+            for split, split_shards in dataset.shards.items():  # the node's ranks load each split's in one read
+                if split_shards:
+                    ShardSamples(folder, split, dataset).write_flat(dataset.content_hash)
         elif raw is not None or _has_images(reader, name, stats):
             line = _stage_files(reader, name, folder, stats, threads, progress_interval)
         else:

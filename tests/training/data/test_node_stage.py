@@ -201,3 +201,16 @@ def test_not_enough_space_stops_before_a_byte_moves(azurite, container, tmp_path
     with pytest.raises(UsageError, match=r"1000 bytes free, the dataset needs \d+ bytes more"):
         node_stage.node_stage(transfer.ContainerTarget.parse(azurite.container_url(container, "rl")), "pets", dest)
     assert not list((dest / "datasets" / "pets").rglob("*.tar"))
+
+
+def test_a_dataset_without_val_shards_stages_with_a_flat_index_for_train_only(azurite, container, tmp_path):
+    image_folder(tmp_path / "src", per_class=6, val_per_class=0)
+    dataset = shards.write_shards(tmp_path / "src", tmp_path / "out", shard_bytes=8000)
+    assert not dataset.shards.get("val")
+    upload.upload(tmp_path / "out", transfer.ContainerTarget.parse(azurite.container_url(container, "racwl")),
+                  datasets.prefix("trainonly"), 4)
+    dest = tmp_path / "local-data"
+    result = cli("node-stage", azurite.container_url(container, "rl"), "--dataset", "trainonly", "--dest", dest)
+    assert result.returncode == 0, result.stderr
+    folder = dest / "datasets" / "trainonly"
+    assert flat_indexes(folder) == [shard_samples.flat_index_path(folder, "train", dataset.content_hash).name]
