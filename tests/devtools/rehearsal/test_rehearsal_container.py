@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from devtools import docker_engine
+from training import frameworks
 from tests.devtools.rehearsal.rehearsal_runs import FAST, WHY_NOT, rehearse
 
 UNAVAILABLE = docker_engine.unavailable() or WHY_NOT
@@ -41,18 +42,26 @@ def engine_processes() -> list[str]:
     return found
 
 
-def test_ddp_runs_under_mpirun_in_the_image_on_two_nodes_of_two_ranks_and_the_model_comes_back(tmp_path):
-    work = tmp_path / "work"
-    result = rehearse("--container", "--nodes", "2", "--processes-per-node", "2", "--framework", "pytorch",
-                      f"--args={FAST} --dist ddp", "--work", str(work), timeout=1800)
+def rehearsed_in_image(framework: str, train_args: str, work: Path) -> str:
+    """`rehearse --container` on 2 nodes of 2 ranks; its output, once the run's common promises are checked: the image
+    built with Horovod --ops mpi, one attempt, ranks 0-1 on node0 and 2-3 on node1, the ONNX model back."""
+    dockerfile = frameworks.FRAMEWORKS[framework].image.dockerfile
+    result = rehearse("--container", "--nodes", "2", "--processes-per-node", "2", "--framework", framework,
+                      f"--args={train_args}", "--work", str(work), timeout=2400)
     print(result.stdout[-6000:])
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     out = result.stdout
-    assert "container: images/pytorch.Dockerfile built on the stand-in base with Horovod --ops mpi" in out
+    assert f"container: {dockerfile} built on the stand-in base with Horovod --ops mpi" in out
     assert "task exit code 0, retried 0 time(s)" in out
-    assert "ranks: world size 4 on hosts" in out
     assert "rank 0 on node0" in out and "rank 1 on node0" in out and "rank 2 on node1" in out and "rank 3 on node1" in out
     assert "model.onnx from `outputs` in onnxruntime: logits of shape (2, 4)" in out
+    return out
+
+
+def test_ddp_runs_under_mpirun_in_the_image_on_two_nodes_of_two_ranks_and_the_model_comes_back(tmp_path):
+    work = tmp_path / "work"
+    out = rehearsed_in_image("pytorch", f"{FAST} --dist ddp", work)
+    assert "ranks: world size 4 on hosts" in out
     report = out[out.index("Rehearsal report"):]
     container = report[report.index("  container:"):report.index("  not rehearsed:")]
     assert "ran in dltrain-pytorch:rehearsal, one container per command" in container
@@ -85,15 +94,7 @@ def test_keras_runs_under_mpirun_in_the_tensorflow_image_on_two_nodes_of_two_ran
     train and checkpoint, and the SavedModel's ONNX comes back. Rank 0's output in stdout.txt is lines: mpirun gives
     each rank a pseudo-terminal, where the progress bar once drew thousands of erase codes into one line."""
     work = tmp_path / "work"
-    result = rehearse("--container", "--nodes", "2", "--processes-per-node", "2", "--framework", "keras",
-                      f"--args={KERAS_FAST}", "--work", str(work), timeout=2400)
-    print(result.stdout[-6000:])
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
-    out = result.stdout
-    assert "container: images/tensorflow.Dockerfile built on the stand-in base with Horovod --ops mpi" in out
-    assert "task exit code 0, retried 0 time(s)" in out
-    assert "rank 0 on node0" in out and "rank 1 on node0" in out and "rank 2 on node1" in out and "rank 3 on node1" in out
-    assert "model.onnx from `outputs` in onnxruntime: logits of shape (2, 4)" in out
+    out = rehearsed_in_image("keras", KERAS_FAST, work)
     report = out[out.index("Rehearsal report"):]
     assert "  throughput: " in report and " img/s (CPU, MPI over TCP)" in report
     assert "the ranks ran under horovodrun --mpi: 4 ranks on 2 nodes (mpirun started by horovodrun" in report
