@@ -118,13 +118,15 @@ class ShardSamples(Sequence):
         sizes = [array(code).itemsize * count for _, code in ARRAYS]
         if count != expected or len(data) != 16 + sum(sizes):
             return False
-        at = 16
+        loaded, at = {}, 16
         for (name, code), size in zip(ARRAYS, sizes):
-            values = array(code)
-            values.frombytes(data[at:at + size])
-            setattr(self, name, values)
+            loaded[name] = array(code)
+            loaded[name].frombytes(data[at:at + size])
             at += size
-        return not count or max(self.shard) < len(self.shard_names)
+        if count and max(loaded["shard"]) >= len(self.shard_names):
+            return False  # nothing kept: the .idx files fill the empty arrays
+        self.__dict__.update(loaded)
+        return True
 
     def write_flat(self, content_hash: str) -> Path | None:
         """Write this split's flat index for the node's other readers (node-stage, once the indexes are checked):

@@ -81,6 +81,12 @@ def test_the_ranks_load_the_flat_index_node_stage_wrote_and_read_the_idx_files_w
     flat = parsed.write_flat(dataset.content_hash)
     assert flat == shard_samples.flat_index_path(tmp_path / "out", "train", dataset.content_hash)
     assert not [p for p in flat.parent.iterdir() if p != flat]  # no temporary left
+    # One that names a shard the manifest does not list is not used, and nothing of it is kept beside the .idx's.
+    whole = flat.read_bytes()
+    flat.write_bytes(whole[:16] + len(dataset.shards["train"]).to_bytes(4, "little") + whole[20:])
+    fallen_back = shard_samples.ShardSamples(tmp_path / "out", "train")
+    assert len(fallen_back) == len(parsed) and list(fallen_back.shard) == list(parsed.shard)
+    flat.write_bytes(whole)
     for shard in dataset.shards["train"]:
         (tmp_path / "out" / shard.index).unlink()
     loaded = shard_samples.ShardSamples(tmp_path / "out", "train")
