@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from training.errors import EXIT_CODE_FAULT, EXIT_NODE_FAULT
-from training.launched import by_launcher, rank_of  # noqa: F401 (rank_of: named here for the watchdog)
+from training.launched import by_launcher
 
 ALIVE_DIR = ".watchdog"  # under the output dir: one file per rank, rewritten every poll
 FAULTS_DIR = ".faults"  # under the output dir: one record per rank that ended on a fault (launch reads them)

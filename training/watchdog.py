@@ -60,7 +60,8 @@ from training.errors import EXIT_HANG, UsageError
 # The signs of life and fault records, named here too for the modules that import them from the watchdog.
 from training.faults import (ALIVE_DIR, FAULT_LINE, FAULTS_DIR, LOCAL_DIR_ENV, RUN_DIR_ENV,  # noqa: F401
                              blame, blame_text, emit, exception_record, host_name, is_collective_failure, lagging,
-                             local_dir, rank_of, read_alive, record_fault, stalled, write_alive, FileSigns)
+                             local_dir, read_alive, record_fault, stalled, write_alive, FileSigns)
+from training.launched import rank_of
 
 AfterStep = Callable[[int, Callable[[], float]], None]  # the runner's after_step(steps done, averaged loss)
 

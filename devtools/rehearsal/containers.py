@@ -41,6 +41,7 @@ from pathlib import Path
 from devtools import batch_container, docker_engine
 from devtools.rehearsal.batch import RehearsalBatch
 from devtools.rehearsal.nodes import BATCH_ROOT, Node, Pool, RehearsalUnavailable
+from devtools.rehearsal.report import last_launch_line
 from training import frameworks
 
 REPO_ROOT = docker_engine.REPO_ROOT
@@ -246,10 +247,10 @@ def launcher_line(out: Path | None) -> str:
         text = (out / "stderr.txt").read_text(errors="replace") if out else ""
     except OSError:
         text = ""
-    lines = [line for line in text.splitlines() if line.startswith("launch: ") and " ranks on " in line]
-    if not lines:
+    line = last_launch_line(text)
+    if not line:
         return "the ranks' launcher: no launch line in the application command's stderr"
-    words = lines[-1].split()
+    words = line.split()
     ranks, hosts = words[1], words[4]
     launcher = next((f"horovodrun {word}" for word in words if word in ("--mpi", "--gloo")), "?")
     how = ("mpirun started by horovodrun, its daemons in the other nodes' containers over the job's sshd"

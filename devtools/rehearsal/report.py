@@ -64,14 +64,19 @@ class Rehearsal:
     transport: str = "Gloo"  # what carried the ranks' all-reduces (collectives_transport)
 
 
+def last_launch_line(stderr: str) -> str:
+    """The application command's last `launch: N ranks on M host(s): ...` line (training/cluster/launch.py), or ""."""
+    lines = [line for line in stderr.splitlines() if line.startswith("launch: ") and " ranks on " in line]
+    return lines[-1] if lines else ""
+
+
 def collectives_transport(distribution: str, launch_stderr: str) -> str:
     """What carried the ranks' all-reduces on CPU: Horovod's MPI controller under `horovodrun --mpi` (launch's
     line in the application command's stderr), TensorFlow's own for --dist native, else Gloo (Horovod's Gloo
     launcher; DDP's CPU backend, also when mpirun started its ranks)."""
     if distribution == "native":  # MultiWorkerMirroredStrategy: TensorFlow's own collectives over gRPC
         return "TensorFlow collectives"
-    launches = [line for line in launch_stderr.splitlines() if line.startswith("launch: ") and " ranks on " in line]
-    if distribution == "horovod" and launches and " --mpi " in f"{launches[-1]} ":
+    if distribution == "horovod" and " --mpi " in f"{last_launch_line(launch_stderr)} ":
         return "MPI over TCP"
     return "Gloo"
 
